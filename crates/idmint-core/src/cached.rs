@@ -1,0 +1,1 @@
+//! [`Cached`]: Baidu CachedUidGenerator's ring buffer of pre-made IDs (being written).

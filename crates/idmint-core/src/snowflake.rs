@@ -1,0 +1,872 @@
+//! [`Snowflake`]: time · node · sequence IDs from one atomic word, with a policy for
+//! every way the clock and the sequence can let a generator down.
+//!
+//! # The state word
+//!
+//! All of a generator's mutable state on the hot path is one `AtomicU64`:
+//!
+//! ```text
+//! | last tick | rollback counter | next sequence (sequence_bits + 1 wide) |
+//! ```
+//!
+//! `next_id` reads the clock, computes the next state from the word it loaded, and
+//! publishes it with one compare-and-swap; the ID is a pure function of the new
+//! state. Invariants, kept by every transition:
+//! - for a fixed rollback counter, `(last tick, next sequence)` only grows, so no
+//!   (tick, counter, sequence) triple is handed out twice;
+//! - the counter changes only under the `rollback-bits` policy, and only to a value
+//!   whose earlier IDs all have ticks below the new tick (`rollback_max` records
+//!   them);
+//! - under the `history` policy, a tick's unspent sequence numbers are published to
+//!   the ring only after the state word has left that tick for good, and ring
+//!   entries only grow (`fetch_max`, CAS), so a reused number is reused once;
+//! - no ID's tick reaches `mark_end` (the persisted high-water mark) or the
+//!   layout's capacity.
+//!
+//! Waiting (for the next tick, for a clock to catch up) happens between attempts,
+//! never while holding anything another thread needs.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+use jiff::Timestamp;
+
+use crate::batch::{IdBatch, IdRun};
+use crate::clock::{Clock, MonotonicClock};
+use crate::error::{Error, Result};
+use crate::id::Id;
+use crate::layout::{Bits, Layout};
+use crate::sync::{AtomicU64, Mutex, Ordering, lock};
+
+/// What a generator does when the clock reads earlier than the last ID it issued
+/// (beyond what borrowing absorbs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClockBehind {
+    /// Return [`Error::ClockBehind`] at once (Twitter, uid-generator's default).
+    Fail,
+    /// Wait for the clock to catch up when it is at most `max` behind; fail
+    /// otherwise (Leaf waits up to 5 ms).
+    Wait {
+        /// The longest the clock may be behind and still be waited for.
+        max: Duration,
+    },
+    /// Keep issuing from the last logical time while that is at most `max_lead`
+    /// ahead of the clock; fail beyond (sonyflake, uid-generator's cached mode,
+    /// RFC 9562 §6.2).
+    Borrow {
+        /// How far ahead of the clock the generator may run.
+        max_lead: Duration,
+    },
+    /// Count rollbacks in the layout's rollback bits: each detected rollback moves
+    /// to the next counter value and issues from the clock's time again.
+    ///
+    /// IDs stay unique; they are not monotonic across a rollback. Fails with
+    /// [`Error::RollbackExhausted`] when every counter value has been used at or
+    /// after the time the clock now reads.
+    RollbackBits,
+    /// Reuse the unspent sequence numbers of the last `ticks` ticks (the "ID ring"):
+    /// a clock that steps back into that window gets fresh IDs from it.
+    ///
+    /// IDs stay unique; they are not monotonic across a rollback. Fails when the
+    /// clock steps back further, or the ticks it lands in have nothing left.
+    History {
+        /// How many recent ticks keep their unspent sequence numbers.
+        ticks: u32,
+    },
+}
+
+impl ClockBehind {
+    /// The policy's name as used in config and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClockBehind::Fail => "fail",
+            ClockBehind::Wait { .. } => "wait",
+            ClockBehind::Borrow { .. } => "borrow",
+            ClockBehind::RollbackBits => "rollback-bits",
+            ClockBehind::History { .. } => "history",
+        }
+    }
+}
+
+/// What a generator does when a tick's sequence numbers are used up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SequenceExhausted {
+    /// Wait for the next tick (the classic; IDs never run ahead of the clock).
+    Wait,
+    /// Move on to the next tick at once while that is at most `max_lead` ahead of
+    /// the clock (Yitter's "drift"); wait beyond.
+    Borrow {
+        /// How far ahead of the clock the generator may run.
+        max_lead: Duration,
+    },
+}
+
+/// Where each tick's sequence starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SequenceStart {
+    /// At zero.
+    Zero,
+    /// At a pseudo-random number below `below` (Leaf: 100), so the low digits
+    /// spread and IDs do not show how many were issued in a tick.
+    Random {
+        /// Exclusive upper bound of the start; at most the sequence capacity.
+        below: u32,
+    },
+}
+
+/// Counters of the slow paths a generator took. Read with [`Snowflake::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnowflakeStats {
+    /// Times a caller waited because a tick's sequence was used up.
+    pub exhaustion_waits: u64,
+    /// Times the clock was seen behind the last issued ID by more than borrowing absorbs.
+    pub clock_behind: u64,
+    /// Times a caller waited for the clock to catch up (`wait` policy).
+    pub clock_behind_waits: u64,
+    /// Rollback counter increments (`rollback-bits` policy).
+    pub rollbacks: u64,
+    /// IDs issued from the history ring (`history` policy).
+    pub history_reuses: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    exhaustion_waits: AtomicU64,
+    clock_behind: AtomicU64,
+    clock_behind_waits: AtomicU64,
+    rollbacks: AtomicU64,
+    history_reuses: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A builder for a [`Snowflake`] generator; see [`Snowflake::builder`].
+#[derive(Debug, Clone)]
+pub struct SnowflakeBuilder {
+    layout: Layout,
+    datacenter: u32,
+    worker: u32,
+    clock: Option<Arc<dyn Clock>>,
+    clock_behind: ClockBehind,
+    exhausted: SequenceExhausted,
+    start: SequenceStart,
+    start_after: Option<Timestamp>,
+    mark: Option<Timestamp>,
+    seed: Option<u64>,
+}
+
+impl SnowflakeBuilder {
+    /// Datacenter part of the node field (default 0).
+    pub fn with_datacenter(mut self, datacenter: u32) -> SnowflakeBuilder {
+        self.datacenter = datacenter;
+        self
+    }
+
+    /// Worker part of the node field (default 0).
+    pub fn with_worker(mut self, worker: u32) -> SnowflakeBuilder {
+        self.worker = worker;
+        self
+    }
+
+    /// The time source (default: a new [`MonotonicClock`]).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> SnowflakeBuilder {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The clock-behind policy (default: `Wait { max: 5 ms }`, as Leaf).
+    pub fn with_clock_behind(mut self, policy: ClockBehind) -> SnowflakeBuilder {
+        self.clock_behind = policy;
+        self
+    }
+
+    /// The sequence-exhausted policy (default: `Wait`).
+    pub fn with_sequence_exhausted(mut self, policy: SequenceExhausted) -> SnowflakeBuilder {
+        self.exhausted = policy;
+        self
+    }
+
+    /// The sequence start policy (default: `Zero`).
+    pub fn with_sequence_start(mut self, start: SequenceStart) -> SnowflakeBuilder {
+        self.start = start;
+        self
+    }
+
+    /// Start strictly above `mark`: no ID at or before that time is issued.
+    ///
+    /// Pass the high-water mark a worker store recorded for this worker ID; a
+    /// restart with the clock behind, or a takeover of a dead node's worker ID,
+    /// then cannot repeat an ID.
+    pub fn with_start_after(mut self, mark: Timestamp) -> SnowflakeBuilder {
+        self.start_after = Some(mark);
+        self
+    }
+
+    /// Issue no ID later than `mark` until [`Snowflake::advance_mark`] moves it.
+    ///
+    /// Without this the generator is unbounded (for tools and tests); servers
+    /// always set it to what their worker store has persisted.
+    pub fn with_mark(mut self, mark: Timestamp) -> SnowflakeBuilder {
+        self.mark = Some(mark);
+        self
+    }
+
+    /// A fixed seed for [`SequenceStart::Random`], for reproducible tests.
+    pub fn with_seed(mut self, seed: u64) -> SnowflakeBuilder {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Checks the settings against the layout and makes the generator.
+    ///
+    /// Does no I/O and starts nothing in the background.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeOutOfRange`] for a datacenter or worker outside the layout,
+    /// [`Error::InvalidConfig`] for a policy the layout can't support (rollback
+    /// bits without rollback bits in the layout, a zero history window, a random
+    /// start above the sequence capacity), and [`Error::LayoutExhausted`] when
+    /// the start mark is past the layout's end.
+    pub fn build(self) -> Result<Snowflake> {
+        let layout = self.layout;
+        if self.datacenter > layout.max_datacenter() {
+            return Err(Error::NodeOutOfRange {
+                field: "datacenter",
+                value: u64::from(self.datacenter),
+                max: u64::from(layout.max_datacenter()),
+            });
+        }
+        if self.worker > layout.max_worker() {
+            return Err(Error::NodeOutOfRange {
+                field: "worker",
+                value: u64::from(self.worker),
+                max: u64::from(layout.max_worker()),
+            });
+        }
+        let unit = layout.unit();
+        let ticks_in = |d: Duration| -> u64 {
+            u64::try_from(d.as_nanos() / unit.as_nanos()).unwrap_or(u64::MAX)
+        };
+        let max_seq = layout.ids_per_tick() - 1;
+        let mut history_len = 0;
+        let mut clock_borrow = 0;
+        match self.clock_behind {
+            ClockBehind::RollbackBits if layout.rollback_bits() == 0 => {
+                return Err(Error::InvalidConfig(
+                    "the rollback-bits policy needs a layout with rollback bits (e.g. `leaf,rollback=2`)"
+                        .to_owned(),
+                ));
+            }
+            ClockBehind::History { ticks } => {
+                if !(1..=1 << 16).contains(&ticks) {
+                    return Err(Error::InvalidConfig(format!(
+                        "history window of {ticks} ticks is out of range (1..=65536)"
+                    )));
+                }
+                history_len = ticks as usize;
+            }
+            ClockBehind::Borrow { max_lead } => clock_borrow = ticks_in(max_lead),
+            ClockBehind::Wait { max } if max.is_zero() => {
+                return Err(Error::InvalidConfig(
+                    "wait policy with a zero bound: use `fail` instead".to_owned(),
+                ));
+            }
+            _ => {}
+        }
+        let exhaust_borrow = match self.exhausted {
+            SequenceExhausted::Wait => None,
+            SequenceExhausted::Borrow { max_lead } => Some(ticks_in(max_lead)),
+        };
+        let start_below = match self.start {
+            SequenceStart::Zero => 1,
+            SequenceStart::Random { below } => {
+                if below == 0 || u64::from(below) > max_seq + 1 {
+                    return Err(Error::InvalidConfig(format!(
+                        "random sequence start below {below} is out of range (1..={})",
+                        max_seq + 1
+                    )));
+                }
+                u64::from(below)
+            }
+        };
+        let seed = self.seed.unwrap_or_else(|| {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(0x1d_6d17);
+            h.finish()
+        });
+        let seq_width = u32::from(layout.sequence_bits()) + 1;
+        let rb_width = u32::from(layout.rollback_bits());
+        let mut generator = Snowflake {
+            bits: layout.bits(),
+            node: layout.node_value(self.datacenter, self.worker, 0),
+            rollback_shift: u32::from(layout.datacenter_bits() + layout.worker_bits()),
+            epoch_ns: layout.epoch_nanos(),
+            unit_ns: layout.unit_nanos(),
+            ticks: layout.ticks(),
+            max_seq,
+            seq_width,
+            rb_width,
+            rb_mask: (1 << rb_width) - 1,
+            absorb: clock_borrow.max(exhaust_borrow.unwrap_or(0)),
+            exhaust_borrow,
+            start_below,
+            seed,
+            clock: self.clock.unwrap_or_else(|| Arc::new(MonotonicClock::new())),
+            policy: self.clock_behind,
+            state: CachePadded::new(AtomicU64::new(0)),
+            mark_end: CachePadded::new(AtomicU64::new(u64::MAX)),
+            history: (0..history_len).map(|_| AtomicU64::new(0)).collect(),
+            rollback_max: Mutex::new(vec![0; 1 << rb_width]),
+            counters: Counters::default(),
+            layout,
+        };
+        let initial = match self.start_after {
+            Some(mark) if mark >= layout.epoch() => {
+                let tick = generator.tick_of_time(mark);
+                if tick >= generator.ticks {
+                    return Err(layout.exhausted());
+                }
+                generator.pack(tick, 0, max_seq + 1)
+            }
+            _ => generator.pack(0, 0, generator.start_seq(0)),
+        };
+        generator.state = CachePadded::new(AtomicU64::new(initial));
+        if let Some(mark) = self.mark {
+            generator.mark_end = CachePadded::new(AtomicU64::new(generator.mark_end_for(mark)));
+        }
+        Ok(generator)
+    }
+}
+
+/// A snowflake generator: IDs made of time, node and sequence, from one atomic word.
+///
+/// - **Thread-safe**: `Send + Sync`, shared by `&self`; lock-free on the hot path
+///   (one compare-and-swap per ID, or per batch when borrowing).
+/// - **Unique**: never issues the same ID twice, under any policy, however the
+///   clock moves, provided no other generator uses the same layout and node.
+/// - **Monotonic**: each ID is greater than every ID issued before it by this
+///   generator, except across a clock rollback under the `rollback-bits` and
+///   `history` policies, which trade order for availability.
+/// - **Sequence used up within a tick**: see [`SequenceExhausted`]; waiting
+///   sleeps the calling thread only, holding nothing.
+/// - **Clock behind the last issued time**: see [`ClockBehind`]. A lead of up to
+///   the larger of the two borrow bounds is absorbed silently.
+/// - **Bounded by a high-water mark** when one is set: no ID's time passes the
+///   mark until [`Snowflake::advance_mark`] moves it ([`Error::MarkReached`]).
+/// - **Layout run out**: [`Error::LayoutExhausted`], never a negative or
+///   wrapped ID.
+///
+/// # Examples
+///
+/// ```
+/// use idmint_core::{Layout, Snowflake};
+///
+/// let generator = Snowflake::builder(Layout::TWITTER)
+///     .with_datacenter(1)
+///     .with_worker(7)
+///     .build()?;
+/// let a = generator.next_id()?;
+/// let b = generator.next_id()?;
+/// assert!(a < b);
+/// let parts = Layout::TWITTER.decode(b.get())?;
+/// assert_eq!((parts.datacenter, parts.worker), (1, 7));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Snowflake {
+    layout: Layout,
+    bits: Bits,
+    node: u64,
+    rollback_shift: u32,
+    epoch_ns: i64,
+    unit_ns: i64,
+    ticks: u64,
+    max_seq: u64,
+    seq_width: u32,
+    rb_width: u32,
+    rb_mask: u64,
+    /// Lead (in ticks) over the clock absorbed without calling it a rollback.
+    absorb: u64,
+    /// Ticks the sequence-exhausted policy may borrow, if it borrows.
+    exhaust_borrow: Option<u64>,
+    start_below: u64,
+    seed: u64,
+    clock: Arc<dyn Clock>,
+    policy: ClockBehind,
+    state: CachePadded<AtomicU64>,
+    /// Ticks below this may be issued.
+    mark_end: CachePadded<AtomicU64>,
+    /// `history` policy ring: entry = (tick + 1) << seq_width | next unspent sequence.
+    history: Box<[AtomicU64]>,
+    /// `rollback-bits` policy: per counter value, 1 + the highest tick issued with it
+    /// (0: never used). The lock serializes rollbacks only, never the hot path.
+    rollback_max: Mutex<Vec<u64>>,
+    counters: Counters,
+}
+
+/// What the clock-behind slow path decided.
+enum Behind {
+    Retry,
+    Issued(Id),
+}
+
+impl Snowflake {
+    /// The largest batch [`Snowflake::next_ids`] hands out in one call.
+    pub const MAX_BATCH: u64 = 10_000_000;
+
+    /// Starts building a generator for `layout`.
+    pub fn builder(layout: Layout) -> SnowflakeBuilder {
+        SnowflakeBuilder {
+            layout,
+            datacenter: 0,
+            worker: 0,
+            clock: None,
+            clock_behind: ClockBehind::Wait {
+                max: Duration::from_millis(5),
+            },
+            exhausted: SequenceExhausted::Wait,
+            start: SequenceStart::Zero,
+            start_after: None,
+            mark: None,
+            seed: None,
+        }
+    }
+
+    /// The generator's layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Counters of the slow paths taken so far.
+    pub fn stats(&self) -> SnowflakeStats {
+        let c = &self.counters;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SnowflakeStats {
+            exhaustion_waits: r(&c.exhaustion_waits),
+            clock_behind: r(&c.clock_behind),
+            clock_behind_waits: r(&c.clock_behind_waits),
+            rollbacks: r(&c.rollbacks),
+            history_reuses: r(&c.history_reuses),
+        }
+    }
+
+    #[inline]
+    fn pack(&self, tick: u64, rb: u64, next_seq: u64) -> u64 {
+        (tick << (self.rb_width + self.seq_width)) | (rb << self.seq_width) | next_seq
+    }
+
+    #[inline]
+    fn unpack(&self, state: u64) -> (u64, u64, u64) {
+        (
+            state >> (self.rb_width + self.seq_width),
+            (state >> self.seq_width) & self.rb_mask,
+            state & ((1 << self.seq_width) - 1),
+        )
+    }
+
+    #[inline]
+    fn compose(&self, tick: u64, rb: u64, seq: u64) -> Id {
+        Id::from_raw(
+            self.bits
+                .compose(tick, self.node | (rb << self.rollback_shift), seq),
+        )
+    }
+
+    /// The sequence a tick starts at: 0, or a keyed hash of the tick below the bound.
+    #[inline]
+    fn start_seq(&self, tick: u64) -> u64 {
+        if self.start_below == 1 {
+            return 0;
+        }
+        // SplitMix64's finalizer: cheap, well mixed, and a pure function of the
+        // tick, so batches know every tick's start without extra state.
+        let mut z = (tick ^ self.seed).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % self.start_below
+    }
+
+    /// The tick `now_ns` falls in; `last` is a hint that avoids a division when the
+    /// clock is still in the last tick.
+    #[inline]
+    fn tick_at(&self, now_ns: i64, last: u64) -> Result<u64> {
+        let since = now_ns.wrapping_sub(self.epoch_ns);
+        if since < 0 {
+            return Err(Error::ClockBeforeEpoch {
+                now: timestamp_of(now_ns),
+                epoch: self.layout.epoch(),
+            });
+        }
+        let since = since as u64;
+        let start = last.wrapping_mul(self.unit_ns as u64);
+        if since >= start && since - start < self.unit_ns as u64 {
+            return Ok(last);
+        }
+        Ok(since / self.unit_ns as u64)
+    }
+
+    fn tick_of_time(&self, t: Timestamp) -> u64 {
+        let ns = i64::try_from(t.as_nanosecond()).unwrap_or(i64::MAX);
+        (ns.saturating_sub(self.epoch_ns).max(0) / self.unit_ns) as u64
+    }
+
+    fn tick_start_ns(&self, tick: u64) -> i64 {
+        self.epoch_ns
+            .saturating_add((tick as i64).saturating_mul(self.unit_ns))
+    }
+
+    fn mark_end_for(&self, mark: Timestamp) -> u64 {
+        if mark < self.layout.epoch() {
+            0
+        } else {
+            self.tick_of_time(mark).saturating_add(1)
+        }
+    }
+
+    #[inline]
+    fn check_limits(&self, tick: u64) -> Result<()> {
+        if tick >= self.mark_end.load(Ordering::Acquire) {
+            return Err(self.mark_error(tick));
+        }
+        if tick >= self.ticks {
+            return Err(self.layout.exhausted());
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn mark_error(&self, tick: u64) -> Error {
+        let end = self.mark_end.load(Ordering::Acquire);
+        Error::MarkReached {
+            mark: self.layout.time_of_tick(end).saturating_sub(jiff::SignedDuration::from_nanos(1)).unwrap_or(Timestamp::MIN),
+            wanted: self.layout.time_of_tick(tick),
+        }
+    }
+
+    /// Blocks until the clock reaches `tick` (or for a while; callers re-check).
+    fn wait_for_tick(&self, tick: u64, now_ns: i64) {
+        let d = self.tick_start_ns(tick).saturating_sub(now_ns);
+        self.clock.wait(Duration::from_nanos(d.max(1) as u64));
+    }
+
+    /// Issues one ID.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClockBehind`], [`Error::RollbackExhausted`], [`Error::MarkReached`],
+    /// [`Error::LayoutExhausted`] and [`Error::ClockBeforeEpoch`], as the type's
+    /// contract describes. An error changes nothing: the next call starts afresh.
+    pub fn next_id(&self) -> Result<Id> {
+        let mut cur = self.state.load(Ordering::Acquire);
+        let mut waited = Duration::ZERO;
+        loop {
+            let now_ns = self.clock.now_nanos();
+            let (last, rb, next) = self.unpack(cur);
+            let now = self.tick_at(now_ns, last)?;
+            let (tick, seq) = if now > last {
+                (now, self.start_seq(now))
+            } else if last - now <= self.absorb {
+                if next <= self.max_seq {
+                    (last, next)
+                } else if self.exhaust_borrow.is_some_and(|b| last + 1 - now <= b) {
+                    (last + 1, self.start_seq(last + 1))
+                } else {
+                    bump(&self.counters.exhaustion_waits);
+                    self.wait_for_tick(last + 1, now_ns);
+                    cur = self.state.load(Ordering::Acquire);
+                    continue;
+                }
+            } else {
+                match self.behind(cur, now, now_ns, &mut waited)? {
+                    Behind::Retry => {
+                        cur = self.state.load(Ordering::Acquire);
+                        continue;
+                    }
+                    Behind::Issued(id) => return Ok(id),
+                }
+            };
+            self.check_limits(tick)?;
+            match self.state.compare_exchange_weak(
+                cur,
+                self.pack(tick, rb, seq + 1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    if !self.history.is_empty() && tick != last {
+                        self.record_history(last, next, tick);
+                    }
+                    return Ok(self.compose(tick, rb, seq));
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// The clock reads `now`, more than `absorb` ticks behind the state's last tick.
+    #[cold]
+    fn behind(&self, cur: u64, now: u64, now_ns: i64, waited: &mut Duration) -> Result<Behind> {
+        let (last, _, _) = self.unpack(cur);
+        let behind_ns = self.tick_start_ns(last).saturating_sub(now_ns).max(0) as u64;
+        let behind = Duration::from_nanos(behind_ns);
+        let absorbed = Duration::from_nanos(self.absorb * self.unit_ns as u64);
+        bump(&self.counters.clock_behind);
+        let fail = |allowed: Duration| Error::ClockBehind {
+            behind,
+            policy: self.policy.name(),
+            allowed,
+        };
+        match self.policy {
+            ClockBehind::Fail | ClockBehind::Borrow { .. } => Err(fail(absorbed)),
+            ClockBehind::Wait { max } => {
+                if behind + *waited > max {
+                    return Err(fail(max));
+                }
+                bump(&self.counters.clock_behind_waits);
+                // Wait until the last tick is within the absorbed lead again.
+                let target = last - self.absorb;
+                let d = self.tick_start_ns(target).saturating_sub(now_ns).max(1) as u64;
+                *waited += Duration::from_nanos(d);
+                self.clock.wait(Duration::from_nanos(d));
+                Ok(Behind::Retry)
+            }
+            ClockBehind::RollbackBits => self.roll_back(cur, now),
+            ClockBehind::History { .. } => self
+                .reuse_history(last, now)
+                .map(Behind::Issued)
+                .ok_or_else(|| fail(absorbed)),
+        }
+    }
+
+    /// `rollback-bits`: move to the next counter value and issue at the clock's tick.
+    fn roll_back(&self, cur: u64, now: u64) -> Result<Behind> {
+        let mut used = lock(&self.rollback_max);
+        if self.state.load(Ordering::Acquire) != cur {
+            return Ok(Behind::Retry);
+        }
+        let (last, rb, _) = self.unpack(cur);
+        let next_rb = (rb + 1) & self.rb_mask;
+        let leaving = &mut used[rb as usize];
+        *leaving = (*leaving).max(last + 1);
+        let next_used = used[next_rb as usize];
+        if next_used > now {
+            return Err(Error::RollbackExhausted {
+                counters: self.rb_mask + 1,
+                retry_after: self.layout.time_of_tick(next_used),
+            });
+        }
+        self.check_limits(now)?;
+        let seq = self.start_seq(now);
+        if self
+            .state
+            .compare_exchange(cur, self.pack(now, next_rb, seq + 1), Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Ok(Behind::Retry);
+        }
+        bump(&self.counters.rollbacks);
+        Ok(Behind::Issued(self.compose(now, next_rb, seq)))
+    }
+
+    #[inline]
+    fn history_entry(&self, tick: u64, next_seq: u64) -> u64 {
+        ((tick + 1) << self.seq_width) | next_seq
+    }
+
+    /// `history`: the state word left tick `last` (whose next unspent sequence was
+    /// `next`) for `new_tick`; publish what the ring may reuse.
+    fn record_history(&self, last: u64, next: u64, new_tick: u64) {
+        let n = self.history.len() as u64;
+        let oldest = new_tick.saturating_sub(n - 1);
+        if last >= oldest {
+            self.history[(last % n) as usize].fetch_max(self.history_entry(last, next), Ordering::AcqRel);
+        }
+        // Ticks skipped over were never issued: all their numbers are unspent.
+        for tick in (last + 1).max(oldest)..new_tick {
+            self.history[(tick % n) as usize]
+                .fetch_max(self.history_entry(tick, self.start_seq(tick)), Ordering::AcqRel);
+        }
+    }
+
+    /// `history`: issue from the ring, at the clock's tick or the nearest later one
+    /// that has numbers left.
+    fn reuse_history(&self, last: u64, now: u64) -> Option<Id> {
+        let n = self.history.len() as u64;
+        if last - now >= n {
+            return None;
+        }
+        for tick in now..last {
+            let slot = &self.history[(tick % n) as usize];
+            let mut entry = slot.load(Ordering::Acquire);
+            loop {
+                let (entry_tick, next) = (entry >> self.seq_width, entry & ((1 << self.seq_width) - 1));
+                if entry_tick != tick + 1 || next > self.max_seq {
+                    break;
+                }
+                match slot.compare_exchange_weak(entry, entry + 1, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        bump(&self.counters.history_reuses);
+                        return Some(self.compose(tick, 0, next));
+                    }
+                    Err(actual) => entry = actual,
+                }
+            }
+        }
+        None
+    }
+
+    /// Reserves `n` IDs at once and returns them as runs.
+    ///
+    /// With [`SequenceExhausted::Borrow`] the whole batch is reserved with one
+    /// atomic step, borrowing ticks ahead of the clock within the bound; with
+    /// `Wait` it takes one step per tick and waits for each. Under a clock
+    /// rollback the policy applies as for [`Snowflake::next_id`] (the
+    /// `rollback-bits` and `history` policies hand out those IDs one at a time).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidCount`] when `n` is 0 or above [`Snowflake::MAX_BATCH`], and
+    /// the errors of [`Snowflake::next_id`]. IDs reserved before an error are
+    /// dropped, never handed out again.
+    pub fn next_ids(&self, n: u64) -> Result<IdBatch> {
+        if n == 0 || n > Snowflake::MAX_BATCH {
+            return Err(Error::InvalidCount {
+                count: n,
+                max: Snowflake::MAX_BATCH,
+            });
+        }
+        let per_tick = self.max_seq + 1;
+        let mut batch = IdBatch::with_capacity((n / per_tick + 2).min(4096) as usize);
+        let mut remaining = n;
+        let mut cur = self.state.load(Ordering::Acquire);
+        let mut waited = Duration::ZERO;
+        let stride = self.bits.seq_stride();
+        while remaining > 0 {
+            let now_ns = self.clock.now_nanos();
+            let (last, rb, next) = self.unpack(cur);
+            let now = self.tick_at(now_ns, last)?;
+            let (t0, s0) = if now > last {
+                (now, self.start_seq(now))
+            } else if last - now <= self.absorb {
+                if next <= self.max_seq {
+                    (last, next)
+                } else {
+                    (last + 1, self.start_seq(last + 1))
+                }
+            } else {
+                match self.behind(cur, now, now_ns, &mut waited)? {
+                    Behind::Retry => {}
+                    Behind::Issued(id) => {
+                        batch.push(IdRun::new(id.get(), 1, stride));
+                        remaining -= 1;
+                    }
+                }
+                cur = self.state.load(Ordering::Acquire);
+                continue;
+            };
+            // The last tick this step may issue at: the clock's (or the state's,
+            // when it is ahead), plus what the exhaustion policy may borrow.
+            let limit = now.max(last) + self.exhaust_borrow.unwrap_or(0);
+            if t0 > limit {
+                bump(&self.counters.exhaustion_waits);
+                self.wait_for_tick(t0 - self.exhaust_borrow.unwrap_or(0), now_ns);
+                cur = self.state.load(Ordering::Acquire);
+                continue;
+            }
+            // Walk ticks t0..=limit taking sequence numbers, without publishing yet.
+            let (mut t, mut s, mut left) = (t0, s0, remaining);
+            loop {
+                let take = (per_tick - s).min(left);
+                left -= take;
+                if left == 0 || t == limit {
+                    s += take;
+                    break;
+                }
+                t += 1;
+                s = self.start_seq(t);
+            }
+            self.check_limits(t0)?;
+            self.check_limits(t)?;
+            match self.state.compare_exchange_weak(
+                cur,
+                self.pack(t, rb, s),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    if !self.history.is_empty() && t0 != last {
+                        self.record_history(last, next, t0);
+                    }
+                    let (mut t, mut s, mut left) = (t0, s0, remaining);
+                    while left > 0 {
+                        let take = (per_tick - s).min(left);
+                        if take > 0 {
+                            batch.push(IdRun::new(self.compose(t, rb, s).get(), take, stride));
+                        }
+                        left -= take;
+                        if t == limit {
+                            break;
+                        }
+                        t += 1;
+                        s = self.start_seq(t);
+                    }
+                    remaining = left;
+                    cur = self.state.load(Ordering::Acquire);
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Allows IDs up to and including `mark` (the worker store has persisted it).
+    /// The mark only moves forward; an earlier value is ignored.
+    pub fn advance_mark(&self, mark: Timestamp) {
+        self.mark_end.fetch_max(self.mark_end_for(mark), Ordering::AcqRel);
+    }
+
+    /// The current high-water mark, or `None` when the generator is unbounded.
+    pub fn mark(&self) -> Option<Timestamp> {
+        let end = self.mark_end.load(Ordering::Acquire);
+        (end != u64::MAX).then(|| {
+            self.layout
+                .time_of_tick(end)
+                .saturating_sub(jiff::SignedDuration::from_nanos(1))
+                .unwrap_or(Timestamp::MIN)
+        })
+    }
+
+    /// The time of the tick the last ID was issued in (or the start mark's tick
+    /// before the first ID).
+    pub fn last_tick_time(&self) -> Timestamp {
+        let (last, _, _) = self.unpack(self.state.load(Ordering::Acquire));
+        self.layout.time_of_tick(last)
+    }
+
+    /// How far the last issued ID's time is ahead of the clock (zero when it is not).
+    pub fn lead(&self) -> Duration {
+        let (last, _, _) = self.unpack(self.state.load(Ordering::Acquire));
+        let ahead = self.tick_start_ns(last).saturating_sub(self.clock.now_nanos());
+        Duration::from_nanos(ahead.max(0) as u64)
+    }
+
+    /// The clock the generator reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+}
+
+fn timestamp_of(ns: i64) -> Timestamp {
+    Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(Timestamp::MIN)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! RFC 9562 UUIDs (being written).
