@@ -16,7 +16,11 @@ pub struct IdRun {
 impl IdRun {
     pub(crate) fn new(first: u64, count: u64, stride: u64) -> IdRun {
         debug_assert!(count > 0);
-        IdRun { first, count, stride }
+        IdRun {
+            first,
+            count,
+            stride,
+        }
     }
 
     /// The first (smallest) ID of the run.
@@ -41,7 +45,11 @@ impl IdRun {
 
     /// The IDs of the run, smallest first.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = Id> + use<> {
-        let IdRun { first, count, stride } = *self;
+        let IdRun {
+            first,
+            count,
+            stride,
+        } = *self;
         (0..count as usize).map(move |i| Id::from_raw(first + i as u64 * stride))
     }
 }
@@ -77,7 +85,10 @@ pub struct IdBatch {
 
 impl IdBatch {
     pub(crate) fn with_capacity(runs: usize) -> IdBatch {
-        IdBatch { runs: Vec::with_capacity(runs), len: 0 }
+        IdBatch {
+            runs: Vec::with_capacity(runs),
+            len: 0,
+        }
     }
 
     pub(crate) fn push(&mut self, run: IdRun) {

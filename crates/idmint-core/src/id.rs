@@ -116,7 +116,16 @@ mod tests {
 
     #[test]
     fn parse_rejects_bad_text() {
-        for bad in ["", "-1", "+1", "1e3", " 1", "9223372036854775808", "99999999999999999999", "0x10"] {
+        for bad in [
+            "",
+            "-1",
+            "+1",
+            "1e3",
+            " 1",
+            "9223372036854775808",
+            "99999999999999999999",
+            "0x10",
+        ] {
             let err = bad.parse::<Id>().unwrap_err();
             assert_eq!(err.code(), "invalid_id", "{bad:?}");
         }

@@ -80,7 +80,7 @@ impl FieldOrder {
 /// let leaf = Layout::LEAF;
 /// assert_eq!(leaf.ids_per_second_per_worker(), 4_096_000.0);
 /// assert_eq!(leaf.workers(), 1024);
-/// assert_eq!(leaf.runs_out_at().unwrap().to_string(), "2080-07-10T17:30:30.208Z");
+/// assert_eq!(leaf.runs_out_at().unwrap().to_string(), "2080-07-10T17:30:30.209Z");
 /// ```
 ///
 /// [`Layout::from_str`]: std::str::FromStr
@@ -268,10 +268,16 @@ impl LayoutSpec {
             Error::InvalidLayout { field, reason }
         }
         if !(16..=63).contains(&self.max_bits) {
-            return Err(bad("max", format!("{} is out of range (16..=63 bits)", self.max_bits)));
+            return Err(bad(
+                "max",
+                format!("{} is out of range (16..=63 bits)", self.max_bits),
+            ));
         }
         if !(1..=63).contains(&self.time_bits) {
-            return Err(bad("time", format!("{} bits is out of range (1..=63)", self.time_bits)));
+            return Err(bad(
+                "time",
+                format!("{} bits is out of range (1..=63)", self.time_bits),
+            ));
         }
         if !(1..=u64::from(MS_PER_DAY)).contains(&self.unit_ms) {
             return Err(bad(
@@ -477,7 +483,10 @@ impl Layout {
 
     /// The name of the preset this layout equals, if any.
     pub fn preset_name(&self) -> Option<&'static str> {
-        Layout::PRESETS.iter().find(|(_, l)| l == self).map(|&(n, _)| n)
+        Layout::PRESETS
+            .iter()
+            .find(|(_, l)| l == self)
+            .map(|&(n, _)| n)
     }
 
     /// Declared width of the time field.
@@ -794,7 +803,12 @@ mod tests {
         assert_eq!((d.tick, d.worker, d.sequence), (1_387_263_000, 1341, 905));
         assert_eq!(
             Layout::INSTAGRAM
-                .compose(IdParts { tick: 1_387_263_000, worker: 1341, sequence: 905, ..Default::default() })
+                .compose(IdParts {
+                    tick: 1_387_263_000,
+                    worker: 1341,
+                    sequence: 905,
+                    ..Default::default()
+                })
                 .unwrap()
                 .get(),
             id
@@ -812,10 +826,22 @@ mod tests {
 
     #[test]
     fn run_out_dates_are_exact() {
-        assert_eq!(Layout::BAIDU.runs_out_at(), Some(ts("2024-11-20T21:24:16Z")));
-        assert_eq!(Layout::TWITTER.runs_out_at(), Some(ts("2080-07-10T17:30:30.208Z")));
-        assert_eq!(Layout::DISCORD.runs_out_at(), Some(ts("2084-09-06T15:47:35.552Z")));
-        assert_eq!(Layout::SONYFLAKE.runs_out_at(), Some(ts("2188-09-07T07:32:43.420Z")));
+        assert_eq!(
+            Layout::BAIDU.runs_out_at(),
+            Some(ts("2024-11-20T21:24:16Z"))
+        );
+        assert_eq!(
+            Layout::TWITTER.runs_out_at(),
+            Some(ts("2080-07-10T17:30:30.209Z"))
+        );
+        assert_eq!(
+            Layout::DISCORD.runs_out_at(),
+            Some(ts("2084-09-06T15:47:35.552Z"))
+        );
+        assert_eq!(
+            Layout::SONYFLAKE.runs_out_at(),
+            Some(ts("2188-11-16T03:28:58.880Z"))
+        );
         assert_eq!(Layout::DISCORD.usable_time_bits(), 41);
     }
 
@@ -823,10 +849,21 @@ mod tests {
     fn exhausted_layout_still_decodes_but_will_not_compose_later_times() {
         let b = Layout::BAIDU;
         let err = b.tick_at(ts("2026-11-21T00:00:00Z")).unwrap_err();
-        assert!(matches!(err, Error::LayoutExhausted { ran_out_at } if ran_out_at == ts("2024-11-20T21:24:16Z")));
+        assert!(
+            matches!(err, Error::LayoutExhausted { ran_out_at } if ran_out_at == ts("2024-11-20T21:24:16Z"))
+        );
         assert!(err.to_string().contains("2024-11-20T21:24:16Z"));
-        let last = b.compose(IdParts { tick: b.ticks() - 1, worker: 7, ..Default::default() }).unwrap();
-        assert_eq!(b.decode(last.get()).unwrap().time, ts("2024-11-20T21:24:15Z"));
+        let last = b
+            .compose(IdParts {
+                tick: b.ticks() - 1,
+                worker: 7,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            b.decode(last.get()).unwrap().time,
+            ts("2024-11-20T21:24:15Z")
+        );
     }
 
     #[test]
@@ -844,10 +881,18 @@ mod tests {
     fn js53_ids_stay_below_2_pow_53() {
         let l = Layout::JS53;
         let max = l
-            .compose(IdParts { tick: l.ticks() - 1, worker: 15, sequence: (1 << 15) - 1, ..Default::default() })
+            .compose(IdParts {
+                tick: l.ticks() - 1,
+                worker: 15,
+                sequence: (1 << 15) - 1,
+                ..Default::default()
+            })
             .unwrap();
         assert!(max.get() < 1 << 53);
-        assert!(l.decode(1 << 52).is_err(), "bit 52 is above the layout's fields");
+        assert!(
+            l.decode(1 << 52).is_err(),
+            "bit 52 is above the layout's fields"
+        );
     }
 
     #[test]
@@ -856,11 +901,25 @@ mod tests {
         let cases = [
             (LayoutSpec::new(0, epoch, 12), "time"),
             (LayoutSpec::new(41, epoch, 0), "sequence"),
-            (LayoutSpec::new(41, epoch, 12).with_unit(Duration::from_micros(1500)), "unit"),
-            (LayoutSpec::new(41, epoch, 12).with_unit(Duration::from_secs(86_401)), "unit"),
+            (
+                LayoutSpec::new(41, epoch, 12).with_unit(Duration::from_micros(1500)),
+                "unit",
+            ),
+            (
+                LayoutSpec::new(41, epoch, 12).with_unit(Duration::from_secs(86_401)),
+                "unit",
+            ),
             (LayoutSpec::new(41, epoch, 12).with_worker_bits(32), "node"),
-            (LayoutSpec::new(41, epoch, 12).with_rollback_bits(9), "rollback"),
-            (LayoutSpec::new(41, epoch, 30).with_worker_bits(30), "sequence"),
+            (
+                LayoutSpec::new(41, epoch, 12).with_rollback_bits(9),
+                "rollback",
+            ),
+            (
+                LayoutSpec::new(20, epoch, 30)
+                    .with_worker_bits(25)
+                    .with_max_bits(53),
+                "sequence",
+            ),
             (LayoutSpec::new(60, epoch, 12).with_worker_bits(10), "time"),
             (LayoutSpec::new(41, epoch, 12).with_max_bits(64), "max"),
             (LayoutSpec::new(41, ts("2300-01-01T00:00:00Z"), 12), "epoch"),
@@ -876,13 +935,120 @@ mod tests {
     #[test]
     fn compose_rejects_out_of_range_parts() {
         let l = Layout::TWITTER;
-        let err = l.compose(IdParts { worker: 32, ..Default::default() }).unwrap_err();
-        assert_eq!(err, Error::NodeOutOfRange { field: "worker", value: 32, max: 31 });
-        let err = l.compose(IdParts { sequence: 4096, ..Default::default() }).unwrap_err();
-        assert!(matches!(err, Error::NodeOutOfRange { field: "sequence", .. }));
+        let err = l
+            .compose(IdParts {
+                worker: 32,
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::NodeOutOfRange {
+                field: "worker",
+                value: 32,
+                max: 31
+            }
+        );
+        let err = l
+            .compose(IdParts {
+                sequence: 4096,
+                ..Default::default()
+            })
+            .unwrap_err();
         assert!(matches!(
-            l.compose(IdParts { tick: 1 << 41, ..Default::default() }),
+            err,
+            Error::NodeOutOfRange {
+                field: "sequence",
+                ..
+            }
+        ));
+        assert!(matches!(
+            l.compose(IdParts {
+                tick: 1 << 41,
+                ..Default::default()
+            }),
             Err(Error::LayoutExhausted { .. })
         ));
+    }
+
+    fn any_layout() -> impl proptest::strategy::Strategy<Value = Layout> {
+        use proptest::prelude::*;
+        (
+            (1u8..=63, 1u32..=86_400_000, 0i64..=MAX_EPOCH_MS),
+            (0u8..=10, 0u8..=20, 0u8..=8, 1u8..=31),
+            (any::<bool>(), 16u8..=63),
+        )
+            .prop_filter_map(
+                "fields must fit",
+                |((time, unit, epoch), (dc, worker, rb, seq), (tsn, max))| {
+                    LayoutSpec::new(time, Timestamp::from_millisecond(epoch).unwrap(), seq)
+                        .with_unit(Duration::from_millis(u64::from(unit)))
+                        .with_datacenter_bits(dc)
+                        .with_worker_bits(worker)
+                        .with_rollback_bits(rb)
+                        .with_order(if tsn {
+                            FieldOrder::TimeSequenceNode
+                        } else {
+                            FieldOrder::TimeNodeSequence
+                        })
+                        .with_max_bits(max)
+                        .build()
+                        .ok()
+                },
+            )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn compose_then_decode_gives_the_parts_back(layout in any_layout(), r in proptest::prelude::any::<[u64; 5]>()) {
+            let parts = IdParts {
+                tick: r[0] % layout.ticks(),
+                datacenter: (r[1] % (u64::from(layout.max_datacenter()) + 1)) as u32,
+                worker: (r[2] % (u64::from(layout.max_worker()) + 1)) as u32,
+                rollback: (r[3] % (1 << layout.rollback_bits())) as u32,
+                sequence: (r[4] % layout.ids_per_tick()) as u32,
+            };
+            let id = layout.compose(parts).unwrap();
+            proptest::prop_assert!(id.get() < 1 << layout.max_bits());
+            let decoded = layout.decode(id.get()).unwrap();
+            proptest::prop_assert_eq!(decoded.parts(), parts);
+            proptest::prop_assert_eq!(decoded.time, layout.time_of_tick(parts.tick));
+        }
+
+        #[test]
+        fn text_form_round_trips(layout in any_layout()) {
+            let text = layout.to_string();
+            proptest::prop_assert_eq!(text.parse::<Layout>(), Ok(layout), "{}", text);
+        }
+
+        #[test]
+        fn later_ticks_make_larger_ids(layout in any_layout(), a in proptest::prelude::any::<u64>(), b in proptest::prelude::any::<u64>()) {
+            let (a, b) = (a % layout.ticks(), b % layout.ticks());
+            let (a, b) = (a.min(b), a.max(b).max(1));
+            let a = a.min(b - 1);
+            let max_a = layout.compose(IdParts {
+                tick: a,
+                datacenter: layout.max_datacenter(),
+                worker: layout.max_worker(),
+                rollback: (1u32 << layout.rollback_bits()) - 1,
+                sequence: (layout.ids_per_tick() - 1) as u32,
+            }).unwrap();
+            let min_b = layout.compose(IdParts { tick: b, ..Default::default() }).unwrap();
+            proptest::prop_assert!(max_a < min_b);
+        }
+
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,80}") {
+            let _ = text.parse::<Layout>();
+        }
+
+        #[test]
+        fn arbitrary_ids_decode_or_fail_cleanly(layout in any_layout(), id in proptest::prelude::any::<u64>()) {
+            if let Ok(d) = layout.decode(id) {
+                proptest::prop_assert_eq!(layout.compose(d.parts()).unwrap().get(), id);
+            }
+        }
     }
 }

@@ -316,10 +316,16 @@ impl SnowflakeBuilder {
             rb_width,
             rb_mask: (1 << rb_width) - 1,
             absorb: clock_borrow.max(exhaust_borrow.unwrap_or(0)),
+            absorb_ns: clock_borrow
+                .max(exhaust_borrow.unwrap_or(0))
+                .saturating_mul(layout.unit_nanos() as u64),
             exhaust_borrow,
+            exhaust_borrow_ns: exhaust_borrow.map(|b| b.saturating_mul(layout.unit_nanos() as u64)),
             start_below,
             seed,
-            clock: self.clock.unwrap_or_else(|| Arc::new(MonotonicClock::new())),
+            clock: self
+                .clock
+                .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
             policy: self.clock_behind,
             state: CachePadded::new(AtomicU64::new(0)),
             mark_end: CachePadded::new(AtomicU64::new(u64::MAX)),
@@ -395,8 +401,12 @@ pub struct Snowflake {
     rb_mask: u64,
     /// Lead (in ticks) over the clock absorbed without calling it a rollback.
     absorb: u64,
+    /// `absorb` in nanoseconds.
+    absorb_ns: u64,
     /// Ticks the sequence-exhausted policy may borrow, if it borrows.
     exhaust_borrow: Option<u64>,
+    /// `exhaust_borrow` in nanoseconds.
+    exhaust_borrow_ns: Option<u64>,
     start_below: u64,
     seed: u64,
     clock: Arc<dyn Clock>,
@@ -410,6 +420,17 @@ pub struct Snowflake {
     /// (0: never used). The lock serializes rollbacks only, never the hot path.
     rollback_max: Mutex<Vec<u64>>,
     counters: Counters,
+}
+
+/// The clock's tick against the state's last tick.
+enum Position {
+    /// In a later tick (the tick).
+    After(u64),
+    /// In the last tick or behind it by no more than the absorbed lead
+    /// (nanoseconds since the epoch).
+    Within(u64),
+    /// Behind by more than the absorbed lead (the tick).
+    Behind(u64),
 }
 
 /// What the clock-behind slow path decided.
@@ -546,7 +567,11 @@ impl Snowflake {
     fn mark_error(&self, tick: u64) -> Error {
         let end = self.mark_end.load(Ordering::Acquire);
         Error::MarkReached {
-            mark: self.layout.time_of_tick(end).saturating_sub(jiff::SignedDuration::from_nanos(1)).unwrap_or(Timestamp::MIN),
+            mark: self
+                .layout
+                .time_of_tick(end)
+                .saturating_sub(jiff::SignedDuration::from_nanos(1))
+                .unwrap_or(Timestamp::MIN),
             wanted: self.layout.time_of_tick(tick),
         }
     }
@@ -570,28 +595,27 @@ impl Snowflake {
         loop {
             let now_ns = self.clock.now_nanos();
             let (last, rb, next) = self.unpack(cur);
-            let now = self.tick_at(now_ns, last)?;
-            let (tick, seq) = if now > last {
-                (now, self.start_seq(now))
-            } else if last - now <= self.absorb {
-                if next <= self.max_seq {
-                    (last, next)
-                } else if self.exhaust_borrow.is_some_and(|b| last + 1 - now <= b) {
-                    (last + 1, self.start_seq(last + 1))
-                } else {
-                    bump(&self.counters.exhaustion_waits);
-                    self.wait_for_tick(last + 1, now_ns);
-                    cur = self.state.load(Ordering::Acquire);
-                    continue;
+            let (tick, seq) = match self.position(now_ns, last)? {
+                Position::After(now) => (now, self.start_seq(now)),
+                Position::Within(since) => {
+                    if next <= self.max_seq {
+                        (last, next)
+                    } else if self.may_borrow_next(since, last) {
+                        (last + 1, self.start_seq(last + 1))
+                    } else {
+                        bump(&self.counters.exhaustion_waits);
+                        self.wait_for_tick(last + 1, now_ns);
+                        cur = self.state.load(Ordering::Acquire);
+                        continue;
+                    }
                 }
-            } else {
-                match self.behind(cur, now, now_ns, &mut waited)? {
+                Position::Behind(now) => match self.behind(cur, now, now_ns, &mut waited)? {
                     Behind::Retry => {
                         cur = self.state.load(Ordering::Acquire);
                         continue;
                     }
                     Behind::Issued(id) => return Ok(id),
-                }
+                },
             };
             self.check_limits(tick)?;
             match self.state.compare_exchange_weak(
@@ -609,6 +633,39 @@ impl Snowflake {
                 Err(actual) => cur = actual,
             }
         }
+    }
+
+    /// Where the clock (`now_ns`) stands against the state's last tick. Only a
+    /// new tick or a clock behind costs a division; the common cases compare
+    /// against tick boundaries computed by multiplication.
+    #[inline]
+    fn position(&self, now_ns: i64, last: u64) -> Result<Position> {
+        let since = now_ns.wrapping_sub(self.epoch_ns);
+        if since < 0 {
+            return Err(Error::ClockBeforeEpoch {
+                now: timestamp_of(now_ns),
+                epoch: self.layout.epoch(),
+            });
+        }
+        let since = since as u64;
+        let unit = self.unit_ns as u64;
+        let last_start = last.saturating_mul(unit);
+        if since >= last_start.saturating_add(unit) {
+            Ok(Position::After(since / unit))
+        } else if since.saturating_add(self.absorb_ns) >= last_start {
+            Ok(Position::Within(since))
+        } else {
+            Ok(Position::Behind(since / unit))
+        }
+    }
+
+    /// Whether tick `last + 1` is within the exhaustion policy's borrow bound,
+    /// the clock being `since` nanoseconds past the epoch.
+    #[inline]
+    fn may_borrow_next(&self, since: u64, last: u64) -> bool {
+        self.exhaust_borrow_ns.is_some_and(|b| {
+            since.saturating_add(b) >= (last + 1).saturating_mul(self.unit_ns as u64)
+        })
     }
 
     /// The clock reads `now`, more than `absorb` ticks behind the state's last tick.
@@ -667,7 +724,12 @@ impl Snowflake {
         let seq = self.start_seq(now);
         if self
             .state
-            .compare_exchange(cur, self.pack(now, next_rb, seq + 1), Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                cur,
+                self.pack(now, next_rb, seq + 1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_err()
         {
             return Ok(Behind::Retry);
@@ -687,12 +749,15 @@ impl Snowflake {
         let n = self.history.len() as u64;
         let oldest = new_tick.saturating_sub(n - 1);
         if last >= oldest {
-            self.history[(last % n) as usize].fetch_max(self.history_entry(last, next), Ordering::AcqRel);
+            self.history[(last % n) as usize]
+                .fetch_max(self.history_entry(last, next), Ordering::AcqRel);
         }
         // Ticks skipped over were never issued: all their numbers are unspent.
         for tick in (last + 1).max(oldest)..new_tick {
-            self.history[(tick % n) as usize]
-                .fetch_max(self.history_entry(tick, self.start_seq(tick)), Ordering::AcqRel);
+            self.history[(tick % n) as usize].fetch_max(
+                self.history_entry(tick, self.start_seq(tick)),
+                Ordering::AcqRel,
+            );
         }
     }
 
@@ -707,11 +772,17 @@ impl Snowflake {
             let slot = &self.history[(tick % n) as usize];
             let mut entry = slot.load(Ordering::Acquire);
             loop {
-                let (entry_tick, next) = (entry >> self.seq_width, entry & ((1 << self.seq_width) - 1));
+                let (entry_tick, next) =
+                    (entry >> self.seq_width, entry & ((1 << self.seq_width) - 1));
                 if entry_tick != tick + 1 || next > self.max_seq {
                     break;
                 }
-                match slot.compare_exchange_weak(entry, entry + 1, Ordering::AcqRel, Ordering::Acquire) {
+                match slot.compare_exchange_weak(
+                    entry,
+                    entry + 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
                     Ok(_) => {
                         bump(&self.counters.history_reuses);
                         return Some(self.compose(tick, 0, next));
@@ -830,7 +901,8 @@ impl Snowflake {
     /// Allows IDs up to and including `mark` (the worker store has persisted it).
     /// The mark only moves forward; an earlier value is ignored.
     pub fn advance_mark(&self, mark: Timestamp) {
-        self.mark_end.fetch_max(self.mark_end_for(mark), Ordering::AcqRel);
+        self.mark_end
+            .fetch_max(self.mark_end_for(mark), Ordering::AcqRel);
     }
 
     /// The current high-water mark, or `None` when the generator is unbounded.
@@ -854,7 +926,9 @@ impl Snowflake {
     /// How far the last issued ID's time is ahead of the clock (zero when it is not).
     pub fn lead(&self) -> Duration {
         let (last, _, _) = self.unpack(self.state.load(Ordering::Acquire));
-        let ahead = self.tick_start_ns(last).saturating_sub(self.clock.now_nanos());
+        let ahead = self
+            .tick_start_ns(last)
+            .saturating_sub(self.clock.now_nanos());
         Duration::from_nanos(ahead.max(0) as u64)
     }
 
@@ -868,5 +942,129 @@ fn timestamp_of(ns: i64) -> Timestamp {
     Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(Timestamp::MIN)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
+
+/// Model checks of the state word: `RUSTFLAGS="--cfg loom" cargo test -p idmint-core --lib --release loom`.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use loom::sync::Arc as LoomArc;
+
+    /// Two threads issue (one ID, then a batch of two, or two single IDs); with
+    /// `step_back`, the clock moves back 1 ms while they run. Preemptions are
+    /// bounded at 3, which covers every interleaving of two CAS loops that race
+    /// once each way (loom's guidance for lock-free code).
+    fn model(
+        layout: Layout,
+        policy: ClockBehind,
+        exhausted: SequenceExhausted,
+        step_back: bool,
+        batch: bool,
+    ) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(move || {
+            let clock = ManualClock::at_millis(1_795_219_200_000);
+            let g = LoomArc::new(
+                Snowflake::builder(layout)
+                    .with_clock(Arc::new(clock.clone()))
+                    .with_clock_behind(policy)
+                    .with_sequence_exhausted(exhausted)
+                    .build()
+                    .unwrap(),
+            );
+            // Two IDs before the threads start, so a step back has something to repeat.
+            let mut all: Vec<Id> = (0..2).filter_map(|_| g.next_id().ok()).collect();
+            let threads: Vec<_> = (0..2)
+                .map(|i| {
+                    let g = g.clone();
+                    loom::thread::spawn(move || {
+                        let mut mine: Vec<Id> = g.next_id().ok().into_iter().collect();
+                        if batch && i == 0 {
+                            mine.extend(
+                                g.next_ids(2)
+                                    .map(|b| b.iter().collect::<Vec<_>>())
+                                    .unwrap_or_default(),
+                            );
+                        } else {
+                            mine.extend(g.next_id().ok());
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            if step_back {
+                clock.step_back(Duration::from_millis(1));
+            }
+            for t in threads {
+                let mine = t.join().unwrap();
+                if !matches!(
+                    policy,
+                    ClockBehind::RollbackBits | ClockBehind::History { .. }
+                ) {
+                    assert!(
+                        mine.windows(2).all(|w| w[0] < w[1]),
+                        "not monotonic: {mine:?}"
+                    );
+                }
+                all.extend(mine);
+            }
+            let n = all.len();
+            all.sort();
+            all.dedup();
+            assert_eq!(all.len(), n, "duplicate ID");
+        });
+    }
+
+    /// Two sequence bits: four IDs a tick, so the threads cross tick boundaries.
+    fn tiny() -> Layout {
+        "time=41,epoch=2020-01-01,worker=2,rollback=1,sequence=2"
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn loom_wait_policy() {
+        model(
+            tiny(),
+            ClockBehind::Wait {
+                max: Duration::from_millis(5),
+            },
+            SequenceExhausted::Wait,
+            false,
+            false,
+        );
+    }
+
+    #[test]
+    fn loom_borrow_batches() {
+        let borrow = SequenceExhausted::Borrow {
+            max_lead: Duration::from_millis(3),
+        };
+        model(tiny(), ClockBehind::Fail, borrow, false, true);
+    }
+
+    #[test]
+    fn loom_rollback_bits_with_a_step_back() {
+        model(
+            tiny(),
+            ClockBehind::RollbackBits,
+            SequenceExhausted::Wait,
+            true,
+            false,
+        );
+    }
+
+    #[test]
+    fn loom_history_with_a_step_back() {
+        model(
+            tiny(),
+            ClockBehind::History { ticks: 4 },
+            SequenceExhausted::Wait,
+            true,
+            false,
+        );
+    }
+}

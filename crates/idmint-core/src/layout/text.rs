@@ -66,7 +66,7 @@ impl FromStr for Layout {
     /// use idmint_core::Layout;
     ///
     /// let l: Layout = "baidu,epoch=2024-01-01".parse()?;
-    /// assert_eq!(l.runs_out_at().unwrap().to_string(), "2032-07-04T12:10:56Z");
+    /// assert_eq!(l.runs_out_at().unwrap().to_string(), "2032-07-03T21:24:16Z");
     ///
     /// let l: Layout = "leaf,rollback=2".parse()?;
     /// assert_eq!((l.node_bits(), l.worker_bits(), l.rollback_bits()), (10, 8, 2));
@@ -86,7 +86,10 @@ impl FromStr for Layout {
                 let name = parts.next().expect("peeked");
                 Some(Layout::preset(name).ok_or_else(|| {
                     let names: Vec<&str> = Layout::PRESETS.iter().map(|(n, _)| *n).collect();
-                    bad(name, format!("unknown preset; presets are {}", names.join(", ")))
+                    bad(
+                        name,
+                        format!("unknown preset; presets are {}", names.join(", ")),
+                    )
                 })?)
             }
             _ => None,
@@ -185,7 +188,10 @@ fn resolve(text: &str, preset: Option<Layout>, w: Written) -> Result<Layout> {
         ),
     };
     let base = preset.map(LayoutSpec::from);
-    let datacenter = w.datacenter.or(preset.map(|p| p.datacenter_bits)).unwrap_or(0);
+    let datacenter = w
+        .datacenter
+        .or(preset.map(|p| p.datacenter_bits))
+        .unwrap_or(0);
     let rollback = w.rollback.or(preset.map(|p| p.rollback_bits)).unwrap_or(0);
     let carved = u16::from(datacenter) + u16::from(rollback);
     let worker = match (w.node, w.worker) {
@@ -202,7 +208,9 @@ fn resolve(text: &str, preset: Option<Layout>, w: Written) -> Result<Layout> {
         }
         (None, Some(worker)) => worker,
         (node, None) => {
-            let node = node.or(preset.map(|p| p.node_bits())).unwrap_or(carved as u8);
+            let node = node
+                .or(preset.map(|p| p.node_bits()))
+                .unwrap_or(carved as u8);
             u16::from(node).checked_sub(carved).ok_or_else(|| {
                 bad(
                     text,
@@ -250,7 +258,10 @@ fn parse_unit(part: &str, value: &str) -> Result<Duration> {
     } else if let Some(d) = value.strip_suffix('s') {
         (d, 1000)
     } else {
-        return Err(bad(part, "expected a whole number of ms or s, such as 1ms, 10ms or 1s"));
+        return Err(bad(
+            part,
+            "expected a whole number of ms or s, such as 1ms, 10ms or 1s",
+        ));
     };
     let n: u64 = digits
         .parse()
@@ -322,7 +333,11 @@ mod tests {
         for &(name, layout) in Layout::PRESETS {
             assert_eq!(name.parse::<Layout>().unwrap(), layout);
             assert_eq!(name.to_uppercase().parse::<Layout>().unwrap(), layout);
-            assert_eq!(layout.to_string().parse::<Layout>().unwrap(), layout, "{name}");
+            assert_eq!(
+                layout.to_string().parse::<Layout>().unwrap(),
+                layout,
+                "{name}"
+            );
         }
     }
 
@@ -340,9 +355,13 @@ mod tests {
     #[test]
     fn full_spec_parses() {
         let l: Layout =
-            "time=39,unit=10ms,epoch=2014-09-01T00:00:00Z,worker=16,sequence=8,order=tsn".parse().unwrap();
+            "time=39,unit=10ms,epoch=2014-09-01T00:00:00Z,worker=16,sequence=8,order=tsn"
+                .parse()
+                .unwrap();
         assert_eq!(l, Layout::SONYFLAKE);
-        let l: Layout = "time=30,unit=2s,epoch=2024-06-01,seq=10,max=53".parse().unwrap();
+        let l: Layout = "time=30,unit=2s,epoch=2024-06-01,seq=10,max=53"
+            .parse()
+            .unwrap();
         assert_eq!(l.unit(), Duration::from_secs(2));
         assert_eq!(l.node_bits(), 0);
     }
@@ -375,7 +394,9 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match "leaf,node=4,datacenter=3,rollback=2".parse::<Layout>() {
-            Err(Error::InvalidLayoutText { reason, .. }) => assert!(reason.contains("do not fit"), "{reason}"),
+            Err(Error::InvalidLayoutText { reason, .. }) => {
+                assert!(reason.contains("do not fit"), "{reason}")
+            }
             other => panic!("{other:?}"),
         }
     }

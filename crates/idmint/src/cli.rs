@@ -1,0 +1,116 @@
+//! The command line: argument definitions (clap derive) and one module per
+//! subcommand. Each subcommand's `run` takes its parsed arguments, writes to
+//! stdout, and returns `anyhow::Result`; printing errors is `main`'s job.
+
+mod decode;
+mod format;
+mod generate;
+mod layout;
+
+use std::fmt;
+use std::io;
+
+use clap::{Parser, Subcommand};
+
+/// Distributed unique IDs: make, decode and size them.
+#[derive(Debug, Parser)]
+#[command(name = "idmint", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Make IDs and print them on stdout, one per line.
+    Gen(generate::GenArgs),
+    /// Take an ID apart: time, datacenter, worker, rollback, sequence.
+    Decode(decode::DecodeArgs),
+    /// Show a layout's bits and capacity, or list the presets.
+    Layout(layout::LayoutArgs),
+    // `serve` (the server, from the server crate) and `bench` join here; the
+    // server's config and listener setup stay in that crate, `main` only calls it.
+}
+
+/// Runs the subcommand.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Gen(args) => generate::run(args),
+        Command::Decode(args) => decode::run(args),
+        Command::Layout(args) => layout::run(args),
+    }
+}
+
+/// Input the user got wrong that the core has no error for (flags that don't go
+/// together); `main` exits 2 for it.
+#[derive(Debug)]
+struct BadInput(String);
+
+impl fmt::Display for BadInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// An error for input the user got wrong.
+fn bad_input(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(BadInput(message.into()))
+}
+
+/// True when the error is the user's input rather than a failure while running.
+///
+/// Beyond the core's own [`idmint_core::Error::is_bad_input`], a layout that has
+/// run out or whose epoch is in the future counts: on the command line both are
+/// the layout the user typed.
+pub fn is_bad_input(err: &anyhow::Error) -> bool {
+    use idmint_core::Error;
+    err.chain().any(|e| {
+        e.is::<BadInput>()
+            || e.downcast_ref::<Error>().is_some_and(|e| {
+                e.is_bad_input()
+                    || matches!(
+                        e,
+                        Error::LayoutExhausted { .. } | Error::ClockBeforeEpoch { .. }
+                    )
+            })
+    })
+}
+
+/// True when the error is stdout closing under us (`| head`), which is not a failure.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn errors_are_classified() {
+        let pipe =
+            anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe)).context("writing");
+        assert!(is_broken_pipe(&pipe));
+        assert!(!is_bad_input(&pipe));
+        assert!(is_bad_input(&bad_input("no")));
+        let exhausted = idmint_core::Layout::BAIDU
+            .tick_at(jiff::Timestamp::now())
+            .unwrap_err();
+        assert!(is_bad_input(&anyhow::Error::new(exhausted)));
+        let transient = idmint_core::Error::RingEmpty {
+            waited: std::time::Duration::ZERO,
+            max_lead: std::time::Duration::ZERO,
+        };
+        assert!(!is_bad_input(&anyhow::Error::new(transient)));
+    }
+}

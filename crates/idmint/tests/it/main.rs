@@ -1,0 +1,82 @@
+//! End-to-end tests of the `idmint` binary: each test runs the built binary and
+//! checks its stdout, stderr and exit code. Shared helpers live here; the tests
+//! are grouped by subcommand.
+
+mod bad_input;
+mod decode;
+mod generate;
+mod layout;
+
+use std::process::{Command, Output, Stdio};
+
+/// Runs `idmint` with `args` and no stdin.
+pub fn idmint(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_idmint"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the idmint binary")
+}
+
+/// Runs `idmint`, asserts it succeeded with nothing on stderr, and returns stdout.
+#[track_caller]
+pub fn ok(args: &[&str]) -> String {
+    let out = idmint(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "idmint {args:?} failed ({}): {stderr}",
+        out.status
+    );
+    assert!(
+        stderr.is_empty(),
+        "idmint {args:?} wrote to stderr: {stderr}"
+    );
+    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
+/// Runs `idmint`, asserts it failed with an empty stdout and exactly one
+/// `error: ...` line on stderr, and returns the exit code and that line.
+#[track_caller]
+pub fn fails(args: &[&str]) -> (i32, String) {
+    let out = idmint(args);
+    let stderr = String::from_utf8(out.stderr).expect("stderr is UTF-8");
+    assert!(
+        !out.status.success(),
+        "idmint {args:?} succeeded; stderr: {stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "idmint {args:?} wrote to stdout: {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "idmint {args:?}: not one line: {stderr:?}"
+    );
+    assert!(
+        stderr.starts_with("error: ") && stderr.ends_with('\n'),
+        "{stderr:?}"
+    );
+    (
+        out.status.code().expect("exited, not killed"),
+        stderr.trim_end().to_owned(),
+    )
+}
+
+/// The lines of `text` parsed as decimal integers.
+#[track_caller]
+pub fn integers(text: &str) -> Vec<u64> {
+    text.lines()
+        .map(|l| {
+            l.parse()
+                .unwrap_or_else(|_| panic!("not an integer: {l:?}"))
+        })
+        .collect()
+}
+
+/// True when every element is greater than the one before (so also no repeats).
+pub fn strictly_increasing<T: Ord>(items: &[T]) -> bool {
+    items.windows(2).all(|w| w[0] < w[1])
+}
