@@ -34,6 +34,7 @@ pub mod clock;
 mod error;
 mod id;
 mod layout;
+pub mod obfuscate;
 mod snowflake;
 mod sync;
 pub mod uuid;

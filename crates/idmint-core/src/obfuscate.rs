@@ -1,0 +1,1 @@
+//! Keyed, reversible obfuscation of IDs and their text encodings (being written).
