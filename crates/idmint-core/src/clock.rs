@@ -247,18 +247,27 @@ pub struct CoarseClock {
     inner: Arc<CoarseInner>,
 }
 
+/// `CoarseInner::now` holds this while no ticker runs: readers go to the source.
+const NOT_TICKING: i64 = i64::MIN;
+
 #[derive(Debug)]
 struct CoarseInner {
+    /// The published time, or `NOT_TICKING`. One word, so a read is one load.
     now: AtomicI64,
-    ticking: AtomicBool,
     source: MonotonicClock,
     resolution: Duration,
 }
 
 impl CoarseInner {
+    /// Publishes the source's time, never moving the published time back, and
+    /// never publishing while no ticker runs.
     fn refresh(&self) {
-        self.now
-            .fetch_max(self.source.now_nanos(), Ordering::Relaxed);
+        let fresh = self.source.now_nanos();
+        let _ = self
+            .now
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                (old != NOT_TICKING && old < fresh).then_some(fresh)
+            });
     }
 }
 
@@ -269,8 +278,7 @@ impl CoarseClock {
         let source = MonotonicClock::new();
         CoarseClock {
             inner: Arc::new(CoarseInner {
-                now: AtomicI64::new(source.now_nanos()),
-                ticking: AtomicBool::new(false),
+                now: AtomicI64::new(NOT_TICKING),
                 source,
                 resolution,
             }),
@@ -283,8 +291,14 @@ impl CoarseClock {
     pub fn start(&self) -> CoarseTicker {
         let stop = Arc::new(AtomicBool::new(false));
         let inner = self.inner.clone();
-        inner.refresh();
-        inner.ticking.store(true, Ordering::Release);
+        // The source is monotonic, so switching from reading it to publishing it
+        // never moves the clock back.
+        let _ = inner.now.compare_exchange(
+            NOT_TICKING,
+            inner.source.now_nanos(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         let thread = std::thread::Builder::new()
             .name("idmint-coarse-clock".into())
             .spawn({
@@ -294,7 +308,7 @@ impl CoarseClock {
                         inner.refresh();
                         std::thread::park_timeout(inner.resolution);
                     }
-                    inner.ticking.store(false, Ordering::Release);
+                    inner.now.store(NOT_TICKING, Ordering::Release);
                 }
             })
             .expect("spawn the coarse clock ticker");
@@ -308,10 +322,9 @@ impl CoarseClock {
 impl Clock for CoarseClock {
     #[inline]
     fn now_nanos(&self) -> i64 {
-        if self.inner.ticking.load(Ordering::Relaxed) {
-            self.inner.now.load(Ordering::Relaxed)
-        } else {
-            self.inner.source.now_nanos()
+        match self.inner.now.load(Ordering::Relaxed) {
+            NOT_TICKING => self.inner.source.now_nanos(),
+            published => published,
         }
     }
 

@@ -328,7 +328,8 @@ impl SnowflakeBuilder {
                 .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
             policy: self.clock_behind,
             state: CachePadded::new(AtomicU64::new(0)),
-            mark_end: CachePadded::new(AtomicU64::new(u64::MAX)),
+            mark_end: CachePadded::new(AtomicU64::new(layout.ticks())),
+            bounded: self.mark.is_some(),
             history: (0..history_len).map(|_| AtomicU64::new(0)).collect(),
             rollback_max: Mutex::new(vec![0; 1 << rb_width]),
             counters: Counters::default(),
@@ -412,8 +413,11 @@ pub struct Snowflake {
     clock: Arc<dyn Clock>,
     policy: ClockBehind,
     state: CachePadded<AtomicU64>,
-    /// Ticks below this may be issued.
+    /// Ticks below this may be issued: the persisted mark's tick + 1, capped at
+    /// the layout's tick count (which it equals while no mark is set).
     mark_end: CachePadded<AtomicU64>,
+    /// Whether a mark was set at build; unbounded generators ignore `advance_mark`.
+    bounded: bool,
     /// `history` policy ring: entry = (tick + 1) << seq_width | next unspent sequence.
     history: Box<[AtomicU64]>,
     /// `rollback-bits` policy: per counter value, 1 + the highest tick issued with it
@@ -515,25 +519,6 @@ impl Snowflake {
         (z ^ (z >> 31)) % self.start_below
     }
 
-    /// The tick `now_ns` falls in; `last` is a hint that avoids a division when the
-    /// clock is still in the last tick.
-    #[inline]
-    fn tick_at(&self, now_ns: i64, last: u64) -> Result<u64> {
-        let since = now_ns.wrapping_sub(self.epoch_ns);
-        if since < 0 {
-            return Err(Error::ClockBeforeEpoch {
-                now: timestamp_of(now_ns),
-                epoch: self.layout.epoch(),
-            });
-        }
-        let since = since as u64;
-        let start = last.wrapping_mul(self.unit_ns as u64);
-        if since >= start && since - start < self.unit_ns as u64 {
-            return Ok(last);
-        }
-        Ok(since / self.unit_ns as u64)
-    }
-
     fn tick_of_time(&self, t: Timestamp) -> u64 {
         let ns = i64::try_from(t.as_nanosecond()).unwrap_or(i64::MAX);
         (ns.saturating_sub(self.epoch_ns).max(0) / self.unit_ns) as u64
@@ -548,17 +533,21 @@ impl Snowflake {
         if mark < self.layout.epoch() {
             0
         } else {
-            self.tick_of_time(mark).saturating_add(1)
+            self.tick_of_time(mark).saturating_add(1).min(self.ticks)
         }
     }
 
+    /// Whether `tick` may be issued: below the persisted mark and inside the
+    /// layout (`mark_end` never exceeds the layout's tick count, so one compare
+    /// covers both).
     #[inline]
     fn check_limits(&self, tick: u64) -> Result<()> {
         if tick >= self.mark_end.load(Ordering::Acquire) {
-            return Err(self.mark_error(tick));
-        }
-        if tick >= self.ticks {
-            return Err(self.layout.exhausted());
+            return Err(if tick >= self.ticks {
+                self.layout.exhausted()
+            } else {
+                self.mark_error(tick)
+            });
         }
         Ok(())
     }
@@ -823,25 +812,24 @@ impl Snowflake {
         while remaining > 0 {
             let now_ns = self.clock.now_nanos();
             let (last, rb, next) = self.unpack(cur);
-            let now = self.tick_at(now_ns, last)?;
-            let (t0, s0) = if now > last {
-                (now, self.start_seq(now))
-            } else if last - now <= self.absorb {
-                if next <= self.max_seq {
-                    (last, next)
-                } else {
-                    (last + 1, self.start_seq(last + 1))
+            let (now, t0, s0) = match self.position(now_ns, last)? {
+                Position::After(now) => (now, now, self.start_seq(now)),
+                Position::Within(since) => {
+                    let now = since / self.unit_ns as u64;
+                    if next <= self.max_seq {
+                        (now, last, next)
+                    } else {
+                        (now, last + 1, self.start_seq(last + 1))
+                    }
                 }
-            } else {
-                match self.behind(cur, now, now_ns, &mut waited)? {
-                    Behind::Retry => {}
-                    Behind::Issued(id) => {
+                Position::Behind(now) => {
+                    if let Behind::Issued(id) = self.behind(cur, now, now_ns, &mut waited)? {
                         batch.push(IdRun::new(id.get(), 1, stride));
                         remaining -= 1;
                     }
+                    cur = self.state.load(Ordering::Acquire);
+                    continue;
                 }
-                cur = self.state.load(Ordering::Acquire);
-                continue;
             };
             // The last tick this step may issue at: the clock's (or the state's,
             // when it is ahead), plus what the exhaustion policy may borrow.
@@ -899,7 +887,8 @@ impl Snowflake {
     }
 
     /// Allows IDs up to and including `mark` (the worker store has persisted it).
-    /// The mark only moves forward; an earlier value is ignored.
+    /// The mark only moves forward; an earlier value is ignored, and so is any
+    /// value on a generator built without [`SnowflakeBuilder::with_mark`].
     pub fn advance_mark(&self, mark: Timestamp) {
         self.mark_end
             .fetch_max(self.mark_end_for(mark), Ordering::AcqRel);
@@ -908,7 +897,7 @@ impl Snowflake {
     /// The current high-water mark, or `None` when the generator is unbounded.
     pub fn mark(&self) -> Option<Timestamp> {
         let end = self.mark_end.load(Ordering::Acquire);
-        (end != u64::MAX).then(|| {
+        self.bounded.then(|| {
             self.layout
                 .time_of_tick(end)
                 .saturating_sub(jiff::SignedDuration::from_nanos(1))
