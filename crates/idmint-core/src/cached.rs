@@ -243,20 +243,7 @@ impl CachedBuilder {
     /// until [`Cached::advance_mark`].
     pub fn build(self) -> Result<Cached> {
         let layout = self.layout;
-        if self.datacenter > layout.max_datacenter() {
-            return Err(Error::NodeOutOfRange {
-                field: "datacenter",
-                value: u64::from(self.datacenter),
-                max: u64::from(layout.max_datacenter()),
-            });
-        }
-        if self.worker > layout.max_worker() {
-            return Err(Error::NodeOutOfRange {
-                field: "worker",
-                value: u64::from(self.worker),
-                max: u64::from(layout.max_worker()),
-            });
-        }
+        let node = layout.checked_node(self.datacenter, self.worker)?;
         let per_tick = layout.ids_per_tick();
         let capacity = per_tick
             .checked_shl(u32::from(self.boost_power))
@@ -289,7 +276,7 @@ impl CachedBuilder {
         let max_lead = self.max_lead.unwrap_or(DEFAULT_MAX_LEAD.max(span));
         let mut ring = Ring {
             bits: layout.bits(),
-            node: layout.node_value(self.datacenter, self.worker, 0),
+            node,
             per_tick,
             stride: layout.bits().seq_stride(),
             capacity,

@@ -667,6 +667,28 @@ impl Layout {
         )))
     }
 
+    /// The node field value of a generator's datacenter and worker (rollback 0).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeOutOfRange`] when either is outside its field.
+    pub(crate) fn checked_node(&self, datacenter: u32, worker: u32) -> Result<u64> {
+        let check = |field: &'static str, value: u32, max: u32| {
+            if value > max {
+                Err(Error::NodeOutOfRange {
+                    field,
+                    value: u64::from(value),
+                    max: u64::from(max),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        check("datacenter", datacenter, self.max_datacenter())?;
+        check("worker", worker, self.max_worker())?;
+        Ok(self.node_value(datacenter, worker, 0))
+    }
+
     /// The node field value for these parts (unchecked).
     pub(crate) fn node_value(&self, datacenter: u32, worker: u32, rollback: u32) -> u64 {
         (u64::from(rollback) << (self.datacenter_bits + self.worker_bits))

@@ -237,20 +237,7 @@ impl SnowflakeBuilder {
     /// the start mark is past the layout's end.
     pub fn build(self) -> Result<Snowflake> {
         let layout = self.layout;
-        if self.datacenter > layout.max_datacenter() {
-            return Err(Error::NodeOutOfRange {
-                field: "datacenter",
-                value: u64::from(self.datacenter),
-                max: u64::from(layout.max_datacenter()),
-            });
-        }
-        if self.worker > layout.max_worker() {
-            return Err(Error::NodeOutOfRange {
-                field: "worker",
-                value: u64::from(self.worker),
-                max: u64::from(layout.max_worker()),
-            });
-        }
+        let node = layout.checked_node(self.datacenter, self.worker)?;
         let unit = layout.unit();
         let ticks_in = |d: Duration| -> u64 {
             u64::try_from(d.as_nanos() / unit.as_nanos()).unwrap_or(u64::MAX)
@@ -306,7 +293,7 @@ impl SnowflakeBuilder {
         let rb_width = u32::from(layout.rollback_bits());
         let mut generator = Snowflake {
             bits: layout.bits(),
-            node: layout.node_value(self.datacenter, self.worker, 0),
+            node,
             rollback_shift: u32::from(layout.datacenter_bits() + layout.worker_bits()),
             epoch_ns: layout.epoch_nanos(),
             unit_ns: layout.unit_nanos(),
