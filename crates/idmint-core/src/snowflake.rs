@@ -289,7 +289,13 @@ impl SnowflakeBuilder {
             h.write_u64(0x1d_6d17);
             h.finish()
         });
-        let seq_width = u32::from(layout.sequence_bits()) + 1;
+        let hist_width = u32::from(layout.sequence_bits()) + 1;
+        // The state's sequence field takes every bit the tick and rollback
+        // fields leave: the headroom above `max_seq + 1` absorbs the claims of
+        // threads that `fetch_add` after a tick is used up.
+        let seq_width =
+            64 - u32::from(layout.usable_time_bits()) - u32::from(layout.rollback_bits());
+        let headroom = (1u64 << seq_width.min(63)) - (max_seq + 1);
         let rb_width = u32::from(layout.rollback_bits());
         let mut generator = Snowflake {
             bits: layout.bits(),
@@ -300,6 +306,8 @@ impl SnowflakeBuilder {
             ticks: layout.ticks(),
             max_seq,
             seq_width,
+            hist_width,
+            fast_add: headroom > MAX_THREADS,
             rb_width,
             rb_mask: (1 << rb_width) - 1,
             absorb: clock_borrow.max(exhaust_borrow.unwrap_or(0)),
@@ -384,7 +392,12 @@ pub struct Snowflake {
     unit_ns: i64,
     ticks: u64,
     max_seq: u64,
+    /// Width of the state word's sequence field (at least `sequence_bits + 1`).
     seq_width: u32,
+    /// Width of a history entry's sequence field: `sequence_bits + 1`.
+    hist_width: u32,
+    /// Whether sequence numbers within a tick may be claimed with `fetch_add`.
+    fast_add: bool,
     rb_width: u32,
     rb_mask: u64,
     /// Lead (in ticks) over the clock absorbed without calling it a rollback.
@@ -405,13 +418,24 @@ pub struct Snowflake {
     mark_end: CachePadded<AtomicU64>,
     /// Whether a mark was set at build; unbounded generators ignore `advance_mark`.
     bounded: bool,
-    /// `history` policy ring: entry = (tick + 1) << seq_width | next unspent sequence.
+    /// `history` policy ring: entry = (tick + 1) << hist_width | next unspent sequence.
     history: Box<[AtomicU64]>,
     /// `rollback-bits` policy: per counter value, 1 + the highest tick issued with it
     /// (0: never used). The lock serializes rollbacks only, never the hot path.
     rollback_max: Mutex<Vec<u64>>,
     counters: Counters,
 }
+
+/// More threads than can ever claim at once: Linux's `PID_MAX_LIMIT` (2^22) bounds
+/// the threads of a process. A `fetch_add` claim past a used-up tick lands in the
+/// state word's sequence headroom; a thread makes at most one such claim before it
+/// sees the tick used up, so headroom above this many claims can't overflow into
+/// the rollback and tick fields. Under loom, a small number lets tiny test
+/// layouts take the fast path.
+#[cfg(not(loom))]
+const MAX_THREADS: u64 = 1 << 22;
+#[cfg(loom)]
+const MAX_THREADS: u64 = 8;
 
 /// The clock's tick against the state's last tick.
 enum Position {
@@ -574,7 +598,20 @@ impl Snowflake {
             let (tick, seq) = match self.position(now_ns, last)? {
                 Position::After(now) => (now, self.start_seq(now)),
                 Position::Within(since) => {
-                    if next <= self.max_seq {
+                    if next <= self.max_seq && self.fast_add {
+                        // Claim the next number of whatever tick the word holds
+                        // now: every tick in it was checked by the CAS that put
+                        // it there, and marks only grow.
+                        let (tick, rb, seq) =
+                            self.unpack(self.state.fetch_add(1, Ordering::AcqRel));
+                        if seq <= self.max_seq {
+                            return Ok(self.compose(tick, rb, seq));
+                        }
+                        // The tick ran out under us; the claim is spent (counted
+                        // in the headroom) and the slow path moves on.
+                        cur = self.state.load(Ordering::Acquire);
+                        continue;
+                    } else if next <= self.max_seq {
                         (last, next)
                     } else if self.may_borrow_next(since, last) {
                         (last + 1, self.start_seq(last + 1))
@@ -716,7 +753,12 @@ impl Snowflake {
 
     #[inline]
     fn history_entry(&self, tick: u64, next_seq: u64) -> u64 {
-        ((tick + 1) << self.seq_width) | next_seq
+        if tick + 1 > u64::MAX >> self.hist_width {
+            // Only the layout's very last tick of a node-less 64-bit-wide layout
+            // can't be recorded; an empty entry (0) is never reused.
+            return 0;
+        }
+        ((tick + 1) << self.hist_width) | next_seq.min(self.max_seq + 1)
     }
 
     /// `history`: the state word left tick `last` (whose next unspent sequence was
@@ -748,8 +790,10 @@ impl Snowflake {
             let slot = &self.history[(tick % n) as usize];
             let mut entry = slot.load(Ordering::Acquire);
             loop {
-                let (entry_tick, next) =
-                    (entry >> self.seq_width, entry & ((1 << self.seq_width) - 1));
+                let (entry_tick, next) = (
+                    entry >> self.hist_width,
+                    entry & ((1 << self.hist_width) - 1),
+                );
                 if entry_tick != tick + 1 || next > self.max_seq {
                     break;
                 }
