@@ -138,6 +138,50 @@ pub enum Error {
         /// The configured bound on the lead over the clock.
         max_lead: Duration,
     },
+
+    /// An obfuscation key is malformed. The message never contains the key.
+    #[error("invalid obfuscation key: {reason}")]
+    InvalidKey {
+        /// What is wrong with it (its length, the position of a bad character).
+        reason: String,
+    },
+
+    /// An obfuscator's settings (width, key-ID bits, key IDs) do not fit together,
+    /// or a text format is unknown.
+    #[error("invalid obfuscator config: {0}")]
+    InvalidObfuscator(String),
+
+    /// A public ID, as a number or as text, is not one that can be revealed or read.
+    #[error("invalid public ID {input:?}: {reason}")]
+    InvalidPublicId {
+        /// The input, shortened if long.
+        input: String,
+        /// Why it is not a public ID.
+        reason: String,
+    },
+
+    /// A public ID's key-ID bits name a key the obfuscator does not have.
+    #[error(
+        "public ID {public} was made with key ID {key_id}, which has no key here; \
+         configure that key to reveal it"
+    )]
+    UnknownKeyId {
+        /// The public ID.
+        public: u64,
+        /// The key ID read from its top bits.
+        key_id: u8,
+    },
+
+    /// A public ID could not be written in a text form.
+    #[error("cannot write public ID {public} as {format}: {reason}")]
+    EncodeFailed {
+        /// The public ID.
+        public: u64,
+        /// The text form (`sqids`).
+        format: &'static str,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -158,6 +202,11 @@ impl Error {
             Error::InvalidCount { .. } => "invalid_count",
             Error::InvalidId { .. } => "invalid_id",
             Error::RingEmpty { .. } => "ring_empty",
+            Error::InvalidKey { .. } => "invalid_key",
+            Error::InvalidObfuscator(_) => "invalid_obfuscator",
+            Error::InvalidPublicId { .. } => "invalid_public_id",
+            Error::UnknownKeyId { .. } => "unknown_key_id",
+            Error::EncodeFailed { .. } => "encode_failed",
         }
     }
 
@@ -175,7 +224,8 @@ impl Error {
         )
     }
 
-    /// True for errors caused by the caller's input (layouts, IDs, counts, config).
+    /// True for errors caused by the caller's input (layouts, IDs, counts, config,
+    /// obfuscation keys and settings, public IDs).
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
@@ -185,24 +235,39 @@ impl Error {
                 | Error::InvalidConfig(_)
                 | Error::InvalidCount { .. }
                 | Error::InvalidId { .. }
+                | Error::InvalidKey { .. }
+                | Error::InvalidObfuscator(_)
+                | Error::InvalidPublicId { .. }
+                | Error::UnknownKeyId { .. }
         )
     }
 
     pub(crate) fn invalid_id(input: &str, reason: impl Into<String>) -> Error {
-        const MAX: usize = 64;
-        let input = if input.len() > MAX {
-            let mut end = MAX;
-            while !input.is_char_boundary(end) {
-                end -= 1;
-            }
-            format!("{}...", &input[..end])
-        } else {
-            input.to_owned()
-        };
         Error::InvalidId {
-            input,
+            input: shorten(input),
             reason: reason.into(),
         }
+    }
+
+    pub(crate) fn invalid_public_id(input: &str, reason: impl Into<String>) -> Error {
+        Error::InvalidPublicId {
+            input: shorten(input),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// `input` as quoted in an error: cut at 64 bytes (on a character boundary).
+fn shorten(input: &str) -> String {
+    const MAX: usize = 64;
+    if input.len() > MAX {
+        let mut end = MAX;
+        while !input.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}...", &input[..end])
+    } else {
+        input.to_owned()
     }
 }
 

@@ -45,6 +45,14 @@ pub use clock::Clock;
 pub use error::{Error, Result};
 pub use id::Id;
 pub use layout::{Decoded, FieldOrder, IdParts, Layout, LayoutSpec};
+pub use obfuscate::{
+    ObfuscationKey, Obfuscator, ObfuscatorBuilder, PublicId, PublicIdCodec, TextFormat,
+};
 pub use snowflake::{
     ClockBehind, SequenceExhausted, SequenceStart, Snowflake, SnowflakeBuilder, SnowflakeStats,
 };
+
+/// The README's Rust examples, run as doctests so they can't rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

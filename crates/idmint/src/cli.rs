@@ -6,13 +6,15 @@ mod decode;
 mod format;
 mod generate;
 mod layout;
+mod obfuscate;
+mod reveal;
 
 use std::fmt;
 use std::io;
 
 use clap::{Parser, Subcommand};
 
-/// Distributed unique IDs: make, decode and size them.
+/// Distributed unique IDs: make, decode, size and obfuscate them.
 #[derive(Debug, Parser)]
 #[command(name = "idmint", version, propagate_version = true)]
 pub struct Cli {
@@ -28,6 +30,14 @@ enum Command {
     Decode(decode::DecodeArgs),
     /// Show a layout's bits and capacity, or list the presets.
     Layout(layout::LayoutArgs),
+    /// Turn IDs into public IDs that look random (keyed FF1-AES permutation).
+    ///
+    /// The key comes from --key-file or $IDMINT_OBFUSCATION_KEY: 32 or 64 hex
+    /// digits, optionally as KEY_ID:HEX entries (several, for rotation, with
+    /// --key-id-bits). It is never printed.
+    Obfuscate(obfuscate::ObfuscateArgs),
+    /// Turn public IDs back into IDs, with the key(s) and settings that made them.
+    Reveal(reveal::RevealArgs),
     // `serve` (the server, from the server crate) and `bench` join here; the
     // server's config and listener setup stay in that crate, `main` only calls it.
 }
@@ -38,6 +48,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gen(args) => generate::run(args),
         Command::Decode(args) => decode::run(args),
         Command::Layout(args) => layout::run(args),
+        Command::Obfuscate(args) => obfuscate::run(args),
+        Command::Reveal(args) => reveal::run(args),
     }
 }
 

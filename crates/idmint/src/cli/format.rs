@@ -14,6 +14,7 @@
 use std::io::{self, Write};
 
 use clap::ValueEnum;
+use idmint_core::obfuscate::base32;
 use idmint_core::{Error, Id};
 
 /// The text form of an integer ID.
@@ -33,8 +34,6 @@ pub struct IdWriter<W: Write> {
     out: W,
     format: IdFormat,
     dec: itoa::Buffer,
-    /// Reused buffer for base32 digits and the newline.
-    b32: Vec<u8>,
 }
 
 impl<W: Write> IdWriter<W> {
@@ -43,7 +42,6 @@ impl<W: Write> IdWriter<W> {
             out,
             format,
             dec: itoa::Buffer::new(),
-            b32: Vec::with_capacity(14),
         }
     }
 
@@ -60,10 +58,10 @@ impl<W: Write> IdWriter<W> {
                 self.out.write_all(hex_line(id, &mut buf))
             }
             IdFormat::Base32 => {
-                self.b32.clear();
-                crockford::encode_into(id, &mut self.b32);
-                self.b32.push(b'\n');
-                self.out.write_all(&self.b32)
+                let mut buf = [0u8; base32::MAX_LEN];
+                self.out
+                    .write_all(base32::encode_to(id, &mut buf).as_bytes())?;
+                self.out.write_all(b"\n")
             }
         }
     }
@@ -121,10 +119,9 @@ pub fn parse_id(text: &str, format: IdFormat) -> Result<Id, Error> {
             u64::from_str_radix(digits, 16)
                 .map_err(|_| invalid("above 2^63 - 1, the largest ID"))?
         }
-        IdFormat::Base32 => crockford::decode(text).map_err(|e| match e {
-            crockford::Error::OutOfRange => invalid("above 2^63 - 1, the largest ID"),
-            crockford::Error::EmptyString => invalid("empty"),
-            _ => invalid("not a Crockford base32 number"),
+        IdFormat::Base32 => base32::decode(text).map_err(|e| match e {
+            base32::DecodeError::TooLarge => invalid("above 2^63 - 1, the largest ID"),
+            e => invalid(&e.to_string()),
         })?,
     };
     Id::new(value).map_err(|_| invalid("above 2^63 - 1, the largest ID"))

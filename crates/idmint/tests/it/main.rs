@@ -6,7 +6,9 @@ mod bad_input;
 mod decode;
 mod generate;
 mod layout;
+mod obfuscate;
 
+use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 /// Runs `idmint` with `args` and no stdin.
@@ -18,10 +20,41 @@ pub fn idmint(args: &[&str]) -> Output {
         .expect("run the idmint binary")
 }
 
+/// Runs `idmint` with `args`, the environment changed by `env` (a `None` value
+/// removes the variable), and `stdin` on its standard input.
+pub fn idmint_with(args: &[&str], env: &[(&str, Option<&str>)], stdin: &str) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_idmint"));
+    command
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for &(name, value) in env {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    let mut child = command.spawn().expect("run the idmint binary");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    // A child that fails before reading closes its end; that is not our failure.
+    let _ = input.write_all(stdin.as_bytes());
+    drop(input);
+    child
+        .wait_with_output()
+        .expect("wait for the idmint binary")
+}
+
 /// Runs `idmint`, asserts it succeeded with nothing on stderr, and returns stdout.
 #[track_caller]
 pub fn ok(args: &[&str]) -> String {
-    let out = idmint(args);
+    expect_ok(args, idmint(args))
+}
+
+/// Asserts `out`, the result of running `idmint args`, succeeded with nothing on
+/// stderr, and returns stdout.
+#[track_caller]
+pub fn expect_ok(args: &[&str], out: Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
@@ -39,7 +72,14 @@ pub fn ok(args: &[&str]) -> String {
 /// `error: ...` line on stderr, and returns the exit code and that line.
 #[track_caller]
 pub fn fails(args: &[&str]) -> (i32, String) {
-    let out = idmint(args);
+    expect_failure(args, idmint(args))
+}
+
+/// Asserts `out`, the result of running `idmint args`, failed with an empty
+/// stdout and exactly one `error: ...` line on stderr; returns the exit code and
+/// that line.
+#[track_caller]
+pub fn expect_failure(args: &[&str], out: Output) -> (i32, String) {
     let stderr = String::from_utf8(out.stderr).expect("stderr is UTF-8");
     assert!(
         !out.status.success(),
