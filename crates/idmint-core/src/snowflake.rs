@@ -336,6 +336,10 @@ impl SnowflakeBuilder {
                 if tick >= generator.ticks {
                     return Err(layout.exhausted());
                 }
+                // A run before this one may have used every rollback counter
+                // value at any tick up to the mark; a rollback below the mark
+                // must not reuse one (the table is not persisted).
+                generator.rollback_max = Mutex::new(vec![tick + 1; 1 << rb_width]);
                 generator.pack(tick, 0, max_seq + 1)
             }
             _ => generator.pack(0, 0, generator.start_seq(0)),
@@ -601,10 +605,12 @@ impl Snowflake {
                     if next <= self.max_seq && self.fast_add {
                         // Claim the next number of whatever tick the word holds
                         // now: every tick in it was checked by the CAS that put
-                        // it there, and marks only grow.
+                        // it there. The mark is checked again all the same, as
+                        // it may have been pulled back (a lost lease) since.
                         let (tick, rb, seq) =
                             self.unpack(self.state.fetch_add(1, Ordering::AcqRel));
                         if seq <= self.max_seq {
+                            self.check_limits(tick)?;
                             return Ok(self.compose(tick, rb, seq));
                         }
                         // The tick ran out under us; the claim is spent (counted
@@ -923,6 +929,26 @@ impl Snowflake {
     pub fn advance_mark(&self, mark: Timestamp) {
         self.mark_end
             .fetch_max(self.mark_end_for(mark), Ordering::AcqRel);
+    }
+
+    /// Lowers the mark to `until` (never raises it): the generator stops issuing
+    /// IDs whose time passes `until`, at once, whatever marks were allowed before.
+    ///
+    /// For the holder of a worker ID that lost the right to issue (a lease that
+    /// ran out, a claim taken over): a mark can only be raised again with
+    /// [`Snowflake::advance_mark`] after it is persisted anew. Pass a time before
+    /// the layout's epoch (such as [`Timestamp::MIN`]) to stop issuing altogether.
+    ///
+    /// - A call that is making an ID while the mark is lowered may still return
+    ///   it; every ID is at or below a mark that was in force when it was checked.
+    /// - Ignored on a generator built without [`SnowflakeBuilder::with_mark`], like
+    ///   [`Snowflake::advance_mark`].
+    #[cold]
+    pub fn retract_mark(&self, until: Timestamp) {
+        if self.bounded {
+            self.mark_end
+                .fetch_min(self.mark_end_for(until), Ordering::AcqRel);
+        }
     }
 
     /// The current high-water mark, or `None` when the generator is unbounded.

@@ -326,6 +326,27 @@ fn rollback_bits_issue_fresh_ids_in_a_repeated_time_range() {
 }
 
 #[test]
+fn rollback_bits_after_a_restart_never_reuse_counters_below_the_mark() {
+    // The run before the restart may have used every counter value up to the
+    // mark; its table is gone, so a rollback below the mark must fail.
+    let layout: Layout = "leaf,rollback=2".parse().unwrap();
+    let c = clock();
+    let mark = Timestamp::from_millisecond(T0_MS).unwrap();
+    c.advance(ms(10));
+    let g = build(layout, &c, |b| b.with_clock_behind(ClockBehind::RollbackBits).with_start_after(mark));
+    let first = g.next_id().unwrap();
+    assert!(layout.decode(first.get()).unwrap().time > mark);
+    c.step_back(ms(15));
+    let err = g.next_id().unwrap_err();
+    assert!(matches!(err, Error::RollbackExhausted { .. }), "{err}");
+    // A rollback that stays above the mark is fine.
+    c.advance(ms(12));
+    let id = g.next_id().unwrap();
+    let d = layout.decode(id.get()).unwrap();
+    assert!(d.time > mark && d.rollback == 1, "{d:?}");
+}
+
+#[test]
 fn history_reuses_unspent_sequence_numbers_of_recent_ticks() {
     let c = clock();
     let g = build(Layout::LEAF, &c, |b| {
@@ -732,4 +753,41 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn retract_mark_stops_new_ticks_at_once_and_advance_resumes() {
+    let c = clock();
+    let far = Timestamp::from_millisecond(T0_MS + 1000).unwrap();
+    let g = build(Layout::LEAF, &c, |b| b.with_mark(far));
+    let before = g.next_id().unwrap();
+
+    // Lowering to a time before the epoch stops every new tick.
+    g.retract_mark(Timestamp::MIN);
+    c.advance(MS);
+    assert!(matches!(g.next_id(), Err(Error::MarkReached { .. })));
+    assert!(g.mark().unwrap() < Timestamp::from_millisecond(T0_MS).unwrap());
+
+    // Retracting never raises: a later time than the current mark is ignored.
+    g.retract_mark(far);
+    assert!(matches!(g.next_ids(3), Err(Error::MarkReached { .. })));
+
+    // Advancing raises it again; IDs go on above the ones before.
+    g.advance_mark(far);
+    let after = g.next_id().unwrap();
+    assert!(after > before);
+
+    // A retract to a time ahead of the clock bounds issuing there.
+    g.retract_mark(Timestamp::from_millisecond(T0_MS + 5).unwrap());
+    c.advance(ms(4));
+    g.next_id().unwrap();
+    c.advance(ms(1));
+    let err = g.next_id().unwrap_err();
+    assert!(matches!(err, Error::MarkReached { .. }), "{err}");
+
+    // Unbounded generators ignore it, as they ignore `advance_mark`.
+    let free = build(Layout::LEAF, &c, |b| b);
+    free.retract_mark(Timestamp::MIN);
+    assert_eq!(free.mark(), None);
+    free.next_id().unwrap();
 }
