@@ -333,7 +333,10 @@ fn rollback_bits_after_a_restart_never_reuse_counters_below_the_mark() {
     let c = clock();
     let mark = Timestamp::from_millisecond(T0_MS).unwrap();
     c.advance(ms(10));
-    let g = build(layout, &c, |b| b.with_clock_behind(ClockBehind::RollbackBits).with_start_after(mark));
+    let g = build(layout, &c, |b| {
+        b.with_clock_behind(ClockBehind::RollbackBits)
+            .with_start_after(mark)
+    });
     let first = g.next_id().unwrap();
     assert!(layout.decode(first.get()).unwrap().time > mark);
     c.step_back(ms(15));

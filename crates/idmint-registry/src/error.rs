@@ -1,0 +1,122 @@
+//! [`RegistryError`]: what can go wrong claiming, renewing and persisting.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+/// Everything that can go wrong in `idmint-registry`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Every worker ID of the range is held.
+    #[error(
+        "all {in_use} worker IDs of the {registry} registry are in use (range 0..{range}); \
+         release idle workers, wait for expired leases, or use a layout with more worker bits"
+    )]
+    Exhausted {
+        /// The registry kind.
+        registry: &'static str,
+        /// How many are held.
+        in_use: u64,
+        /// The size of the range.
+        range: u64,
+    },
+
+    /// A remote call did not answer in time.
+    #[error("{registry} registry: {operation} timed out after {after:?}")]
+    Timeout {
+        /// The registry kind.
+        registry: &'static str,
+        /// What was being done (`claim`, `renew`, `persist mark`, ...).
+        operation: &'static str,
+        /// The timeout.
+        after: Duration,
+    },
+
+    /// The backend failed or refused.
+    #[error("{registry} registry: {operation} failed: {message}")]
+    Backend {
+        /// The registry kind.
+        registry: &'static str,
+        /// What was being done.
+        operation: &'static str,
+        /// The backend's error, as text.
+        message: String,
+    },
+
+    /// The lease on the worker ID is gone (expired, revoked, or taken by another node).
+    #[error("{registry} registry: lease on worker {worker} lost: {reason}")]
+    LeaseLost {
+        /// The registry kind.
+        registry: &'static str,
+        /// The worker ID.
+        worker: u32,
+        /// Why.
+        reason: String,
+    },
+
+    /// The local clock is behind the worker's stored high-water mark by more than allowed.
+    #[error(
+        "clock reads {now}, {behind:?} behind worker {worker}'s stored high-water mark {mark} \
+         (at most {allowed:?} is waited out); fix the clock before starting"
+    )]
+    ClockBehindMark {
+        /// The worker ID.
+        worker: u32,
+        /// What the clock read.
+        now: Timestamp,
+        /// The stored mark.
+        mark: Timestamp,
+        /// How far behind.
+        behind: Duration,
+        /// The configured wait.
+        allowed: Duration,
+    },
+
+    /// The local clock is too far from the mean of live peers' reported times.
+    #[error(
+        "clock is off by {offset_ms} ms from the mean of {peers} live peers' reported times \
+         (threshold {threshold:?}); fix the clock before starting"
+    )]
+    ClockSkew {
+        /// Local time minus the peers' mean, in milliseconds.
+        offset_ms: i64,
+        /// How many peers reported.
+        peers: usize,
+        /// The threshold.
+        threshold: Duration,
+    },
+
+    /// The registry's configuration is wrong (a worker out of range, no ordinal in
+    /// the hostname, a data directory already locked, ...).
+    #[error("{registry} registry: {message}")]
+    Config {
+        /// The registry kind.
+        registry: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// A core error (layout, generator).
+    #[error(transparent)]
+    Core(#[from] idmint_core::Error),
+}
+
+impl RegistryError {
+    /// A stable, machine-readable code for the variant.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RegistryError::Exhausted { .. } => "workers_exhausted",
+            RegistryError::Timeout { .. } => "registry_timeout",
+            RegistryError::Backend { .. } => "registry_backend",
+            RegistryError::LeaseLost { .. } => "lease_lost",
+            RegistryError::ClockBehindMark { .. } => "clock_behind_mark",
+            RegistryError::ClockSkew { .. } => "clock_skew",
+            RegistryError::Config { .. } => "registry_config",
+            RegistryError::Core(e) => e.code(),
+        }
+    }
+}
+
+/// A `Result` whose error is [`RegistryError`].
+pub type Result<T, E = RegistryError> = std::result::Result<T, E>;

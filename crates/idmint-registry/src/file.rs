@@ -1,0 +1,589 @@
+//! The `file` registry, idmint's embedded default: one node, one worker ID, and a
+//! lease file in the data directory holding the worker ID, its high-water mark
+//! and the last reported time.
+//!
+//! Why a file at all: a single node still needs its mark to survive restarts, or
+//! a restart with the clock behind repeats IDs. Why a lock: two processes sharing
+//! one data directory would share one worker ID and one mark, and repeat each
+//! other's IDs; the second one must fail at once, saying who holds the directory.
+//!
+//! Invariants:
+//! - **One holder per directory.** [`LeaseFile::open`] takes an exclusive `flock`
+//!   on `idmint.lock` and keeps it until the [`LeaseFile`] is dropped (or the
+//!   process dies: the kernel drops the lock, so a crash never leaves a stale
+//!   lock behind). The holder's pid is written into the lock file for the error
+//!   message of the next one. The lock sits on its own file because the lease file
+//!   is replaced by rename on every write, and a lock on a replaced file guards
+//!   nothing.
+//! - **Never backwards.** A write goes to `worker.lease.tmp`, is fsynced, renamed
+//!   over `worker.lease`, and the directory is fsynced. Until the rename, the old
+//!   file stays complete and valid, so a crash mid-write (a truncated or missing
+//!   temp file) leaves the last acknowledged mark in place. A temp file found at
+//!   open was never acknowledged, so it is discarded. A lease file that doesn't
+//!   parse is an error, never read as "no mark" (that would be a guess, and the
+//!   guess that goes backwards).
+//!
+//! The same file keeps the marks of the [`fixed`](crate::fixed) registries when
+//! they are given one.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+
+use crate::error::{RegistryError, Result};
+use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+
+/// The lock file's name inside the data directory.
+const LOCK_NAME: &str = "idmint.lock";
+/// The lease file's name inside the data directory.
+const FILE_NAME: &str = "worker.lease";
+/// The temp file a write goes through.
+const TEMP_NAME: &str = "worker.lease.tmp";
+/// The first line of a lease file.
+const HEADER: &str = "# idmint worker lease; replaced atomically, do not edit while idmint runs";
+
+/// What a lease file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// The worker ID last claimed from this directory.
+    pub worker: u32,
+    /// The highest high-water mark persisted (`None`: never persisted).
+    pub mark: Option<Timestamp>,
+    /// The time the holder last reported.
+    pub reported: Option<Timestamp>,
+}
+
+impl LeaseRecord {
+    fn render(&self) -> String {
+        let mut s = format!(
+            "{HEADER}\nversion=1\nworker={}\npid={}\n",
+            self.worker,
+            std::process::id()
+        );
+        if let Some(mark) = self.mark {
+            s.push_str(&format!("mark={mark}\n"));
+        }
+        if let Some(reported) = self.reported {
+            s.push_str(&format!("reported={reported}\n"));
+        }
+        // A file without this line was cut short.
+        s.push_str("end\n");
+        s
+    }
+
+    fn parse(text: &str) -> std::result::Result<LeaseRecord, String> {
+        let mut worker = None;
+        let mut mark = None;
+        let mut reported = None;
+        let mut ended = false;
+        let time = |key: &str, v: &str| {
+            v.parse::<Timestamp>()
+                .map_err(|e| format!("{key} {v:?} is not a timestamp: {e}"))
+        };
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            if ended {
+                return Err(format!("line {line:?} after the end line"));
+            }
+            if line == "end" {
+                ended = true;
+                continue;
+            }
+            let (key, value) = line
+                .split_once('=')
+                .ok_or_else(|| format!("line {line:?} is not key=value"))?;
+            match key {
+                "version" if value == "1" => {}
+                "version" => return Err(format!("version {value:?} is not supported (1 is)")),
+                "worker" => {
+                    worker = Some(
+                        value
+                            .parse::<u32>()
+                            .map_err(|_| format!("worker {value:?} is not a number"))?,
+                    );
+                }
+                "pid" => {}
+                "mark" => mark = Some(time(key, value)?),
+                "reported" => reported = Some(time(key, value)?),
+                _ => return Err(format!("unknown key {key:?}")),
+            }
+        }
+        if !ended {
+            return Err("the end line is missing (the file was cut short)".to_owned());
+        }
+        Ok(LeaseRecord {
+            worker: worker.ok_or("the worker line is missing")?,
+            mark,
+            reported,
+        })
+    }
+}
+
+/// The lease file of a data directory, locked for this process.
+///
+/// - Opening takes the directory's lock ([`LeaseFile::open`]); dropping releases it.
+/// - [`LeaseFile::write`] is atomic and durable: when it returns `Ok`, the record
+///   survives a crash or power loss; when it fails or the process dies during it,
+///   the previous record is what a later [`LeaseFile::read`] sees.
+/// - Blocking file I/O: async callers run it on a blocking thread (the registries
+///   in this crate do).
+#[derive(Debug)]
+pub struct LeaseFile {
+    dir: PathBuf,
+    /// Holds the `flock` for as long as it is open.
+    _lock: File,
+}
+
+impl LeaseFile {
+    /// Opens (creating it if needed) the data directory `dir` and locks it.
+    ///
+    /// Discards a temp file left by a write that a crash interrupted: it was never
+    /// acknowledged.
+    ///
+    /// # Errors
+    ///
+    /// [`RegistryError::Config`] when another process (or another `LeaseFile` in
+    /// this one) holds the directory, naming its pid; [`RegistryError::Backend`]
+    /// when the directory or lock file can't be created.
+    pub fn open(dir: impl AsRef<Path>) -> Result<LeaseFile> {
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir).map_err(|e| io_error("create data directory", &dir, &e))?;
+        let lock_path = dir.join(LOCK_NAME);
+        // No truncation before the lock is ours: the file holds the holder's pid.
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(|e| io_error("open lock file", &lock_path, &e))?;
+        match fs4::FileExt::try_lock(&lock) {
+            Ok(()) => {}
+            Err(fs4::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = lock.read_to_string(&mut holder);
+                let pid = holder
+                    .trim()
+                    .strip_prefix("pid=")
+                    .unwrap_or("unknown")
+                    .to_owned();
+                return Err(RegistryError::Config {
+                    registry: "file",
+                    message: format!(
+                        "data directory {} is in use by another idmint process (pid {pid}); \
+                         give each process its own data directory",
+                        dir.display()
+                    ),
+                });
+            }
+            Err(fs4::TryLockError::Error(e)) => return Err(io_error("lock", &lock_path, &e)),
+        }
+        let write_pid = |lock: &mut File| -> io::Result<()> {
+            lock.set_len(0)?;
+            lock.seek(SeekFrom::Start(0))?;
+            lock.write_all(format!("pid={}\n", std::process::id()).as_bytes())
+        };
+        write_pid(&mut lock).map_err(|e| io_error("write lock file", &lock_path, &e))?;
+        let temp = dir.join(TEMP_NAME);
+        match fs::remove_file(&temp) {
+            Ok(()) => tracing::warn!(
+                path = %temp.display(),
+                "discarded a lease temp file left by an interrupted write"
+            ),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("remove stale temp file", &temp, &e)),
+        }
+        Ok(LeaseFile { dir, _lock: lock })
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The lease file's path.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(FILE_NAME)
+    }
+
+    /// Reads the record; `None` when there is no lease file yet.
+    ///
+    /// # Errors
+    ///
+    /// [`RegistryError::Backend`] when the file can't be read or doesn't parse.
+    /// A damaged file is never taken for a missing one: that would forget the mark.
+    pub fn read(&self) -> Result<Option<LeaseRecord>> {
+        let path = self.path();
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error("read lease file", &path, &e)),
+        };
+        LeaseRecord::parse(&text)
+            .map(Some)
+            .map_err(|reason| RegistryError::Backend {
+                registry: "file",
+                operation: "read lease file",
+                message: format!(
+                    "lease file {} is damaged: {reason}; restore it from a backup, or remove \
+                     it only if no ID of this worker can be later than the current time",
+                    path.display()
+                ),
+            })
+    }
+
+    /// Replaces the record atomically and durably (temp file, fsync, rename, fsync
+    /// of the directory).
+    ///
+    /// # Errors
+    ///
+    /// [`RegistryError::Backend`] on an I/O failure; the previous record stays.
+    pub fn write(&self, record: &LeaseRecord) -> Result<()> {
+        let temp = self.dir.join(TEMP_NAME);
+        let path = self.path();
+        let write_temp = || -> io::Result<()> {
+            let mut f = File::create(&temp)?;
+            f.write_all(record.render().as_bytes())?;
+            f.sync_all()
+        };
+        write_temp().map_err(|e| io_error("write lease temp file", &temp, &e))?;
+        fs::rename(&temp, &path).map_err(|e| io_error("rename lease file", &path, &e))?;
+        // The rename is durable only once the directory entry is.
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_error("sync data directory", &self.dir, &e))
+    }
+}
+
+fn io_error(operation: &'static str, path: &Path, e: &io::Error) -> RegistryError {
+    RegistryError::Backend {
+        registry: "file",
+        operation,
+        message: format!("{}: {e}", path.display()),
+    }
+}
+
+/// Where a single-node registry takes its worker ID from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum WorkerSource {
+    /// A fixed value (config, a StatefulSet ordinal).
+    Fixed(u32),
+    /// The low bits of an IPv4 address: the address modulo the range.
+    Ipv4(std::net::Ipv4Addr),
+}
+
+/// The shared machinery of the registries that need no coordinator (`file`,
+/// `static`, `host`, `k8s`): one worker ID, claimed once at a time in this process,
+/// with marks in a [`LeaseFile`] or, without one, in memory.
+#[derive(Debug)]
+pub(crate) struct LocalWorker {
+    kind: &'static str,
+    source: WorkerSource,
+    inner: Arc<Mutex<LocalInner>>,
+}
+
+#[derive(Debug)]
+struct LocalInner {
+    file: Option<LeaseFile>,
+    /// The highest mark persisted (read from the file at claim).
+    mark: Option<Timestamp>,
+    reported: Option<Timestamp>,
+    /// The token of the claim held now.
+    token: Option<String>,
+    claims: u64,
+}
+
+fn lock(m: &Mutex<LocalInner>) -> MutexGuard<'_, LocalInner> {
+    // Every critical section leaves the data consistent before anything can panic.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl LocalWorker {
+    pub(crate) fn new(kind: &'static str, source: WorkerSource, file: Option<LeaseFile>) -> Self {
+        LocalWorker {
+            kind,
+            source,
+            inner: Arc::new(Mutex::new(LocalInner {
+                file,
+                mark: None,
+                reported: None,
+                token: None,
+                claims: 0,
+            })),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    pub(crate) fn worker_for(&self, range: u32) -> Result<u32> {
+        let (worker, what) = match self.source {
+            WorkerSource::Fixed(w) => (w, String::new()),
+            WorkerSource::Ipv4(ip) => {
+                if range == 0 {
+                    return Err(self.config("worker range 0..0 is empty".to_owned()));
+                }
+                (u32::from(ip) % range, format!(" (from address {ip})"))
+            }
+        };
+        if worker >= range {
+            return Err(self.config(format!(
+                "worker {worker}{what} is out of range 0..{range} for this layout"
+            )));
+        }
+        Ok(worker)
+    }
+
+    fn config(&self, message: String) -> RegistryError {
+        RegistryError::Config {
+            registry: self.kind,
+            message,
+        }
+    }
+
+    /// Runs `f` on the state, on a blocking thread when there is a file to touch.
+    async fn with_inner<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        f: impl FnOnce(&mut LocalInner) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let inner = self.inner.clone();
+        let has_file = lock(&inner).file.is_some();
+        if !has_file {
+            return f(&mut lock(&inner));
+        }
+        let kind = self.kind;
+        tokio::task::spawn_blocking(move || f(&mut lock(&inner)))
+            .await
+            .map_err(|e| RegistryError::Backend {
+                registry: kind,
+                operation,
+                message: e.to_string(),
+            })?
+    }
+
+    fn check_token(kind: &'static str, inner: &LocalInner, claim: &Claim) -> Result<()> {
+        if inner.token.as_deref() != Some(claim.token.as_str()) {
+            return Err(RegistryError::LeaseLost {
+                registry: kind,
+                worker: claim.worker,
+                reason: "the claim was released".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn claim(&self, range: u32) -> Result<Claim> {
+        let worker = self.worker_for(range)?;
+        let kind = self.kind;
+        self.with_inner("claim", move |inner| {
+            if inner.token.is_some() {
+                return Err(RegistryError::Config {
+                    registry: kind,
+                    message: format!(
+                        "worker {worker} is already claimed in this process; \
+                         a single-node registry hands out one claim at a time"
+                    ),
+                });
+            }
+            if let Some(file) = &inner.file {
+                // The file's mark is a lower bound whatever worker wrote it:
+                // starting above it is always safe.
+                if let Some(record) = file.read()? {
+                    inner.mark = inner.mark.max(record.mark);
+                    inner.reported = inner.reported.max(record.reported);
+                }
+                file.write(&LeaseRecord {
+                    worker,
+                    mark: inner.mark,
+                    reported: inner.reported,
+                })?;
+            }
+            inner.claims += 1;
+            let token = format!("{kind}-{}-{}", std::process::id(), inner.claims);
+            inner.token = Some(token.clone());
+            Ok(Claim {
+                worker,
+                stored_mark: inner.mark,
+                lease: None,
+                token,
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
+        Self::check_token(self.kind, &lock(&self.inner), claim)?;
+        Ok(None)
+    }
+
+    pub(crate) async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let kind = self.kind;
+        let claim = claim.clone();
+        self.with_inner("persist mark", move |inner| {
+            Self::check_token(kind, inner, &claim)?;
+            let record = LeaseRecord {
+                worker: claim.worker,
+                mark: inner.mark.max(Some(mark)),
+                reported: inner.reported.max(Some(reported)),
+            };
+            if let Some(file) = &inner.file {
+                file.write(&record)?;
+            }
+            inner.mark = record.mark;
+            inner.reported = record.reported;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(crate) async fn release(&self, claim: &Claim) -> Result<()> {
+        let mut inner = lock(&self.inner);
+        if inner.token.as_deref() == Some(claim.token.as_str()) {
+            inner.token = None;
+        }
+        Ok(())
+    }
+}
+
+/// The `file` registry: worker ID from config (default 0), marks in the data
+/// directory's lease file, the directory locked for this process.
+///
+/// - No leases: the lock is the exclusion, and it lasts as long as the registry.
+/// - No peers: it is a single-node registry, so the clock check at start compares
+///   only against the stored mark.
+///
+/// # Examples
+///
+/// ```
+/// use idmint_registry::file::FileRegistry;
+///
+/// let dir = std::env::temp_dir().join(format!("idmint-doc-{}", std::process::id()));
+/// let registry = FileRegistry::open(&dir, 0)?;
+/// // A second open of the same directory fails fast while the first is held.
+/// assert!(FileRegistry::open(&dir, 0).is_err());
+/// drop(registry);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct FileRegistry {
+    local: LocalWorker,
+}
+
+impl FileRegistry {
+    /// Opens and locks the data directory `dir`; claims will hand out `worker`.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`LeaseFile::open`]: the directory is in use, or can't be created.
+    pub fn open(dir: impl AsRef<Path>, worker: u32) -> Result<FileRegistry> {
+        Ok(FileRegistry::with_file(LeaseFile::open(dir)?, worker))
+    }
+
+    /// A registry over an already opened lease file.
+    pub fn with_file(file: LeaseFile, worker: u32) -> FileRegistry {
+        FileRegistry {
+            local: LocalWorker::new("file", WorkerSource::Fixed(worker), Some(file)),
+        }
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for FileRegistry {
+    fn kind(&self) -> &'static str {
+        self.local.kind()
+    }
+
+    async fn claim(&self, _node: &NodeIdentity, range: u32) -> Result<Claim> {
+        self.local.claim(range).await
+    }
+
+    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
+        self.local.renew(claim).await
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        self.local.persist_mark(claim, mark, reported).await
+    }
+
+    async fn peers(&self, _claim: &Claim) -> Result<Vec<PeerReport>> {
+        Ok(Vec::new())
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<()> {
+        self.local.release(claim).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn records_round_trip_and_damage_is_an_error() {
+        let full = LeaseRecord {
+            worker: 7,
+            mark: Some(ts("2026-11-21T00:00:03.123456789Z")),
+            reported: Some(ts("2026-11-21T00:00:00Z")),
+        };
+        assert_eq!(LeaseRecord::parse(&full.render()), Ok(full));
+        let empty = LeaseRecord {
+            worker: 0,
+            mark: None,
+            reported: None,
+        };
+        assert_eq!(LeaseRecord::parse(&empty.render()), Ok(empty));
+
+        let text = full.render();
+        let cut = &text[..text.len() - 8];
+        let err = LeaseRecord::parse(cut).unwrap_err();
+        assert!(err.contains("cut short") || err.contains("not"), "{err}");
+        assert!(LeaseRecord::parse("").unwrap_err().contains("cut short"));
+        let bad = text.replace("worker=7", "worker=seven");
+        assert!(LeaseRecord::parse(&bad).unwrap_err().contains("\"seven\""));
+        let future = text.replace("version=1", "version=2");
+        assert!(LeaseRecord::parse(&future).unwrap_err().contains("version"));
+    }
+
+    #[test]
+    fn writes_replace_the_record_and_a_damaged_file_is_never_read_as_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = LeaseFile::open(dir.path()).unwrap();
+        assert_eq!(file.read().unwrap(), None);
+        let record = LeaseRecord {
+            worker: 1,
+            mark: Some(ts("2026-11-21T00:00:03Z")),
+            reported: None,
+        };
+        file.write(&record).unwrap();
+        assert_eq!(file.read().unwrap(), Some(record));
+        assert!(!dir.path().join(TEMP_NAME).exists());
+
+        fs::write(file.path(), "worker=1\nmark=2026-").unwrap();
+        let err = file.read().unwrap_err();
+        assert!(err.to_string().contains("is damaged"), "{err}");
+    }
+}

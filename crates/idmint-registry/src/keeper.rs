@@ -1,0 +1,1077 @@
+//! The keeper: what makes a registry-backed snowflake generator safe to run.
+//!
+//! [`WorkerKeeper::start`] claims a worker ID, checks the clock, persists a
+//! high-water mark *before* any ID may be issued, builds the generator above the
+//! worker's stored mark, and starts one background task that keeps the persisted
+//! mark ahead of the generator, renews the lease and reports the time. The task
+//! is owned by the returned [`KeeperGuard`]; the generator is reached through a
+//! [`WorkerHandle`].
+//!
+//! # Why each rule holds
+//!
+//! - **Persist, then allow.** The generator's mark is raised with
+//!   `Snowflake::advance_mark` only after `persist_mark` returned `Ok`, so every
+//!   issued ID's time is at or below a durably stored mark. A later holder of the
+//!   worker ID (this node after a restart, or another node after a takeover)
+//!   starts strictly above the stored mark, so it can't repeat an ID, whatever its
+//!   clock says. This is TiKV PD's timestamp-oracle window, applied to workers.
+//! - **Ahead of need.** The task persists `now + window` whenever the generator's
+//!   time (the later of the clock and its last issued tick) comes within
+//!   `window / 2` of the mark, and at every report. The hot path never waits for
+//!   storage under steady load; an ID that would pass the mark fails with
+//!   `MarkReached` and wakes the task at once.
+//! - **Lease fencing.** The mark never leads the generator's time by more than
+//!   the lease has left before `valid_until − margin` (measured on the monotonic
+//!   clock), so a generator that tracks its clock runs into its mark by the
+//!   fence even if this task is starved. When the fence passes without a
+//!   renewal, the mark is also pulled back with `Snowflake::retract_mark`, which
+//!   stops a generator running ahead of its clock too. If persisting fails, the
+//!   mark simply stops moving and the generator stops at the old mark by itself.
+//!   (Uniqueness never depends on the lease: a later holder starts above every
+//!   mark this node persisted, and persisting is fenced by the registry. The
+//!   lease stop keeps a node that lost its claim from issuing at all.)
+//! - **A new claim, a new generator.** When the lease is lost (the registry says
+//!   so), the claim is gone for good: someone else may have held the ID and
+//!   issued above our mark. The task claims again and builds a *new* generator
+//!   above both the new claim's stored mark and the old generator's mark (so a
+//!   handle's IDs keep increasing), then swaps it in. Callers read the current
+//!   generator once per call through an [`ArcSwap`]: a load is a few
+//!   uncontended instructions with no shared write, unlike an `RwLock` read
+//!   (an atomic read-modify-write every call, bouncing one cache line between
+//!   threads) or a `watch` channel (a lock inside). A caller still holding the old
+//!   generator gets `MarkReached` from it: it was retracted before the swap.
+//!
+//! # Time
+//!
+//! Timers use `tokio::time`, and the monotonic clock is read as
+//! `tokio::time::Instant::now()`, so tests drive leases and intervals with
+//! `tokio::time::pause()`. Generator time comes from the generator's
+//! [`Clock`]. Every registry call is bounded by [`KeeperConfig::with_call_timeout`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use idmint_core::clock::MonotonicClock;
+use idmint_core::{
+    Clock, ClockBehind, Id, IdBatch, Layout, SequenceExhausted, SequenceStart, Snowflake,
+};
+use jiff::{SignedDuration, Timestamp};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::error::{RegistryError, Result};
+use crate::registry::{Claim, Lease, NodeIdentity, WorkerRegistry};
+
+/// How the keeper runs: windows, intervals, thresholds and timeouts.
+///
+/// Builder-lite: [`KeeperConfig::new`] gives the defaults, `with_*` change one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeeperConfig {
+    window: Duration,
+    report_interval: Duration,
+    check_interval: Duration,
+    peer_skew: Duration,
+    lease_margin: Duration,
+    call_timeout: Duration,
+    max_start_wait: Duration,
+    retry_interval: Duration,
+}
+
+impl Default for KeeperConfig {
+    fn default() -> KeeperConfig {
+        KeeperConfig::new()
+    }
+}
+
+impl KeeperConfig {
+    /// The defaults: window 3 s, report every 3 s (as Leaf), check every 250 ms,
+    /// peer skew threshold 10 s (as Twitter's server), lease safety margin 1 s,
+    /// registry call timeout 2 s, start wait up to 3 s, retry every 1 s.
+    pub const fn new() -> KeeperConfig {
+        KeeperConfig {
+            window: Duration::from_secs(3),
+            report_interval: Duration::from_secs(3),
+            check_interval: Duration::from_millis(250),
+            peer_skew: Duration::from_secs(10),
+            lease_margin: Duration::from_secs(1),
+            call_timeout: Duration::from_secs(2),
+            max_start_wait: Duration::from_secs(3),
+            retry_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// How far ahead of the generator's time the mark is persisted (default 3 s).
+    /// A restart waits up to this long for the clock to pass the stored mark.
+    pub const fn with_window(mut self, window: Duration) -> KeeperConfig {
+        self.window = window;
+        self
+    }
+
+    /// How often the node reports its time (and the mark is re-persisted), default 3 s.
+    pub const fn with_report_interval(mut self, interval: Duration) -> KeeperConfig {
+        self.report_interval = interval;
+        self
+    }
+
+    /// How often the task looks at the generator's headroom (default 250 ms); keep
+    /// it well below `window / 2`.
+    pub const fn with_check_interval(mut self, interval: Duration) -> KeeperConfig {
+        self.check_interval = interval;
+        self
+    }
+
+    /// The largest allowed gap between the local clock and the mean of live
+    /// peers' reported times at claim (default 10 s).
+    pub const fn with_peer_skew_threshold(mut self, threshold: Duration) -> KeeperConfig {
+        self.peer_skew = threshold;
+        self
+    }
+
+    /// How long before the lease's end issuing stops (default 1 s). Covers the
+    /// rate difference between this node's and the registry's clocks and the
+    /// time an ID in the making takes; keep it well below the lease TTL.
+    ///
+    /// The fence is checked between registry calls, so a slow call can delay the
+    /// retraction by up to the call timeout; a generator that tracks its clock
+    /// stops at the fence by itself all the same, as its mark never leads past it.
+    pub const fn with_lease_margin(mut self, margin: Duration) -> KeeperConfig {
+        self.lease_margin = margin;
+        self
+    }
+
+    /// The bound on every registry call (default 2 s); past it the call fails
+    /// with [`RegistryError::Timeout`].
+    pub const fn with_call_timeout(mut self, timeout: Duration) -> KeeperConfig {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// How long a start (or a re-claim) waits, beyond what the generator's clock
+    /// policy absorbs, for the clock to pass the stored mark (default 3 s, one
+    /// window: a quick restart finds its own mark up to a window ahead). Further
+    /// behind, it refuses with [`RegistryError::ClockBehindMark`].
+    pub const fn with_max_start_wait(mut self, wait: Duration) -> KeeperConfig {
+        self.max_start_wait = wait;
+        self
+    }
+
+    /// How soon a failed renewal, persist or claim is tried again (default 1 s;
+    /// the check interval when that is longer).
+    pub const fn with_retry_interval(mut self, interval: Duration) -> KeeperConfig {
+        self.retry_interval = interval;
+        self
+    }
+
+    fn validate(&self, registry: &'static str) -> Result<()> {
+        let bad = |message: String| {
+            Err(RegistryError::Config {
+                registry,
+                message: format!("keeper: {message}"),
+            })
+        };
+        if self.window.is_zero() {
+            return bad("window of 0s is too short: the mark would never lead".to_owned());
+        }
+        if self.check_interval.is_zero() || self.check_interval >= self.window / 2 {
+            return bad(format!(
+                "check interval {:?} is out of range (above 0, below half the window {:?})",
+                self.check_interval, self.window
+            ));
+        }
+        for (name, d) in [
+            ("report interval", self.report_interval),
+            ("call timeout", self.call_timeout),
+            ("retry interval", self.retry_interval),
+        ] {
+            if d.is_zero() {
+                return bad(format!("{name} of 0s is out of range (above 0)"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The generator the keeper builds: layout, clock and policies.
+///
+/// The worker (and datacenter) come from the registry's claim; the start and the
+/// mark from the stored and persisted marks.
+#[derive(Debug, Clone)]
+pub struct GeneratorSettings {
+    layout: Layout,
+    clock: Arc<dyn Clock>,
+    clock_behind: ClockBehind,
+    exhausted: SequenceExhausted,
+    start: SequenceStart,
+    datacenter: Option<u32>,
+}
+
+impl GeneratorSettings {
+    /// Settings for `layout`, with the core's defaults: a [`MonotonicClock`],
+    /// `ClockBehind::Wait { max: 5 ms }`, `SequenceExhausted::Wait`, `SequenceStart::Zero`,
+    /// and worker IDs claimed across the whole node field.
+    pub fn new(layout: Layout) -> GeneratorSettings {
+        GeneratorSettings {
+            layout,
+            clock: Arc::new(MonotonicClock::new()),
+            clock_behind: ClockBehind::Wait {
+                max: Duration::from_millis(5),
+            },
+            exhausted: SequenceExhausted::Wait,
+            start: SequenceStart::Zero,
+            datacenter: None,
+        }
+    }
+
+    /// The time source.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> GeneratorSettings {
+        self.clock = clock;
+        self
+    }
+
+    /// The clock-behind policy.
+    pub fn with_clock_behind(mut self, policy: ClockBehind) -> GeneratorSettings {
+        self.clock_behind = policy;
+        self
+    }
+
+    /// The sequence-exhausted policy.
+    pub fn with_sequence_exhausted(mut self, policy: SequenceExhausted) -> GeneratorSettings {
+        self.exhausted = policy;
+        self
+    }
+
+    /// The sequence start policy.
+    pub fn with_sequence_start(mut self, start: SequenceStart) -> GeneratorSettings {
+        self.start = start;
+        self
+    }
+
+    /// Fix the datacenter part of the node field; claims then cover the worker
+    /// part only (range `0..=max_worker`). Without it, a claimed ID covers the
+    /// whole node field (range `0..workers()`), split into datacenter (high bits)
+    /// and worker (low bits).
+    pub fn with_datacenter(mut self, datacenter: u32) -> GeneratorSettings {
+        self.datacenter = Some(datacenter);
+        self
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The range claims are made in.
+    pub fn range(&self) -> u32 {
+        let n = match self.datacenter {
+            Some(_) => u64::from(self.layout.max_worker()) + 1,
+            None => self.layout.workers(),
+        };
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// (datacenter, worker) of a claimed ID.
+    fn split(&self, id: u32) -> (u32, u32) {
+        match self.datacenter {
+            Some(dc) => (dc, id),
+            None => {
+                let bits = self.layout.worker_bits();
+                let worker = if bits >= 32 {
+                    id
+                } else {
+                    id & ((1u32 << bits) - 1)
+                };
+                let dc = if bits >= 32 { 0 } else { id >> bits };
+                (dc, worker)
+            }
+        }
+    }
+
+    /// How far behind the clock may be at start for the generator itself to cope:
+    /// the `wait` bound, or the `borrow` lead. Zero for `fail`, and for
+    /// `rollback-bits` and `history`, whose reuse of earlier times must never
+    /// reach into what an earlier holder issued.
+    fn start_absorb(&self) -> Duration {
+        match self.clock_behind {
+            ClockBehind::Wait { max } => max,
+            ClockBehind::Borrow { max_lead } => max_lead,
+            _ => Duration::ZERO,
+        }
+    }
+
+    fn now(&self) -> Timestamp {
+        Timestamp::from_nanosecond(i128::from(self.clock.now_nanos())).unwrap_or(Timestamp::MIN)
+    }
+}
+
+/// The state of the worker's claim, as `/readyz` and the status page show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseState {
+    /// The claim is held (its lease valid, or the registry has no leases).
+    Held,
+    /// Renewing fails but the lease is still valid: issuing goes on within the mark.
+    Renewing,
+    /// The lease ran out (minus the margin) without a renewal: issuing stopped.
+    Expired,
+    /// The registry says the claim is gone; issuing stopped, claiming again.
+    Lost,
+    /// The keeper was shut down; issuing stopped and the claim released.
+    Stopped,
+}
+
+impl LeaseState {
+    /// The state's name, as shown in status output.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LeaseState::Held => "held",
+            LeaseState::Renewing => "renewing",
+            LeaseState::Expired => "expired",
+            LeaseState::Lost => "lost",
+            LeaseState::Stopped => "stopped",
+        }
+    }
+}
+
+/// A snapshot of the keeper's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerStatus {
+    /// The registry kind.
+    pub registry: &'static str,
+    /// The claimed ID (the whole node field, or the worker part with a fixed datacenter).
+    pub worker: u32,
+    /// The claim's state.
+    pub lease: LeaseState,
+    /// How long the lease has left (`None`: no lease).
+    pub lease_left: Option<Duration>,
+    /// What the generator may issue up to now.
+    pub mark: Option<Timestamp>,
+    /// The last mark persisted.
+    pub persisted_mark: Option<Timestamp>,
+    /// How many generators were built (1 + the re-claims that replaced it).
+    pub generation: u64,
+    /// The last registry failure, cleared by the next success.
+    pub last_error: Option<String>,
+}
+
+impl WorkerStatus {
+    /// Whether the node should take traffic: the claim is held and the last
+    /// registry call succeeded.
+    pub fn is_ready(&self) -> bool {
+        self.not_ready_reason().is_none()
+    }
+
+    /// Why the node should not take traffic, if it should not.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        match (self.lease, &self.last_error) {
+            (LeaseState::Held, None) => None,
+            (LeaseState::Held, Some(e)) => Some(format!("worker store failing: {e}")),
+            (state, Some(e)) => Some(format!(
+                "worker {} lease {}: {e}",
+                self.worker,
+                state.name()
+            )),
+            (state, None) => Some(format!("worker {} lease {}", self.worker, state.name())),
+        }
+    }
+}
+
+/// The generator in force and who it issues as.
+#[derive(Debug)]
+struct Current {
+    generator: Arc<Snowflake>,
+    worker: u32,
+}
+
+#[derive(Debug)]
+struct Shared {
+    current: ArcSwap<Current>,
+    status: Mutex<Status>,
+    /// Wakes the task early: an ID hit the mark.
+    nudge: Notify,
+    shutdown: Notify,
+    stopping: AtomicBool,
+}
+
+#[derive(Debug, Clone)]
+struct Status {
+    lease: LeaseState,
+    valid_until: Option<Instant>,
+    persisted: Option<Timestamp>,
+    generation: u64,
+    last_error: Option<String>,
+}
+
+impl Shared {
+    fn status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Where callers get IDs: always from the current generator. Cheap to clone.
+///
+/// - `next_id`/`next_ids` load the current generator once per call (no lock).
+/// - An ID that would pass the persisted mark fails with
+///   [`idmint_core::Error::MarkReached`] (transient: retry shortly) and wakes the
+///   keeper to persist further.
+#[derive(Debug, Clone)]
+pub struct WorkerHandle {
+    shared: Arc<Shared>,
+    registry: &'static str,
+}
+
+impl WorkerHandle {
+    /// The generator in force now. Don't keep it: after a re-claim it is
+    /// retracted and a new one takes its place; call this (or
+    /// [`WorkerHandle::next_id`]) per use.
+    pub fn generator(&self) -> Arc<Snowflake> {
+        self.shared.current.load().generator.clone()
+    }
+
+    /// Issues one ID from the current generator.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Snowflake::next_id`]; `MarkReached` while the mark can't be
+    /// persisted or the lease is gone.
+    #[inline]
+    pub fn next_id(&self) -> idmint_core::Result<Id> {
+        let result = self.shared.current.load().generator.next_id();
+        if let Err(idmint_core::Error::MarkReached { .. }) = &result {
+            self.shared.nudge.notify_one();
+        }
+        result
+    }
+
+    /// Issues `n` IDs from the current generator.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Snowflake::next_ids`].
+    pub fn next_ids(&self, n: u64) -> idmint_core::Result<IdBatch> {
+        let result = self.shared.current.load().generator.next_ids(n);
+        if let Err(idmint_core::Error::MarkReached { .. }) = &result {
+            self.shared.nudge.notify_one();
+        }
+        result
+    }
+
+    /// The claimed ID the current generator issues as.
+    pub fn worker(&self) -> u32 {
+        self.shared.current.load().worker
+    }
+
+    /// A snapshot of the claim, the marks and the last error.
+    pub fn status(&self) -> WorkerStatus {
+        let current = self.shared.current.load();
+        let s = self.shared.status().clone();
+        let now = tokio::time::Instant::now().into_std();
+        WorkerStatus {
+            registry: self.registry,
+            worker: current.worker,
+            lease: s.lease,
+            lease_left: s.valid_until.map(|v| v.saturating_duration_since(now)),
+            mark: current.generator.mark(),
+            persisted_mark: s.persisted,
+            generation: s.generation,
+            last_error: s.last_error,
+        }
+    }
+}
+
+/// Owns the keeper's background task. Dropping it stops issuing at once and lets
+/// the task persist a final report and release the claim in the background;
+/// [`KeeperGuard::shutdown`] does the same and waits for it.
+#[derive(Debug)]
+pub struct KeeperGuard {
+    handle: WorkerHandle,
+    task: Option<JoinHandle<()>>,
+}
+
+impl KeeperGuard {
+    /// The handle callers get IDs from.
+    pub fn handle(&self) -> &WorkerHandle {
+        &self.handle
+    }
+
+    /// Stops issuing, persists a final report, releases the claim, and waits for
+    /// the task to end.
+    pub async fn shutdown(mut self) {
+        self.signal_stop();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    fn signal_stop(&self) {
+        let shared = &self.handle.shared;
+        shared.current.load().generator.retract_mark(Timestamp::MIN);
+        shared.stopping.store(true, Ordering::Release);
+        shared.shutdown.notify_one();
+    }
+}
+
+impl Drop for KeeperGuard {
+    fn drop(&mut self) {
+        if self.task.is_some() {
+            self.signal_stop();
+        }
+    }
+}
+
+/// Starts registry-backed generators; see the [module docs](self).
+#[derive(Debug)]
+pub struct WorkerKeeper;
+
+impl WorkerKeeper {
+    /// Claims a worker ID from `registry`, checks the clock, persists the first
+    /// mark, builds the generator, and starts the background task.
+    ///
+    /// Returns only once an ID can be issued: the mark is persisted.
+    ///
+    /// # Errors
+    ///
+    /// - The registry's errors (exhausted, timeout, backend, config), each call
+    ///   bounded by the call timeout.
+    /// - [`RegistryError::ClockBehindMark`] when the clock is behind the worker's
+    ///   stored mark by more than the clock policy absorbs plus the start wait.
+    /// - [`RegistryError::ClockSkew`] when the clock is off from the mean of live
+    ///   peers' reported times by more than the threshold.
+    /// - [`RegistryError::Core`] when the generator can't be built.
+    ///
+    /// The claim is released again on every error after it was made.
+    pub async fn start(
+        registry: Arc<dyn WorkerRegistry>,
+        node: NodeIdentity,
+        settings: GeneratorSettings,
+        config: KeeperConfig,
+    ) -> Result<KeeperGuard> {
+        config.validate(registry.kind())?;
+        let ctx = Ctx {
+            registry,
+            node,
+            settings,
+            config,
+        };
+        let claim = ctx.claim().await?;
+        let established = ctx.establish(&claim, None).await;
+        let est = match established {
+            Ok(est) => est,
+            Err(e) => {
+                ctx.release_quietly(&claim).await;
+                return Err(e);
+            }
+        };
+        let shared = Arc::new(Shared {
+            current: ArcSwap::from_pointee(Current {
+                generator: est.generator.clone(),
+                worker: claim.worker,
+            }),
+            status: Mutex::new(Status {
+                lease: LeaseState::Held,
+                valid_until: claim.lease.map(|l| l.valid_until),
+                persisted: Some(est.persisted),
+                generation: 1,
+                last_error: None,
+            }),
+            nudge: Notify::new(),
+            shutdown: Notify::new(),
+            stopping: AtomicBool::new(false),
+        });
+        let handle = WorkerHandle {
+            shared: shared.clone(),
+            registry: ctx.registry.kind(),
+        };
+        let now = mono_now();
+        let task = Task {
+            next_renew: claim.lease.map(|l| now + renew_every(&l)),
+            lease: claim.lease,
+            claim: Some(claim),
+            generator: est.generator,
+            persisted: est.persisted,
+            next_report: now + ctx.config.report_interval,
+            retry_at: now,
+            shared,
+            ctx,
+        };
+        Ok(KeeperGuard {
+            handle,
+            task: Some(tokio::spawn(task.run())),
+        })
+    }
+}
+
+/// What the keeper's start and re-claims share.
+#[derive(Debug)]
+struct Ctx {
+    registry: Arc<dyn WorkerRegistry>,
+    node: NodeIdentity,
+    settings: GeneratorSettings,
+    config: KeeperConfig,
+}
+
+struct Established {
+    generator: Arc<Snowflake>,
+    persisted: Timestamp,
+}
+
+fn mono_now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+fn renew_every(lease: &Lease) -> Duration {
+    (lease.ttl / 3).max(Duration::from_millis(1))
+}
+
+fn add(t: Timestamp, d: Duration) -> Timestamp {
+    SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| t.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
+}
+
+fn since(later: Timestamp, earlier: Timestamp) -> Duration {
+    Duration::try_from(later.duration_since(earlier)).unwrap_or(Duration::ZERO)
+}
+
+impl Ctx {
+    fn kind(&self) -> &'static str {
+        self.registry.kind()
+    }
+
+    /// Runs a registry call under the call timeout.
+    async fn call<T>(
+        &self,
+        operation: &'static str,
+        fut: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.config.call_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(RegistryError::Timeout {
+                registry: self.kind(),
+                operation,
+                after: self.config.call_timeout,
+            }),
+        }
+    }
+
+    async fn claim(&self) -> Result<Claim> {
+        let range = self.settings.range();
+        self.call("claim", self.registry.claim(&self.node, range))
+            .await
+    }
+
+    async fn release_quietly(&self, claim: &Claim) {
+        if let Err(e) = self.call("release", self.registry.release(claim)).await {
+            tracing::warn!(worker = claim.worker, error = %e, "releasing the worker claim failed");
+        }
+    }
+
+    /// How far the mark may lead the generator's time: the window, and no more
+    /// than the lease has left before its end minus the margin (on the monotonic
+    /// clock). A generator that tracks its clock therefore reaches the mark, and
+    /// stops by itself, by the time the lease's fence passes, even if this task
+    /// is starved; one that runs ahead of its clock (borrowing) keeps its lead.
+    fn lead(&self, lease: Option<&Lease>) -> Duration {
+        let left = lease.map(|l| {
+            l.valid_until
+                .checked_sub(self.config.lease_margin)
+                .map_or(Duration::ZERO, |end| {
+                    end.saturating_duration_since(mono_now())
+                })
+        });
+        left.map_or(self.config.window, |left| left.min(self.config.window))
+    }
+
+    /// Clock checks, first persist, generator: everything between a claim and
+    /// the first ID. `floor` is a mark the new generator must also start above
+    /// (the previous generator's, on a re-claim).
+    async fn establish(&self, claim: &Claim, floor: Option<Timestamp>) -> Result<Established> {
+        let floor = claim.stored_mark.max(floor);
+        let absorb = self.settings.start_absorb();
+        let allowed = absorb + self.config.max_start_wait;
+        let mut now = self.settings.now();
+        if let Some(mark) = floor {
+            let deadline = tokio::time::Instant::now() + self.config.max_start_wait;
+            // Wait (asynchronously) for the clock to come within what the policy absorbs.
+            while now < mark && since(mark, now) > absorb {
+                let behind = since(mark, now);
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if behind > allowed || left.is_zero() {
+                    return Err(RegistryError::ClockBehindMark {
+                        worker: claim.worker,
+                        now,
+                        mark,
+                        behind,
+                        allowed,
+                    });
+                }
+                tokio::time::sleep((behind - absorb).min(left)).await;
+                now = self.settings.now();
+            }
+        }
+        let peers = self.call("peers", self.registry.peers(claim)).await?;
+        if !peers.is_empty() {
+            let sum: i128 = peers.iter().map(|p| p.reported.as_nanosecond()).sum();
+            let mean = sum / peers.len() as i128;
+            let offset_ns = now.as_nanosecond() - mean;
+            if offset_ns.unsigned_abs() > self.config.peer_skew.as_nanos() {
+                return Err(RegistryError::ClockSkew {
+                    offset_ms: i64::try_from(offset_ns / 1_000_000).unwrap_or(i64::MAX),
+                    peers: peers.len(),
+                    threshold: self.config.peer_skew,
+                });
+            }
+        }
+        let base = floor.map_or(now, |f| f.max(now));
+        let lead = self.lead(claim.lease.as_ref());
+        let target = add(base, lead);
+        if lead.is_zero() {
+            return Err(RegistryError::LeaseLost {
+                registry: self.kind(),
+                worker: claim.worker,
+                reason: format!(
+                    "the lease (ttl {:?}) leaves no time before its end minus the \
+                     safety margin; use a longer lease or a smaller margin",
+                    claim.lease.map(|l| l.ttl).unwrap_or_default()
+                ),
+            });
+        }
+        self.call(
+            "persist mark",
+            self.registry.persist_mark(claim, target, now),
+        )
+        .await?;
+        let (datacenter, worker) = self.settings.split(claim.worker);
+        let s = &self.settings;
+        let mut builder = Snowflake::builder(s.layout)
+            .with_datacenter(datacenter)
+            .with_worker(worker)
+            .with_clock(s.clock.clone())
+            .with_clock_behind(s.clock_behind)
+            .with_sequence_exhausted(s.exhausted)
+            .with_sequence_start(s.start)
+            .with_mark(target);
+        if let Some(floor) = floor {
+            builder = builder.with_start_after(floor);
+        }
+        Ok(Established {
+            generator: Arc::new(builder.build()?),
+            persisted: target,
+        })
+    }
+}
+
+/// The background task's state.
+struct Task {
+    ctx: Ctx,
+    shared: Arc<Shared>,
+    /// `None` while lost and claiming again.
+    claim: Option<Claim>,
+    lease: Option<Lease>,
+    generator: Arc<Snowflake>,
+    persisted: Timestamp,
+    next_renew: Option<Instant>,
+    next_report: Instant,
+    /// After a failed persist or claim, no new attempt before this (nudges from
+    /// callers hitting the mark must not hammer a failing registry).
+    retry_at: Instant,
+}
+
+impl Task {
+    async fn run(mut self) {
+        loop {
+            if self.shared.stopping.load(Ordering::Acquire) {
+                break;
+            }
+            let wake = tokio::time::Instant::from_std(self.next_wake());
+            tokio::select! {
+                _ = self.shared.shutdown.notified() => break,
+                _ = self.shared.nudge.notified() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+            if self.shared.stopping.load(Ordering::Acquire) {
+                break;
+            }
+            self.step().await;
+        }
+        self.finish().await;
+    }
+
+    fn next_wake(&self) -> Instant {
+        let now = mono_now();
+        let mut wake = now + self.ctx.config.check_interval;
+        if self.claim.is_none() {
+            wake = self.retry_at.max(now);
+        }
+        if let Some(r) = self.next_renew {
+            wake = wake.min(r);
+        }
+        if let Some(fence) = self
+            .lease
+            .and_then(|l| l.valid_until.checked_sub(self.ctx.config.lease_margin))
+        {
+            if fence > now {
+                wake = wake.min(fence);
+            }
+        }
+        wake.max(now)
+    }
+
+    fn set_error(&self, e: &RegistryError) {
+        tracing::warn!(registry = self.ctx.kind(), error = %e, "worker keeper");
+        self.shared.status().last_error = Some(e.to_string());
+    }
+
+    fn set_state(&self, state: LeaseState) {
+        let mut s = self.shared.status();
+        s.lease = state;
+        s.valid_until = self.lease.map(|l| l.valid_until);
+    }
+
+    fn retry_after(&self) -> Duration {
+        self.ctx
+            .config
+            .retry_interval
+            .max(self.ctx.config.check_interval)
+    }
+
+    async fn step(&mut self) {
+        let mono = mono_now();
+        let Some(claim) = self.claim.clone() else {
+            if mono >= self.retry_at {
+                self.reclaim().await;
+            }
+            return;
+        };
+
+        // Fence: the lease ran out (minus the margin) without a renewal.
+        let expired = self.lease.is_some_and(|l| {
+            l.valid_until
+                .checked_sub(self.ctx.config.lease_margin)
+                .is_none_or(|f| mono >= f)
+        });
+        if expired {
+            self.generator.retract_mark(Timestamp::MIN);
+            if self.shared.status().lease != LeaseState::Expired {
+                tracing::warn!(
+                    worker = claim.worker,
+                    "worker lease ran out: issuing stopped"
+                );
+            }
+            self.set_state(LeaseState::Expired);
+        }
+
+        if self.next_renew.is_some_and(|r| mono >= r) || expired {
+            match self
+                .ctx
+                .call("renew", self.ctx.registry.renew(&claim))
+                .await
+            {
+                Ok(lease) => {
+                    self.lease = lease;
+                    self.next_renew = lease.map(|l| mono + renew_every(&l));
+                    self.set_state(LeaseState::Held);
+                    self.shared.status().last_error = None;
+                    // Resumed after an expiry: the claim was never lost, so the
+                    // same generator goes on once the mark is persisted again.
+                }
+                Err(e @ RegistryError::LeaseLost { .. }) => {
+                    self.set_error(&e);
+                    self.lose();
+                    return;
+                }
+                Err(e) => {
+                    self.set_error(&e);
+                    self.next_renew = Some(mono + self.retry_after());
+                    if !expired {
+                        self.set_state(LeaseState::Renewing);
+                    }
+                    if expired {
+                        return;
+                    }
+                }
+            }
+        }
+
+        // Keep the mark ahead.
+        let now = self.ctx.settings.now();
+        let ahead = now.max(self.generator.last_tick_time());
+        let mark = self.generator.mark().unwrap_or(Timestamp::MIN);
+        let report_due = mono >= self.next_report;
+        let low = mark < add(ahead, self.ctx.config.window / 2);
+        if !(report_due || low) || mono < self.retry_at {
+            return;
+        }
+        let target = add(ahead, self.ctx.lead(self.lease.as_ref()));
+        let persist = target.max(self.persisted);
+        match self
+            .ctx
+            .call(
+                "persist mark",
+                self.ctx.registry.persist_mark(&claim, persist, now),
+            )
+            .await
+        {
+            Ok(()) => {
+                self.persisted = persist;
+                self.generator.advance_mark(target);
+                self.next_report = mono + self.ctx.config.report_interval;
+                let mut s = self.shared.status();
+                s.persisted = Some(persist);
+                s.last_error = None;
+            }
+            Err(e @ RegistryError::LeaseLost { .. }) => {
+                self.set_error(&e);
+                self.lose();
+            }
+            Err(e) => {
+                // The mark stays where it is; the generator stops there by itself.
+                self.set_error(&e);
+                self.retry_at = mono + self.retry_after();
+            }
+        }
+    }
+
+    /// The registry says the claim is gone: stop issuing, claim again next.
+    fn lose(&mut self) {
+        self.generator.retract_mark(Timestamp::MIN);
+        self.claim = None;
+        self.lease = None;
+        self.next_renew = None;
+        self.retry_at = mono_now() + self.retry_after();
+        self.set_state(LeaseState::Lost);
+    }
+
+    /// Claims again and swaps in a new generator above both the new stored mark
+    /// and everything the old generator could have issued.
+    async fn reclaim(&mut self) {
+        let claim = match self.ctx.claim().await {
+            Ok(claim) => claim,
+            Err(e) => {
+                self.set_error(&e);
+                self.retry_at = mono_now() + self.retry_after();
+                return;
+            }
+        };
+        let floor = Some(self.persisted);
+        match self.ctx.establish(&claim, floor).await {
+            Ok(est) => {
+                self.generator = est.generator.clone();
+                self.persisted = est.persisted;
+                let mono = mono_now();
+                self.lease = claim.lease;
+                self.next_renew = claim.lease.map(|l| mono + renew_every(&l));
+                self.next_report = mono + self.ctx.config.report_interval;
+                self.shared.current.store(Arc::new(Current {
+                    generator: est.generator,
+                    worker: claim.worker,
+                }));
+                tracing::info!(
+                    worker = claim.worker,
+                    "worker claimed again; new generator in force"
+                );
+                self.claim = Some(claim);
+                self.set_state(LeaseState::Held);
+                let mut s = self.shared.status();
+                s.persisted = Some(est.persisted);
+                s.generation += 1;
+                s.last_error = None;
+            }
+            Err(e) => {
+                self.set_error(&e);
+                self.ctx.release_quietly(&claim).await;
+                self.retry_at = mono_now() + self.retry_after();
+            }
+        }
+    }
+
+    /// Stop issuing, report a last time, release.
+    async fn finish(mut self) {
+        self.generator.retract_mark(Timestamp::MIN);
+        if let Some(claim) = self.claim.take() {
+            let now = self.ctx.settings.now();
+            if let Err(e) = self
+                .ctx
+                .call(
+                    "persist mark",
+                    self.ctx.registry.persist_mark(&claim, self.persisted, now),
+                )
+                .await
+            {
+                self.set_error(&e);
+            }
+            self.ctx.release_quietly(&claim).await;
+        }
+        self.lease = None;
+        self.set_state(LeaseState::Stopped);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_is_validated() {
+        assert!(KeeperConfig::new().validate("file").is_ok());
+        let err = KeeperConfig::new()
+            .with_check_interval(Duration::from_secs(2))
+            .validate("file")
+            .unwrap_err();
+        assert!(err.to_string().contains("check interval 2s"), "{err}");
+        let err = KeeperConfig::new()
+            .with_window(Duration::ZERO)
+            .validate("sql")
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with("sql registry: keeper: window"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn claimed_ids_split_into_datacenter_and_worker() {
+        let s = GeneratorSettings::new(Layout::TWITTER);
+        assert_eq!(s.range(), 1024);
+        assert_eq!(s.split(0b00011_00101), (3, 5));
+        let s = s.with_datacenter(2);
+        assert_eq!(s.range(), 32);
+        assert_eq!(s.split(7), (2, 7));
+        assert_eq!(GeneratorSettings::new(Layout::LEAF).split(1000), (0, 1000));
+    }
+
+    #[test]
+    fn only_wait_and_borrow_absorb_a_clock_behind_the_stored_mark() {
+        let s = GeneratorSettings::new(Layout::LEAF);
+        assert_eq!(s.start_absorb(), Duration::from_millis(5));
+        let s = s.with_clock_behind(ClockBehind::History { ticks: 8 });
+        assert_eq!(s.start_absorb(), Duration::ZERO);
+        let s = s.with_clock_behind(ClockBehind::Borrow {
+            max_lead: Duration::from_secs(3),
+        });
+        assert_eq!(s.start_absorb(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn status_says_why_it_is_not_ready() {
+        let mut st = WorkerStatus {
+            registry: "file",
+            worker: 3,
+            lease: LeaseState::Held,
+            lease_left: None,
+            mark: None,
+            persisted_mark: None,
+            generation: 1,
+            last_error: None,
+        };
+        assert!(st.is_ready());
+        st.lease = LeaseState::Expired;
+        assert_eq!(st.not_ready_reason().unwrap(), "worker 3 lease expired");
+        st.lease = LeaseState::Held;
+        st.last_error = Some("boom".into());
+        assert_eq!(st.not_ready_reason().unwrap(), "worker store failing: boom");
+    }
+}

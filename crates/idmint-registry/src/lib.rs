@@ -1,0 +1,28 @@
+//! Worker-ID registries and high-water-mark persistence for idmint.
+//!
+//! A snowflake generator is safe only while no other generator uses its worker ID
+//! and it never issues below what it issued before a restart. This crate gives
+//! both: a [`WorkerRegistry`] hands out worker IDs (with leases where the backend
+//! has them) and stores each worker's high-water mark, and a [`WorkerKeeper`]
+//! persists the mark ahead of the generator and fences it when the
+//! lease or the store is lost.
+//!
+//! The generators themselves live in `idmint-core` and do no I/O; this crate
+//! talks to them only through `advance_mark` and `with_start_after`.
+
+#![deny(missing_docs)]
+
+mod error;
+pub mod file;
+pub mod fixed;
+pub mod keeper;
+pub mod redis_registry;
+mod registry;
+pub mod sql;
+
+pub use error::{RegistryError, Result};
+pub use keeper::{
+    GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, WorkerHandle, WorkerKeeper,
+    WorkerStatus,
+};
+pub use registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};

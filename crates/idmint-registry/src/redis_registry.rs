@@ -1,0 +1,729 @@
+//! The `redis` worker registry: worker-ID leases as `SET NX PX` keys, fenced
+//! high-water marks, and peers' reported times, all on one Redis.
+//!
+//! This is katsubushi's and Yitter's scheme made safe. Both hold a worker ID with
+//! a key set `NX` with an expiry; Yitter renews it by `GET` then `SET`, which is
+//! racy: between the two calls the key can expire and another node can claim the
+//! ID, and the renewing node then overwrites the new holder's lease. Here every
+//! step that depends on who holds the ID runs inside one Lua script, which Redis
+//! executes atomically (no other command runs between its reads and its writes).
+//!
+//! # Keys
+//!
+//! Under a prefix (default `idmint:{default}:`, or `idmint:{<cluster>}:` with
+//! [`RedisConfig::with_cluster`]; the braces are a Redis Cluster hash tag that
+//! keeps all of a cluster's keys in one slot):
+//! - `worker:<id>`: the lease. Holds the claim's random token, expires after the
+//!   lease TTL unless renewed.
+//! - `mark:<id>`: the worker's high-water mark in Unix milliseconds (rounded up,
+//!   so it never understates what was promised). It never expires, so it outlives
+//!   every holder; it is raised only by a script that first checks the lease
+//!   token, so a node that lost its lease can never raise it.
+//! - `reported`: a hash from worker ID to that worker's last reported time in
+//!   Unix milliseconds. An entry counts as live only while the worker's lease key
+//!   exists; stale entries are removed when peers are listed, when a worker is
+//!   claimed and when it is released.
+//!
+//! # Scripts, and why each is atomic
+//!
+//! - **claim**: tries `SET worker:<id> token NX PX ttl` for up to
+//!   [`CLAIM_WINDOW`] consecutive IDs from a random start, and on the first
+//!   success reads `mark:<id>` and clears the old `reported` entry. One script
+//!   per window: one round trip, and the count of held IDs it returns is exact for
+//!   that window (so a range of at most `CLAIM_WINDOW` IDs reports exhaustion
+//!   exactly). Windows bound how long one script blocks Redis when the range is
+//!   huge (baidu's layout has 2^22 workers). The random start spreads concurrent
+//!   claimers over the range so they rarely contend for the same IDs.
+//! - **renew**: `PEXPIRE` only if the lease key still holds our token.
+//! - **persist**: raises `mark:<id>` only if the lease key holds our token and the
+//!   new mark is higher, and records the reported time.
+//! - **release**: `DEL` only if the lease key holds our token; the mark stays.
+//! - **peers**: reads the `reported` hash and keeps the entries whose lease key
+//!   exists.
+//!
+//! # Limits: what a Redis lease can and cannot promise
+//!
+//! - **Failover can lose a lease.** Redis replicates asynchronously: if the
+//!   primary fails after granting or renewing a lease but before a replica got
+//!   it, the promoted replica does not know the lease and can grant the worker ID
+//!   to a second node while the first still issues. A Redis restart without
+//!   persistence loses every lease the same way.
+//! - **The mark protects only if it survives.** A new holder starts above the
+//!   stored mark, which is what keeps its IDs apart from a previous holder's; if
+//!   the `mark:<id>` key is lost (no persistence, or a failover that drops recent
+//!   writes) that protection is gone too, and two holders of one worker ID can
+//!   issue the same IDs.
+//! - **Redis's clock decides expiry.** Redis expires keys by its own wall clock;
+//!   a step forward on the Redis host ends leases early, before the holder's
+//!   monotonic `valid_until`.
+//! - **Not for Redis Cluster.** The scripts build key names at run time instead
+//!   of declaring them, which Redis Cluster does not guarantee to support (all
+//!   keys do share one hash slot through the prefix's hash tag).
+//!
+//! For the usual deployments this is a good trade; for strict guarantees run Redis
+//! with `appendonly yes` and `appendfsync always` on a single primary, or use a
+//! CP store (the `etcd` registry, or ZooKeeper) where a lease survives failover.
+//!
+//! # References
+//! - Redis: [distributed locks](https://redis.io/docs/latest/develop/use/patterns/distributed-locks/)
+//!   (`SET NX PX` with a random value, release by script).
+//! - katsubushi and Yitter's IdGenerator: the worker-ID-by-Redis-key schemes this
+//!   module follows and fixes.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use redis::aio::MultiplexedConnection;
+use redis::{RedisResult, Script};
+use tokio::sync::Mutex;
+
+use crate::error::{RegistryError, Result};
+use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+
+/// The registry kind, as in config and in errors.
+const KIND: &str = "redis";
+
+/// The most worker IDs one claim script tries: it bounds how long the script
+/// blocks Redis (a script runs alone) when a layout has millions of worker IDs.
+/// A range no larger than this is claimed in one atomic round trip.
+pub const CLAIM_WINDOW: u32 = 1024;
+
+/// Claim: `SET NX PX` over a window of IDs; on success read the mark and drop
+/// the previous holder's report. Returns `{1, id, mark or ''}` or `{0, held, ''}`.
+const CLAIM_LUA: &str = r"
+local prefix = ARGV[1]
+local start = tonumber(ARGV[2])
+local count = tonumber(ARGV[3])
+local range = tonumber(ARGV[4])
+local held = 0
+for i = 0, count - 1 do
+  local id = (start + i) % range
+  if redis.call('SET', prefix .. 'worker:' .. id, ARGV[5], 'NX', 'PX', ARGV[6]) then
+    local mark = redis.call('GET', prefix .. 'mark:' .. id)
+    redis.call('HDEL', prefix .. 'reported', tostring(id))
+    return {1, id, mark or ''}
+  end
+  held = held + 1
+end
+return {0, held, ''}
+";
+
+/// Renew: `PEXPIRE` only while the lease holds our token.
+/// Returns 1 renewed, 0 expired, -1 held by another token.
+const RENEW_LUA: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+elseif holder then
+  return -1
+end
+return 0
+";
+
+/// Persist: only while the lease holds our token; the mark only rises.
+/// KEYS: lease, mark, reported hash. ARGV: token, mark ms, reported ms, worker.
+/// Returns 1 done, 0 expired, -1 held by another token.
+const PERSIST_LUA: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] then
+  if holder then return -1 end
+  return 0
+end
+local old = redis.call('GET', KEYS[2])
+if (not old) or tonumber(ARGV[2]) > tonumber(old) then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+redis.call('HSET', KEYS[3], ARGV[4], ARGV[3])
+return 1
+";
+
+/// Release: `DEL` only while the lease holds our token; the mark stays.
+/// Returns 1 released, 0 expired, -1 held by another token.
+const RELEASE_LUA: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('HDEL', KEYS[2], ARGV[2])
+  return 1
+elseif holder then
+  return -1
+end
+return 0
+";
+
+/// Peers: the reported times of workers whose lease key exists; drops the rest.
+/// Returns a flat list `id, ms, id, ms, ...`.
+const PEERS_LUA: &str = r"
+local all = redis.call('HGETALL', KEYS[1])
+local out = {}
+for i = 1, #all, 2 do
+  if redis.call('EXISTS', ARGV[1] .. 'worker:' .. all[i]) == 1 then
+    out[#out + 1] = all[i]
+    out[#out + 1] = all[i + 1]
+  else
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+return out
+";
+
+/// Configuration of a [`RedisRegistry`] (builder-lite: [`RedisConfig::new`] plus
+/// `with_*` setters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    prefix: Cow<'static, str>,
+    lease_ttl: Duration,
+    timeout: Duration,
+}
+
+impl RedisConfig {
+    /// The key prefix used unless set: cluster `default`.
+    pub const DEFAULT_PREFIX: &'static str = "idmint:{default}:";
+    /// The lease time to live used unless set.
+    pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+    /// The timeout of each remote call used unless set.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+    /// The defaults: prefix [`Self::DEFAULT_PREFIX`], lease TTL 10 s, timeout 2 s.
+    pub const fn new() -> Self {
+        RedisConfig {
+            prefix: Cow::Borrowed(Self::DEFAULT_PREFIX),
+            lease_ttl: Self::DEFAULT_LEASE_TTL,
+            timeout: Self::DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Keys go under `idmint:{<cluster>}:`, so several idmint clusters can share
+    /// one Redis.
+    #[must_use]
+    pub fn with_cluster(mut self, cluster: &str) -> Self {
+        self.prefix = Cow::Owned(format!("idmint:{{{cluster}}}:"));
+        self
+    }
+
+    /// Keys go under exactly `prefix` (tests use a unique one each).
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Cow::Owned(prefix.into());
+        self
+    }
+
+    /// How long a lease lives unless renewed (whole milliseconds, at least 1 ms).
+    #[must_use]
+    pub const fn with_lease_ttl(mut self, lease_ttl: Duration) -> Self {
+        self.lease_ttl = lease_ttl;
+        self
+    }
+
+    /// How long each remote call (connecting included) may take before it fails
+    /// with [`RegistryError::Timeout`].
+    #[must_use]
+    pub const fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The lease time to live.
+    pub const fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    /// The timeout of each remote call.
+    pub const fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.prefix.is_empty() {
+            return Err(config_error("the key prefix is empty".to_owned()));
+        }
+        if self.lease_ttl.as_millis() == 0 {
+            return Err(config_error(format!(
+                "lease ttl {:?} is shorter than 1 ms",
+                self.lease_ttl
+            )));
+        }
+        if self.timeout.is_zero() {
+            return Err(config_error("timeout is zero".to_owned()));
+        }
+        Ok(())
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A [`WorkerRegistry`] on one Redis server (or a primary with replicas; see the
+/// module docs for what failover does to leases).
+///
+/// - **Exclusive** while the lease key lives: claims use `SET NX PX`, and every
+///   later step checks the claim's random token inside a script.
+/// - **Leases** last [`RedisConfig::lease_ttl`] from Redis receiving the request;
+///   [`Lease::valid_until`] is measured from before the request was sent, so it
+///   ends no later than Redis's expiry (given Redis's clock does not jump).
+/// - **Bounded**: every call, connecting again after a lost connection included,
+///   fails with [`RegistryError::Timeout`] after [`RedisConfig::timeout`].
+/// - **Thread-safe**: share it behind an `Arc`; calls are multiplexed on one
+///   connection.
+/// - **No hidden I/O**: only [`RedisRegistry::connect`] and the trait's methods
+///   talk to Redis. A connection lost to an error or a timeout is opened again
+///   by the next call, within that call's timeout.
+///
+/// # Examples
+///
+/// ```no_run
+/// use idmint_registry::redis_registry::{RedisConfig, RedisRegistry};
+/// use idmint_registry::{NodeIdentity, WorkerRegistry};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = RedisConfig::new().with_cluster("orders");
+/// let registry = RedisRegistry::connect("redis://127.0.0.1:6379/", config).await?;
+/// let node = NodeIdentity { host: "web-1".into(), address: "10.0.0.7".into(), port: 8080 };
+/// let claim = registry.claim(&node, 1024).await?;
+/// println!("worker {}, start above {:?}", claim.worker, claim.stored_mark);
+/// registry.release(&claim).await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisRegistry {
+    client: redis::Client,
+    /// The shared multiplexed connection; `None` after it failed, until the next
+    /// call opens a new one. A `tokio` mutex because connecting awaits under it,
+    /// so concurrent callers share one new connection instead of racing.
+    conn: Mutex<Option<MultiplexedConnection>>,
+    config: RedisConfig,
+    claim_script: Script,
+    renew_script: Script,
+    persist_script: Script,
+    release_script: Script,
+    peers_script: Script,
+}
+
+impl fmt::Debug for RedisRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The address only: the connection info may carry a password.
+        f.debug_struct("RedisRegistry")
+            .field(
+                "addr",
+                &self.client.get_connection_info().addr().to_string(),
+            )
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisRegistry {
+    /// Connects to the Redis at `url` (`redis://[user:password@]host:port/[db]`)
+    /// and checks it answers `PING`.
+    ///
+    /// # Errors
+    /// - [`RegistryError::Config`] for a malformed URL or configuration.
+    /// - [`RegistryError::Timeout`] when Redis does not answer within the timeout.
+    /// - [`RegistryError::Backend`] when the connection is refused or fails.
+    pub async fn connect(url: &str, config: RedisConfig) -> Result<Self> {
+        config.validate()?;
+        let client = redis::Client::open(url)
+            .map_err(|e| config_error(format!("invalid redis url: {e}")))?;
+        let registry = RedisRegistry {
+            client,
+            conn: Mutex::new(None),
+            config,
+            claim_script: Script::new(CLAIM_LUA),
+            renew_script: Script::new(RENEW_LUA),
+            persist_script: Script::new(PERSIST_LUA),
+            release_script: Script::new(RELEASE_LUA),
+            peers_script: Script::new(PEERS_LUA),
+        };
+        registry
+            .call("connect", |mut conn| async move {
+                redis::cmd("PING").query_async::<String>(&mut conn).await
+            })
+            .await?;
+        Ok(registry)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    /// The high-water mark stored for `worker`, whoever holds it (for listings
+    /// and checks; a claim returns it too).
+    ///
+    /// # Errors
+    /// [`RegistryError::Timeout`] or [`RegistryError::Backend`] when Redis fails.
+    pub async fn stored_mark(&self, worker: u32) -> Result<Option<Timestamp>> {
+        let key = self.key("mark:", worker);
+        let raw: Option<String> = self
+            .call("read mark", |mut conn| async move {
+                redis::cmd("GET").arg(&key).query_async(&mut conn).await
+            })
+            .await?;
+        raw.map(|ms| parse_ms("read mark", worker, &ms)).transpose()
+    }
+
+    fn key(&self, kind: &str, worker: u32) -> String {
+        format!("{}{kind}{worker}", self.config.prefix)
+    }
+
+    /// Runs `op` on the shared connection (opening one if needed) within the
+    /// timeout, mapping failures to typed errors. A connection that failed or
+    /// timed out is dropped so the next call starts afresh.
+    async fn call<T, F, Fut>(&self, operation: &'static str, op: F) -> Result<T>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let attempt = async {
+            let conn = self.connection().await?;
+            let result = op(conn).await;
+            let broken = result.as_ref().err().is_some_and(|e| {
+                e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
+            });
+            if broken {
+                *self.conn.lock().await = None;
+            }
+            result
+        };
+        match tokio::time::timeout(self.config.timeout, attempt).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(RegistryError::Backend {
+                registry: KIND,
+                operation,
+                message: e.to_string(),
+            }),
+            Err(_elapsed) => {
+                // A connection that hangs stays hung; start over next time.
+                // `try_lock`: if someone is connecting right now, let them.
+                if let Ok(mut slot) = self.conn.try_lock() {
+                    *slot = None;
+                }
+                Err(RegistryError::Timeout {
+                    registry: KIND,
+                    operation,
+                    after: self.config.timeout,
+                })
+            }
+        }
+    }
+
+    async fn connection(&self) -> RedisResult<MultiplexedConnection> {
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.as_ref() {
+            return Ok(conn.clone());
+        }
+        let conn = self.client.get_multiplexed_async_connection().await?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn lease_lost(&self, worker: u32, code: i64, doing: &str) -> RegistryError {
+        let reason = if code < 0 {
+            format!("{doing}: worker {worker} is held by another node's lease")
+        } else {
+            format!("{doing}: the lease on worker {worker} expired")
+        };
+        RegistryError::LeaseLost {
+            registry: KIND,
+            worker,
+            reason,
+        }
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for RedisRegistry {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+        if range == 0 {
+            return Err(config_error(
+                "worker range 0..0 has no worker IDs".to_owned(),
+            ));
+        }
+        let token = format!(
+            "{}:{}/{}/{:016x}{:016x}",
+            node.host,
+            node.port,
+            std::process::id(),
+            random_u64(),
+            random_u64()
+        );
+        let ttl_ms = ttl_ms(self.config.lease_ttl);
+        let start = u32::try_from(random_u64() % u64::from(range)).expect("below a u32 range");
+        let mut in_use = 0u64;
+        let mut covered = 0u32;
+        while covered < range {
+            let count = CLAIM_WINDOW.min(range - covered);
+            let window_start = (u64::from(start) + u64::from(covered)) % u64::from(range);
+            // Taken before the request: the lease ends no later than Redis's expiry.
+            let before = Instant::now();
+            let (won, value, mark): (i64, i64, String) = self
+                .call("claim", |mut conn| {
+                    let mut invocation = self.claim_script.prepare_invoke();
+                    invocation
+                        .arg(self.config.prefix.as_ref())
+                        .arg(window_start)
+                        .arg(count)
+                        .arg(range)
+                        .arg(&token)
+                        .arg(ttl_ms);
+                    async move { invocation.invoke_async(&mut conn).await }
+                })
+                .await?;
+            if won == 1 {
+                let worker = u32::try_from(value)
+                    .ok()
+                    .filter(|w| *w < range)
+                    .ok_or_else(|| RegistryError::Backend {
+                        registry: KIND,
+                        operation: "claim",
+                        message: format!("script returned worker {value}, outside 0..{range}"),
+                    })?;
+                let stored_mark = if mark.is_empty() {
+                    None
+                } else {
+                    Some(parse_ms("claim", worker, &mark)?)
+                };
+                tracing::info!(worker, ?stored_mark, prefix = %self.config.prefix, "claimed worker ID on redis");
+                return Ok(Claim {
+                    worker,
+                    stored_mark,
+                    lease: Some(Lease {
+                        ttl: self.config.lease_ttl,
+                        valid_until: before + self.config.lease_ttl,
+                    }),
+                    token,
+                });
+            }
+            in_use += u64::try_from(value).unwrap_or(0);
+            covered += count;
+        }
+        Err(RegistryError::Exhausted {
+            registry: KIND,
+            in_use,
+            range: u64::from(range),
+        })
+    }
+
+    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
+        let key = self.key("worker:", claim.worker);
+        let ttl_ms = ttl_ms(self.config.lease_ttl);
+        let before = Instant::now();
+        let code: i64 = self
+            .call("renew", |mut conn| {
+                let mut invocation = self.renew_script.key(&key);
+                invocation.arg(&claim.token).arg(ttl_ms);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        if code != 1 {
+            return Err(self.lease_lost(claim.worker, code, "renew"));
+        }
+        Ok(Some(Lease {
+            ttl: self.config.lease_ttl,
+            valid_until: before + self.config.lease_ttl,
+        }))
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let lease_key = self.key("worker:", claim.worker);
+        let mark_key = self.key("mark:", claim.worker);
+        let reported_key = format!("{}reported", self.config.prefix);
+        let code: i64 = self
+            .call("persist mark", |mut conn| {
+                let mut invocation = self.persist_script.key(&lease_key);
+                invocation
+                    .key(&mark_key)
+                    .key(&reported_key)
+                    .arg(&claim.token)
+                    .arg(ceil_ms(mark))
+                    .arg(reported.as_millisecond())
+                    .arg(claim.worker);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        if code != 1 {
+            return Err(self.lease_lost(claim.worker, code, "persist mark"));
+        }
+        Ok(())
+    }
+
+    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
+        let reported_key = format!("{}reported", self.config.prefix);
+        let flat: Vec<String> = self
+            .call("list peers", |mut conn| {
+                let mut invocation = self.peers_script.key(&reported_key);
+                invocation.arg(self.config.prefix.as_ref());
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        let mut peers = Vec::with_capacity(flat.len() / 2);
+        for pair in flat.chunks_exact(2) {
+            let worker: u32 = pair[0].parse().map_err(|_| RegistryError::Backend {
+                registry: KIND,
+                operation: "list peers",
+                message: format!("reported hash has a non-numeric worker field {:?}", pair[0]),
+            })?;
+            if worker == claim.worker {
+                continue;
+            }
+            let reported = parse_ms("list peers", worker, &pair[1])?;
+            peers.push(PeerReport { worker, reported });
+        }
+        peers.sort_by_key(|p| p.worker);
+        Ok(peers)
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<()> {
+        let lease_key = self.key("worker:", claim.worker);
+        let reported_key = format!("{}reported", self.config.prefix);
+        let code: i64 = self
+            .call("release", |mut conn| {
+                let mut invocation = self.release_script.key(&lease_key);
+                invocation
+                    .key(&reported_key)
+                    .arg(&claim.token)
+                    .arg(claim.worker);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        // Releasing what is no longer ours is a no-op, not an error: the ID is
+        // not ours to give back, and the new holder's lease is untouched.
+        if code != 1 {
+            tracing::warn!(
+                worker = claim.worker,
+                taken_over = code < 0,
+                "released a redis worker lease that was already gone"
+            );
+        }
+        Ok(())
+    }
+}
+
+fn config_error(message: String) -> RegistryError {
+    RegistryError::Config {
+        registry: KIND,
+        message,
+    }
+}
+
+/// The lease TTL in whole milliseconds for `PX`/`PEXPIRE` (validated ≥ 1 ms).
+fn ttl_ms(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `ts` in Unix milliseconds, rounded up: a stored mark never understates what
+/// the node promised not to pass.
+fn ceil_ms(ts: Timestamp) -> i64 {
+    let ns = ts.as_nanosecond();
+    let ms = ns / 1_000_000 + i128::from(ns % 1_000_000 > 0);
+    i64::try_from(ms).expect("a jiff timestamp in milliseconds fits an i64")
+}
+
+fn parse_ms(operation: &'static str, worker: u32, raw: &str) -> Result<Timestamp> {
+    raw.parse::<i64>()
+        .ok()
+        .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+        .ok_or_else(|| RegistryError::Backend {
+            registry: KIND,
+            operation,
+            message: format!("worker {worker} has {raw:?} stored, not a unix time in milliseconds"),
+        })
+}
+
+/// 64 random bits for lease tokens and claim start offsets, without a random
+/// number crate: std's `RandomState` is seeded from the OS per thread and
+/// perturbed per instance; the clock and a counter make each call distinct.
+/// Tokens need uniqueness, not secrecy: a collision would let a stale node pass
+/// for the new holder, and 128 such bits make that negligible.
+fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = RandomState::new().build_hasher();
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    hasher.write_u128(nanos);
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_round_up_to_the_millisecond() {
+        let exact = Timestamp::from_millisecond(1_700_000_000_123).unwrap();
+        assert_eq!(ceil_ms(exact), 1_700_000_000_123);
+        let past = exact + jiff::SignedDuration::from_nanos(1);
+        assert_eq!(ceil_ms(past), 1_700_000_000_124);
+        let before_epoch = Timestamp::from_nanosecond(-1_500_000).unwrap();
+        assert_eq!(ceil_ms(before_epoch), -1);
+    }
+
+    #[test]
+    fn config_defaults_and_setters() {
+        let config = RedisConfig::new();
+        assert_eq!(config.prefix(), "idmint:{default}:");
+        assert_eq!(config.lease_ttl(), Duration::from_secs(10));
+        assert_eq!(config.timeout(), Duration::from_secs(2));
+        let config = config.with_cluster("orders");
+        assert_eq!(config.prefix(), "idmint:{orders}:");
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn config_rejects_sub_millisecond_ttl_and_zero_timeout() {
+        let err = RedisConfig::new()
+            .with_lease_ttl(Duration::from_micros(500))
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("500µs"), "{err}");
+        assert!(
+            RedisConfig::new()
+                .with_timeout(Duration::ZERO)
+                .validate()
+                .is_err()
+        );
+        assert!(RedisConfig::new().with_prefix("").validate().is_err());
+    }
+
+    #[test]
+    fn random_bits_differ_between_calls() {
+        let a: Vec<u64> = (0..64).map(|_| random_u64()).collect();
+        let mut b = a.clone();
+        b.sort_unstable();
+        b.dedup();
+        assert_eq!(b.len(), a.len());
+    }
+
+    #[test]
+    fn stored_values_that_are_not_millis_are_backend_errors() {
+        let err = parse_ms("claim", 5, "soon").unwrap_err();
+        assert_eq!(err.code(), "registry_backend");
+        assert!(err.to_string().contains("worker 5"), "{err}");
+    }
+}

@@ -1,0 +1,105 @@
+//! The [`WorkerRegistry`] contract every backend implements.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+
+use crate::error::Result;
+
+/// Who is claiming: used by registries that key workers by host and port (Leaf's
+/// ZooKeeper scheme, uid-generator's `WORKER_NODE`), and shown in listings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeIdentity {
+    /// The host name.
+    pub host: String,
+    /// The address peers reach this node on (IP or name).
+    pub address: String,
+    /// The service port.
+    pub port: u16,
+}
+
+/// A lease on a worker ID: valid until `valid_until` on the monotonic clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// The lease's time to live, as granted.
+    pub ttl: Duration,
+    /// When it runs out unless renewed, measured on this process's monotonic
+    /// clock from before the request that granted or renewed it (so it errs early).
+    pub valid_until: Instant,
+}
+
+/// A worker ID held by this node.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The worker ID, below the range asked for.
+    pub worker: u32,
+    /// The high-water mark stored for this worker ID by whoever held it before
+    /// (this node before a restart, or a dead node): the generator must start
+    /// strictly above it. `None` when the ID was never used.
+    pub stored_mark: Option<Timestamp>,
+    /// The lease, for registries that have leases.
+    pub lease: Option<Lease>,
+    /// Backend data identifying this holding (a row id, an etcd lease id, a Redis
+    /// token, a ZooKeeper path). Opaque to callers.
+    pub token: String,
+}
+
+impl fmt::Debug for Claim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Claim")
+            .field("worker", &self.worker)
+            .field("stored_mark", &self.stored_mark)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A live peer's last report, for the clock sanity check at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerReport {
+    /// The peer's worker ID.
+    pub worker: u32,
+    /// The time the peer last reported (its clock's reading when it reported).
+    pub reported: Timestamp,
+}
+
+/// A backend that hands out worker IDs and stores their high-water marks.
+///
+/// Contract, for every implementation:
+/// - **Exclusive**: while a claim is held (its lease not expired, or for
+///   registries without leases, until released), no other claim gets the same
+///   worker ID.
+/// - **Marks survive holders**: `stored_mark` of a claim is the highest mark any
+///   earlier holder of the ID persisted; persisting only ever raises it.
+/// - **Conditional persistence**: `persist_mark` succeeds only while this claim
+///   still holds the ID (fenced by the lease or the token), so a node that lost
+///   its lease can never raise the mark a new holder started from.
+/// - **Bounded**: every remote call gives up with `RegistryError::Timeout` after
+///   the registry's configured timeout.
+/// - **Typed exhaustion**: when no ID is free, `RegistryError::Exhausted` says how
+///   many are in use.
+#[async_trait]
+pub trait WorkerRegistry: Send + Sync + fmt::Debug {
+    /// The registry kind, as in config (`static`, `file`, `sql`, `etcd`, ...).
+    fn kind(&self) -> &'static str;
+
+    /// Claims a worker ID in `0..range` for `node`.
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim>;
+
+    /// Renews the claim's lease; returns the new lease (or `None` for registries
+    /// without leases).
+    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>>;
+
+    /// Durably raises the worker's high-water mark to `mark` (never lowers it)
+    /// and records `reported` as the node's last reported time.
+    async fn persist_mark(&self, claim: &Claim, mark: Timestamp, reported: Timestamp)
+    -> Result<()>;
+
+    /// The last reported times of live peers (excluding this claim's worker).
+    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>>;
+
+    /// Gives the worker ID back. The stored mark stays.
+    async fn release(&self, claim: &Claim) -> Result<()>;
+}

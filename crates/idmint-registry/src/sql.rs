@@ -1,0 +1,1394 @@
+//! The `sql` worker registry: worker IDs and high-water marks in a table on
+//! PostgreSQL, MySQL/MariaDB or SQLite (sqlx, runtime queries only).
+//!
+//! # Why it exists
+//! uid-generator users already keep worker IDs in a `WORKER_NODE` table; many
+//! deployments have a database but no etcd or ZooKeeper. This module gives them
+//! both uid-generator's scheme and a safe reusable one, on the database they run.
+//!
+//! # Modes
+//! - [`SqlMode::Disposable`] (uid-generator's `WORKER_NODE`): every start inserts a
+//!   row and the worker ID *is* the row's auto-increment `ID`. IDs are never
+//!   reused, so a claim never has a previous holder (`stored_mark` is `None`) and
+//!   needs no lease. Row IDs belong to the table, not to the cluster: every
+//!   cluster (and every lease-mode row) in the same table consumes them, and `ID`
+//!   starts at 1, so worker 0 is never handed out. Give a disposable cluster a
+//!   table of its own when its range is small.
+//! - [`SqlMode::Lease`]: worker IDs `0..range` of a cluster are rows `(CLUSTER,
+//!   WORKER)` created on first use; a claim takes a row whose lease expired (or
+//!   was released) or creates the next one, and a heartbeat ([`WorkerRegistry::renew`])
+//!   extends the lease. The mark stays on the row across holders, so a node that
+//!   takes over a dead node's worker ID starts above the dead node's mark.
+//!
+//! # Why each claim is atomic
+//! A claim is a loop of attempts; every attempt is **one statement** that either
+//! wins a worker ID outright or changes nothing:
+//! - *Takeover* is a compare-and-set `UPDATE … SET TOKEN = new, LEASE_EXPIRES =
+//!   now + ttl WHERE CLUSTER = ? AND WORKER = ? AND (TOKEN IS NULL OR
+//!   LEASE_EXPIRES <= now)`, one affected row meaning "won". On PostgreSQL (READ COMMITTED) a
+//!   concurrent updater of the same row waits for the first to commit and then
+//!   re-evaluates the `WHERE` on the new row version, which no longer matches. On
+//!   MySQL/MariaDB (InnoDB) an `UPDATE` is a locking read of the latest committed
+//!   version, never of a snapshot, so the same holds. On SQLite a write holds the
+//!   database's single write lock for the whole statement.
+//! - *A never-used ID* is an `INSERT` of `(CLUSTER, MAX(WORKER) + 1)`; the unique
+//!   key on `(CLUSTER, WORKER)` makes exactly one of several concurrent inserts of
+//!   the same number succeed; the others see a unique violation and retry.
+//!
+//! Deadlocks, serialization failures and `SQLITE_BUSY` are retried the same way;
+//! the whole claim is bounded by the configured timeout.
+//!
+//! # Whose clock
+//! Lease expiry is written and compared with the **database's** clock (`now()` on
+//! PostgreSQL, `UTC_TIMESTAMP(6)` on MySQL/MariaDB so the session time zone plays
+//! no part, `julianday('now')` on SQLite), so nodes with skewed clocks agree on
+//! when a lease ran out. The [`Lease::valid_until`] handed back is measured on the
+//! node's monotonic clock from *before* the granting statement was sent, so the
+//! node always believes its lease ends no later than the database does.
+//!
+//! # Fencing
+//! `renew`, `persist_mark` and `release` carry the claim's random token in their
+//! `WHERE` clause (`renew` and `persist_mark` also require an unexpired lease), so
+//! a node that lost its worker ID can neither extend the new holder's lease nor
+//! raise the mark the new holder started from. `persist_mark` only ever raises
+//! the mark (a `CASE` that keeps the larger value, portable to all three).
+//!
+//! # Schema
+//! Created at [`SqlRegistry::connect`] with an idempotent `CREATE TABLE IF NOT
+//! EXISTS` (on PostgreSQL under an advisory lock, because concurrent `CREATE TABLE
+//! IF NOT EXISTS` can race on the catalog there). Columns: uid-generator's `ID,
+//! HOST_NAME, PORT, TYPE, LAUNCH_DATE, MODIFIED, CREATED`, plus `CLUSTER`, `WORKER`
+//! (lease mode; `NULL` for disposable rows), `ADDRESS`, `TOKEN`, `LEASE_EXPIRES`,
+//! `MARK_US` and `REPORTED_US` (microseconds since the Unix epoch; marks are
+//! rounded up, never down). `MODIFIED`/`CREATED` are `TIMESTAMPTZ` on PostgreSQL,
+//! `DATETIME(6)` in UTC on MySQL/MariaDB (uid-generator's `TIMESTAMP` ends in 2038)
+//! and text on SQLite.
+//!
+//! # References
+//! - uid-generator's `WORKER_NODE` table and `DisposableWorkerIdAssigner`.
+//! - DESIGN.md §2 "Worker-ID assignment" and "High-water mark, persisted ahead".
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+
+use crate::error::{RegistryError, Result};
+use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+
+const REGISTRY: &str = "sql";
+
+/// uid-generator's `WorkerNodeType.ACTUAL`: a node on a real host (as opposed
+/// to `CONTAINER`, 1), written to the `TYPE` column for compatibility.
+const NODE_TYPE_ACTUAL: i64 = 2;
+
+/// How many expired candidates one claim attempt reads at once.
+const CANDIDATE_BATCH: i64 = 32;
+
+/// How the `sql` registry hands out worker IDs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SqlMode {
+    /// A new row at every start; the worker ID is the row's auto-increment `ID`,
+    /// never reused, no lease (uid-generator's `WORKER_NODE`). `renew` only
+    /// refreshes a liveness deadline (the lease TTL from now) that decides who
+    /// counts as a live peer in [`WorkerRegistry::peers`].
+    Disposable,
+    /// Worker IDs `0..range` are reused once their lease expired; a heartbeat
+    /// renews the lease.
+    Lease,
+}
+
+/// Configuration of a [`SqlRegistry`].
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use idmint_registry::sql::{SqlConfig, SqlMode};
+///
+/// let config = SqlConfig::new(SqlMode::Lease)
+///     .with_cluster("orders")
+///     .with_lease_ttl(Duration::from_secs(10));
+/// assert_eq!(config.table(), "idmint_worker");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlConfig {
+    mode: SqlMode,
+    cluster: String,
+    table: String,
+    lease_ttl: Duration,
+    timeout: Duration,
+    max_connections: u32,
+}
+
+impl SqlConfig {
+    /// The default table name.
+    pub const DEFAULT_TABLE: &'static str = "idmint_worker";
+    /// The default cluster name.
+    pub const DEFAULT_CLUSTER: &'static str = "default";
+    /// The default lease time to live (also the liveness window of disposable rows
+    /// for [`WorkerRegistry::peers`]).
+    pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+    /// The default bound on every remote call.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The default size of the connection pool.
+    pub const DEFAULT_MAX_CONNECTIONS: u32 = 2;
+
+    /// A configuration for `mode` with the defaults: table `idmint_worker`,
+    /// cluster `default`, lease TTL 30 s, timeout 5 s, 2 connections.
+    pub fn new(mode: SqlMode) -> Self {
+        SqlConfig {
+            mode,
+            cluster: Self::DEFAULT_CLUSTER.to_owned(),
+            table: Self::DEFAULT_TABLE.to_owned(),
+            lease_ttl: Self::DEFAULT_LEASE_TTL,
+            timeout: Self::DEFAULT_TIMEOUT,
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+
+    /// The cluster (namespace) whose worker IDs this registry hands out; several
+    /// clusters can share one table (1 to 128 characters).
+    pub fn with_cluster(mut self, cluster: impl Into<String>) -> Self {
+        self.cluster = cluster.into();
+        self
+    }
+
+    /// The table name (ASCII letters, digits and `_`, not starting with a digit,
+    /// at most 63 characters).
+    pub fn with_table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// The lease time to live granted by `claim` and `renew` (at least 1 ms).
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// The bound on every remote call, connecting included (at least 1 ms).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The size of the connection pool (at least 1).
+    pub fn with_max_connections(mut self, n_connections: u32) -> Self {
+        self.max_connections = n_connections;
+        self
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> SqlMode {
+        self.mode
+    }
+
+    /// The cluster.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The lease time to live.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    /// The bound on every remote call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn validate(&self) -> Result<()> {
+        let table_ok = !self.table.is_empty()
+            && self.table.len() <= 63
+            && self
+                .table
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !self.table.as_bytes()[0].is_ascii_digit();
+        if !table_ok {
+            return Err(config_error(format!(
+                "table name {:?} is not a plain identifier (ASCII letters, digits and _, \
+                 not starting with a digit, at most 63 characters)",
+                self.table
+            )));
+        }
+        if self.cluster.is_empty() || self.cluster.chars().count() > 128 {
+            return Err(config_error(format!(
+                "cluster name {:?} must have 1 to 128 characters",
+                self.cluster
+            )));
+        }
+        if self.lease_ttl < Duration::from_millis(1) {
+            return Err(config_error(format!(
+                "lease ttl {:?} is below 1ms",
+                self.lease_ttl
+            )));
+        }
+        if self.timeout < Duration::from_millis(1) {
+            return Err(config_error(format!(
+                "timeout {:?} is below 1ms",
+                self.timeout
+            )));
+        }
+        if self.max_connections == 0 {
+            return Err(config_error(
+                "max connections 0 leaves no connection".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The database behind a [`SqlRegistry`], chosen by the URL's scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SqlBackend {
+    /// `postgres://` or `postgresql://`.
+    Postgres,
+    /// `mysql://` or `mariadb://`.
+    MySql,
+    /// `sqlite:`.
+    Sqlite,
+}
+
+impl SqlBackend {
+    fn from_url(url: &str) -> Result<Self> {
+        let lower = url.to_ascii_lowercase();
+        if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
+            Ok(SqlBackend::Postgres)
+        } else if lower.starts_with("mysql://") || lower.starts_with("mariadb://") {
+            Ok(SqlBackend::MySql)
+        } else if lower.starts_with("sqlite:") {
+            Ok(SqlBackend::Sqlite)
+        } else {
+            Err(config_error(format!(
+                "database url {:?} has an unsupported scheme; expected postgres://, \
+                 mysql://, mariadb:// or sqlite:",
+                redact_url(url)
+            )))
+        }
+    }
+}
+
+/// One pool per backend; [`on_pool!`] runs the same code against each.
+enum Pools {
+    Postgres(PgPool),
+    MySql(MySqlPool),
+    Sqlite(SqlitePool),
+}
+
+/// Runs `$body` with `$p` bound to the backend's pool (the body is compiled once
+/// per backend, so it may use any sqlx API the three have in common).
+macro_rules! on_pool {
+    ($pools:expr, $p:ident => $body:expr) => {
+        match $pools {
+            Pools::Postgres($p) => $body,
+            Pools::MySql($p) => $body,
+            Pools::Sqlite($p) => $body,
+        }
+    };
+}
+
+/// A [`WorkerRegistry`] on a SQL table. See the [module docs](self) for the modes,
+/// the schema and why claims are atomic.
+///
+/// - Thread-safe: share it behind an `Arc`; calls run on a small pool.
+/// - Every call is bounded by [`SqlConfig::timeout`] and fails with
+///   [`RegistryError::Timeout`]; database errors are [`RegistryError::Backend`]
+///   naming the operation.
+/// - No background tasks; the only I/O outside the trait methods is
+///   [`SqlRegistry::connect`] and [`SqlRegistry::close`].
+pub struct SqlRegistry {
+    pools: Pools,
+    backend: SqlBackend,
+    /// The URL with any password replaced, for `Debug` and messages.
+    redacted_url: String,
+    config: SqlConfig,
+    sql: Statements,
+}
+
+impl fmt::Debug for SqlRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlRegistry")
+            .field("backend", &self.backend)
+            .field("url", &self.redacted_url)
+            .field("mode", &self.config.mode)
+            .field("table", &self.config.table)
+            .field("cluster", &self.config.cluster)
+            .field("lease_ttl", &self.config.lease_ttl)
+            .field("timeout", &self.config.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqlRegistry {
+    /// Connects to the database at `url` and creates the table if it is missing.
+    ///
+    /// `url` is a sqlx URL: `postgres://user@host:5432/db`, `mysql://root@host/db`
+    /// (or `mariadb://`), `sqlite:path/to/file.db` (created if missing, WAL mode).
+    ///
+    /// # Errors
+    /// - [`RegistryError::Config`] for an unsupported scheme, a malformed URL or an
+    ///   invalid [`SqlConfig`].
+    /// - [`RegistryError::Timeout`] when connecting and creating the table take
+    ///   longer than the configured timeout.
+    /// - [`RegistryError::Backend`] when the database refuses.
+    pub async fn connect(url: &str, config: SqlConfig) -> Result<Self> {
+        config.validate()?;
+        let backend = SqlBackend::from_url(url)?;
+        let redacted_url = redact_url(url);
+        let bad_url = |e: sqlx::Error| config_error(format!("database url {redacted_url:?}: {e}"));
+        let timeout = config.timeout;
+        let n = config.max_connections;
+        // Longer than the registry's own timeout, so a slow or silent server
+        // ends as `RegistryError::Timeout`, not as a pool error.
+        let acquire_timeout = timeout.saturating_mul(2);
+        let sql = Statements::new(backend, &config.table);
+        let fut = async {
+            let pools = match backend {
+                SqlBackend::Postgres => {
+                    let options = PgConnectOptions::from_str(url).map_err(bad_url)?;
+                    let pool = PgPoolOptions::new()
+                        .max_connections(n)
+                        .acquire_timeout(acquire_timeout)
+                        .connect_with(options)
+                        .await
+                        .map_err(backend_error("connect"))?;
+                    // Concurrent `CREATE TABLE IF NOT EXISTS` can fail on
+                    // PostgreSQL's catalog unique index; serialize it.
+                    let mut tx = pool.begin().await.map_err(backend_error("create table"))?;
+                    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                        .bind(format!("idmint:{}", config.table))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(backend_error("create table"))?;
+                    sqlx::query(&sql.create_table)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(backend_error("create table"))?;
+                    tx.commit().await.map_err(backend_error("create table"))?;
+                    Pools::Postgres(pool)
+                }
+                SqlBackend::MySql => {
+                    let url = match url.get(..10) {
+                        Some(s) if s.eq_ignore_ascii_case("mariadb://") => {
+                            format!("mysql://{}", &url[10..])
+                        }
+                        _ => url.to_owned(),
+                    };
+                    let options = MySqlConnectOptions::from_str(&url).map_err(bad_url)?;
+                    let pool = MySqlPoolOptions::new()
+                        .max_connections(n)
+                        .acquire_timeout(acquire_timeout)
+                        .connect_with(options)
+                        .await
+                        .map_err(backend_error("connect"))?;
+                    sqlx::query(&sql.create_table)
+                        .execute(&pool)
+                        .await
+                        .map_err(backend_error("create table"))?;
+                    Pools::MySql(pool)
+                }
+                SqlBackend::Sqlite => {
+                    let options = SqliteConnectOptions::from_str(url)
+                        .map_err(bad_url)?
+                        .create_if_missing(true)
+                        .journal_mode(SqliteJournalMode::Wal)
+                        .busy_timeout(timeout);
+                    // Switching a fresh file to WAL while other processes open it
+                    // can fail with SQLITE_BUSY without consulting the busy
+                    // handler; retry (bounded by the timeout around all this).
+                    let pool = loop {
+                        let pool = SqlitePoolOptions::new()
+                            .max_connections(n)
+                            .acquire_timeout(acquire_timeout)
+                            .connect_with(options.clone())
+                            .await;
+                        match pool {
+                            Ok(pool) => break pool,
+                            Err(e) if is_sqlite_busy(&e) => {
+                                tokio::time::sleep(Duration::from_millis(10)).await;
+                            }
+                            Err(e) => return Err(backend_error("connect")(e)),
+                        }
+                    };
+                    sqlx::query(&sql.create_table)
+                        .execute(&pool)
+                        .await
+                        .map_err(backend_error("create table"))?;
+                    Pools::Sqlite(pool)
+                }
+            };
+            Ok(pools)
+        };
+        let pools = with_timeout("connect", timeout, fut).await?;
+        Ok(SqlRegistry {
+            pools,
+            backend,
+            redacted_url,
+            config,
+            sql,
+        })
+    }
+
+    /// The database behind this registry.
+    pub fn backend(&self) -> SqlBackend {
+        self.backend
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SqlConfig {
+        &self.config
+    }
+
+    /// Closes the pool, waiting for connections to shut down. Claims are not
+    /// released (call [`WorkerRegistry::release`] first for that).
+    pub async fn close(&self) {
+        on_pool!(&self.pools, p => p.close().await)
+    }
+
+    async fn timed<T>(
+        &self,
+        operation: &'static str,
+        fut: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        with_timeout(operation, self.config.timeout, fut).await
+    }
+
+    fn ttl_us(&self) -> i64 {
+        i64::try_from(self.config.lease_ttl.as_micros()).unwrap_or(i64::MAX)
+    }
+
+    async fn exec_rows(
+        &self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> std::result::Result<u64, sqlx::Error> {
+        on_pool!(&self.pools, p => {
+            let mut q = sqlx::query(sql);
+            for b in binds {
+                q = match *b {
+                    Bind::Int(v) => q.bind(v),
+                    Bind::Text(v) => q.bind(v),
+                };
+            }
+            q.execute(p).await.map(|r| r.rows_affected())
+        })
+    }
+
+    async fn fetch_ints(
+        &self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> std::result::Result<Vec<i64>, sqlx::Error> {
+        on_pool!(&self.pools, p => {
+            let mut q = sqlx::query_scalar::<_, i64>(sql);
+            for b in binds {
+                q = match *b {
+                    Bind::Int(v) => q.bind(v),
+                    Bind::Text(v) => q.bind(v),
+                };
+            }
+            q.fetch_all(p).await
+        })
+    }
+
+    async fn fetch_opt_int(
+        &self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> std::result::Result<Option<Option<i64>>, sqlx::Error> {
+        on_pool!(&self.pools, p => {
+            let mut q = sqlx::query_scalar::<_, Option<i64>>(sql);
+            for b in binds {
+                q = match *b {
+                    Bind::Int(v) => q.bind(v),
+                    Bind::Text(v) => q.bind(v),
+                };
+            }
+            q.fetch_optional(p).await
+        })
+    }
+
+    async fn fetch_pairs(
+        &self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> std::result::Result<Vec<(i64, i64)>, sqlx::Error> {
+        on_pool!(&self.pools, p => {
+            let mut q = sqlx::query_as::<_, (i64, i64)>(sql);
+            for b in binds {
+                q = match *b {
+                    Bind::Int(v) => q.bind(v),
+                    Bind::Text(v) => q.bind(v),
+                };
+            }
+            q.fetch_all(p).await
+        })
+    }
+
+    /// Inserts a disposable row and returns its `ID`.
+    async fn insert_disposable(&self, binds: &[Bind<'_>]) -> std::result::Result<i64, sqlx::Error> {
+        match &self.pools {
+            // MySQL has no `INSERT … RETURNING` (MariaDB only from 10.5).
+            Pools::MySql(p) => {
+                let mut q = sqlx::query(&self.sql.disposable_insert);
+                for b in binds {
+                    q = match *b {
+                        Bind::Int(v) => q.bind(v),
+                        Bind::Text(v) => q.bind(v),
+                    };
+                }
+                let done = q.execute(p).await?;
+                Ok(i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX))
+            }
+            Pools::Postgres(_) | Pools::Sqlite(_) => {
+                let ids = self.fetch_ints(&self.sql.disposable_insert, binds).await?;
+                ids.first().copied().ok_or_else(|| sqlx::Error::RowNotFound)
+            }
+        }
+    }
+
+    async fn claim_lease(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+        const OP: &str = "claim";
+        let cluster = self.config.cluster.as_str();
+        let port = node.port.to_string();
+        let ttl_us = self.ttl_us();
+        let range_i = i64::from(range);
+        loop {
+            let candidates = self
+                .fetch_ints(
+                    &self.sql.lease_candidates,
+                    &[
+                        Bind::Text(cluster),
+                        Bind::Int(range_i),
+                        Bind::Int(CANDIDATE_BATCH),
+                    ],
+                )
+                .await;
+            let candidates = match candidates {
+                Ok(c) => c,
+                Err(e) if self.is_transient(&e) => continue,
+                Err(e) => return Err(backend_error(OP)(e)),
+            };
+            // Start at a random candidate so concurrent claimers spread out
+            // instead of all racing for the lowest expired ID.
+            let start = if candidates.is_empty() {
+                0
+            } else {
+                (random_u64() % candidates.len() as u64) as usize
+            };
+            for &worker in candidates[start..].iter().chain(&candidates[..start]) {
+                let token = new_token();
+                let before = Instant::now();
+                let taken = self
+                    .exec_rows(
+                        &self.sql.lease_take,
+                        &[
+                            Bind::Text(&token),
+                            Bind::Int(ttl_us),
+                            Bind::Text(&node.host),
+                            Bind::Text(&port),
+                            Bind::Text(&node.address),
+                            Bind::Text(cluster),
+                            Bind::Int(worker),
+                        ],
+                    )
+                    .await;
+                match taken {
+                    Ok(1) => {}
+                    Ok(_) => continue,
+                    Err(e) if self.is_transient(&e) => continue,
+                    Err(e) => return Err(backend_error(OP)(e)),
+                }
+                // The row is ours and only the token holder can change its mark,
+                // so this read sees the mark every earlier holder left.
+                let mark = self
+                    .fetch_opt_int(
+                        &self.sql.lease_mark,
+                        &[Bind::Text(cluster), Bind::Int(worker), Bind::Text(&token)],
+                    )
+                    .await
+                    .map_err(backend_error(OP))?;
+                let Some(mark_us) = mark else {
+                    // Lost again already (a TTL shorter than a round trip).
+                    continue;
+                };
+                return Ok(Claim {
+                    worker: worker_u32(worker)?,
+                    stored_mark: mark_us.map(timestamp_from_us).transpose()?,
+                    lease: Some(Lease {
+                        ttl: self.config.lease_ttl,
+                        valid_until: before + self.config.lease_ttl,
+                    }),
+                    token,
+                });
+            }
+            if !candidates.is_empty() {
+                // Every candidate went to someone else; look again.
+                continue;
+            }
+            let max = match self
+                .fetch_opt_int(&self.sql.lease_max, &[Bind::Text(cluster)])
+                .await
+            {
+                Ok(m) => m.flatten(),
+                Err(e) if self.is_transient(&e) => continue,
+                Err(e) => return Err(backend_error(OP)(e)),
+            };
+            let next = max.map_or(0, |m| m + 1);
+            if next >= range_i {
+                let in_use = self
+                    .fetch_ints(
+                        &self.sql.lease_in_use,
+                        &[Bind::Text(cluster), Bind::Int(range_i)],
+                    )
+                    .await
+                    .map_err(backend_error(OP))?;
+                return Err(RegistryError::Exhausted {
+                    registry: REGISTRY,
+                    in_use: in_use.first().copied().unwrap_or(0).max(0) as u64,
+                    range: u64::from(range),
+                });
+            }
+            let token = new_token();
+            let before = Instant::now();
+            let inserted = self
+                .exec_rows(
+                    &self.sql.lease_insert,
+                    &[
+                        Bind::Text(cluster),
+                        Bind::Int(next),
+                        Bind::Text(&node.host),
+                        Bind::Text(&port),
+                        Bind::Text(&node.address),
+                        Bind::Int(NODE_TYPE_ACTUAL),
+                        Bind::Text(&token),
+                        Bind::Int(ttl_us),
+                    ],
+                )
+                .await;
+            match inserted {
+                Ok(_) => {
+                    return Ok(Claim {
+                        worker: worker_u32(next)?,
+                        stored_mark: None,
+                        lease: Some(Lease {
+                            ttl: self.config.lease_ttl,
+                            valid_until: before + self.config.lease_ttl,
+                        }),
+                        token,
+                    });
+                }
+                // Someone else created this number first: look again.
+                Err(e) if is_unique_violation(&e) || self.is_transient(&e) => continue,
+                Err(e) => return Err(backend_error(OP)(e)),
+            }
+        }
+    }
+
+    async fn claim_disposable(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+        const OP: &str = "claim";
+        let port = node.port.to_string();
+        let token = new_token();
+        let id = self
+            .insert_disposable(&[
+                Bind::Text(&self.config.cluster),
+                Bind::Text(&node.host),
+                Bind::Text(&port),
+                Bind::Text(&node.address),
+                Bind::Int(NODE_TYPE_ACTUAL),
+                Bind::Text(&token),
+                Bind::Int(self.ttl_us()),
+            ])
+            .await
+            .map_err(backend_error(OP))?;
+        if id >= i64::from(range) || id < 0 {
+            // The row stays (IDs are never reused) but must not look alive.
+            self.exec_rows(
+                &self.sql.disposable_release,
+                &[Bind::Int(id), Bind::Text(&token)],
+            )
+            .await
+            .map_err(backend_error(OP))?;
+            let in_use = self
+                .fetch_ints(&self.sql.disposable_in_use, &[Bind::Int(i64::from(range))])
+                .await
+                .map_err(backend_error(OP))?;
+            return Err(RegistryError::Exhausted {
+                registry: REGISTRY,
+                in_use: in_use.first().copied().unwrap_or(0).max(0) as u64,
+                range: u64::from(range),
+            });
+        }
+        Ok(Claim {
+            worker: worker_u32(id)?,
+            stored_mark: None,
+            lease: None,
+            token,
+        })
+    }
+
+    /// Deadlocks, serialization failures and busy databases: worth another attempt.
+    fn is_transient(&self, e: &sqlx::Error) -> bool {
+        let sqlx::Error::Database(db) = e else {
+            return false;
+        };
+        match self.backend {
+            SqlBackend::Postgres => matches!(db.code().as_deref(), Some("40001" | "40P01")),
+            SqlBackend::MySql => db
+                .try_downcast_ref::<MySqlDatabaseError>()
+                .is_some_and(|m| matches!(m.number(), 1205 | 1213)),
+            SqlBackend::Sqlite => is_sqlite_busy(e),
+        }
+    }
+
+    /// The error for a claim whose row no longer carries its token (or whose lease
+    /// ran out), naming the table and cluster.
+    fn lease_lost(&self, claim: &Claim, reason: &str) -> RegistryError {
+        RegistryError::LeaseLost {
+            registry: REGISTRY,
+            worker: claim.worker,
+            reason: format!(
+                "{reason} (table {:?}, cluster {:?})",
+                self.config.table, self.config.cluster
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for SqlRegistry {
+    fn kind(&self) -> &'static str {
+        REGISTRY
+    }
+
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+        if range == 0 {
+            return Err(config_error("range 0 has no worker ids to claim".into()));
+        }
+        match self.config.mode {
+            SqlMode::Lease => self.timed("claim", self.claim_lease(node, range)).await,
+            SqlMode::Disposable => {
+                self.timed("claim", self.claim_disposable(node, range))
+                    .await
+            }
+        }
+    }
+
+    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
+        const OP: &str = "renew";
+        let before = Instant::now();
+        let rows = match self.config.mode {
+            SqlMode::Lease => {
+                self.timed(OP, async {
+                    self.exec_rows(
+                        &self.sql.lease_renew,
+                        &[
+                            Bind::Int(self.ttl_us()),
+                            Bind::Text(&self.config.cluster),
+                            Bind::Int(i64::from(claim.worker)),
+                            Bind::Text(&claim.token),
+                        ],
+                    )
+                    .await
+                    .map_err(backend_error(OP))
+                })
+                .await?
+            }
+            SqlMode::Disposable => {
+                self.timed(OP, async {
+                    self.exec_rows(
+                        &self.sql.disposable_renew,
+                        &[
+                            Bind::Int(self.ttl_us()),
+                            Bind::Int(i64::from(claim.worker)),
+                            Bind::Text(&claim.token),
+                        ],
+                    )
+                    .await
+                    .map_err(backend_error(OP))
+                })
+                .await?
+            }
+        };
+        if rows == 0 {
+            return Err(self.lease_lost(
+                claim,
+                "renew found the lease expired or held under another token",
+            ));
+        }
+        Ok(match self.config.mode {
+            SqlMode::Lease => Some(Lease {
+                ttl: self.config.lease_ttl,
+                valid_until: before + self.config.lease_ttl,
+            }),
+            SqlMode::Disposable => None,
+        })
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        const OP: &str = "persist mark";
+        let mark_us = mark_to_us_ceil(mark);
+        let reported_us = reported.as_microsecond();
+        let rows = self
+            .timed(OP, async {
+                match self.config.mode {
+                    SqlMode::Lease => {
+                        self.exec_rows(
+                            &self.sql.lease_persist,
+                            &[
+                                Bind::Int(mark_us),
+                                Bind::Int(mark_us),
+                                Bind::Int(reported_us),
+                                Bind::Text(&self.config.cluster),
+                                Bind::Int(i64::from(claim.worker)),
+                                Bind::Text(&claim.token),
+                            ],
+                        )
+                        .await
+                    }
+                    SqlMode::Disposable => {
+                        self.exec_rows(
+                            &self.sql.disposable_persist,
+                            &[
+                                Bind::Int(mark_us),
+                                Bind::Int(mark_us),
+                                Bind::Int(reported_us),
+                                Bind::Int(i64::from(claim.worker)),
+                                Bind::Text(&claim.token),
+                            ],
+                        )
+                        .await
+                    }
+                }
+                .map_err(backend_error(OP))
+            })
+            .await?;
+        if rows == 0 {
+            return Err(self.lease_lost(
+                claim,
+                &format!(
+                    "mark {mark} not persisted: the lease expired or is held under another token"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
+        const OP: &str = "list peers";
+        let rows = self
+            .timed(OP, async {
+                let sql = match self.config.mode {
+                    SqlMode::Lease => &self.sql.lease_peers,
+                    SqlMode::Disposable => &self.sql.disposable_peers,
+                };
+                self.fetch_pairs(
+                    sql,
+                    &[
+                        Bind::Text(&self.config.cluster),
+                        Bind::Int(i64::from(claim.worker)),
+                    ],
+                )
+                .await
+                .map_err(backend_error(OP))
+            })
+            .await?;
+        rows.into_iter()
+            .map(|(worker, reported_us)| {
+                Ok(PeerReport {
+                    worker: worker_u32(worker)?,
+                    reported: timestamp_from_us(reported_us)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<()> {
+        const OP: &str = "release";
+        let rows = self
+            .timed(OP, async {
+                match self.config.mode {
+                    SqlMode::Lease => {
+                        self.exec_rows(
+                            &self.sql.lease_release,
+                            &[
+                                Bind::Text(&self.config.cluster),
+                                Bind::Int(i64::from(claim.worker)),
+                                Bind::Text(&claim.token),
+                            ],
+                        )
+                        .await
+                    }
+                    SqlMode::Disposable => {
+                        self.exec_rows(
+                            &self.sql.disposable_release,
+                            &[Bind::Int(i64::from(claim.worker)), Bind::Text(&claim.token)],
+                        )
+                        .await
+                    }
+                }
+                .map_err(backend_error(OP))
+            })
+            .await?;
+        if rows == 0 {
+            // Already gone (expired and taken over, or released twice): nothing of
+            // ours to give back, and another holder's row must not be touched.
+            tracing::debug!(
+                worker = claim.worker,
+                "sql registry: release found nothing to release"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A bound value; the three backends all encode `i64` and `&str`.
+#[derive(Clone, Copy)]
+enum Bind<'a> {
+    Int(i64),
+    Text(&'a str),
+}
+
+/// Every statement, built once per registry for its backend and table.
+///
+/// Written with `?` placeholders; for PostgreSQL they become `$1, $2, …`.
+struct Statements {
+    create_table: String,
+    lease_candidates: String,
+    lease_take: String,
+    lease_mark: String,
+    lease_max: String,
+    lease_insert: String,
+    lease_in_use: String,
+    lease_renew: String,
+    lease_persist: String,
+    lease_peers: String,
+    lease_release: String,
+    disposable_insert: String,
+    disposable_in_use: String,
+    disposable_renew: String,
+    disposable_persist: String,
+    disposable_peers: String,
+    disposable_release: String,
+}
+
+impl Statements {
+    fn new(backend: SqlBackend, t: &str) -> Self {
+        // `now` is comparable with LEASE_EXPIRES; `wall` fills MODIFIED/CREATED.
+        let (now, expires_in, wall, today) = match backend {
+            SqlBackend::Postgres => (
+                "now()",
+                "(now() + ?::bigint * interval '1 microsecond')",
+                "now()",
+                "CURRENT_DATE",
+            ),
+            SqlBackend::MySql => (
+                "UTC_TIMESTAMP(6)",
+                "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)",
+                "UTC_TIMESTAMP(6)",
+                "UTC_DATE()",
+            ),
+            // SQLite has no timestamp type: LEASE_EXPIRES is microseconds since
+            // the Unix epoch. `'now'` is fixed for the whole statement.
+            SqlBackend::Sqlite => (
+                "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
+                "(CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER) + ?)",
+                "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+                "date('now')",
+            ),
+        };
+        let create_table = match backend {
+            SqlBackend::Postgres => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    ID BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+                    CLUSTER VARCHAR(128) NOT NULL,
+                    WORKER BIGINT NULL,
+                    HOST_NAME VARCHAR(255) NOT NULL,
+                    PORT VARCHAR(64) NOT NULL,
+                    ADDRESS VARCHAR(255) NOT NULL,
+                    TYPE INT NOT NULL,
+                    LAUNCH_DATE DATE NOT NULL,
+                    MODIFIED TIMESTAMPTZ NOT NULL,
+                    CREATED TIMESTAMPTZ NOT NULL,
+                    TOKEN VARCHAR(64) NULL,
+                    LEASE_EXPIRES TIMESTAMPTZ NULL,
+                    MARK_US BIGINT NULL,
+                    REPORTED_US BIGINT NULL,
+                    UNIQUE (CLUSTER, WORKER)
+                )"
+            ),
+            SqlBackend::MySql => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    ID BIGINT NOT NULL AUTO_INCREMENT,
+                    CLUSTER VARCHAR(128) NOT NULL,
+                    WORKER BIGINT NULL,
+                    HOST_NAME VARCHAR(255) NOT NULL,
+                    PORT VARCHAR(64) NOT NULL,
+                    ADDRESS VARCHAR(255) NOT NULL,
+                    TYPE INT NOT NULL,
+                    LAUNCH_DATE DATE NOT NULL,
+                    MODIFIED DATETIME(6) NOT NULL,
+                    CREATED DATETIME(6) NOT NULL,
+                    TOKEN VARCHAR(64) NULL,
+                    LEASE_EXPIRES DATETIME(6) NULL,
+                    MARK_US BIGINT NULL,
+                    REPORTED_US BIGINT NULL,
+                    PRIMARY KEY (ID),
+                    UNIQUE KEY uk_cluster_worker (CLUSTER, WORKER)
+                ) ENGINE=InnoDB"
+            ),
+            SqlBackend::Sqlite => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    ID INTEGER PRIMARY KEY AUTOINCREMENT,
+                    CLUSTER TEXT NOT NULL,
+                    WORKER INTEGER NULL,
+                    HOST_NAME TEXT NOT NULL,
+                    PORT TEXT NOT NULL,
+                    ADDRESS TEXT NOT NULL,
+                    TYPE INTEGER NOT NULL,
+                    LAUNCH_DATE TEXT NOT NULL,
+                    MODIFIED TEXT NOT NULL,
+                    CREATED TEXT NOT NULL,
+                    TOKEN TEXT NULL,
+                    LEASE_EXPIRES INTEGER NULL,
+                    MARK_US INTEGER NULL,
+                    REPORTED_US INTEGER NULL,
+                    UNIQUE (CLUSTER, WORKER)
+                )"
+            ),
+        };
+        let free = format!("(TOKEN IS NULL OR LEASE_EXPIRES IS NULL OR LEASE_EXPIRES <= {now})");
+        let raise_mark =
+            "MARK_US = CASE WHEN MARK_US IS NULL OR MARK_US < ? THEN ? ELSE MARK_US END";
+        let s = |sql: String| placeholders(backend, &sql);
+        Statements {
+            create_table,
+            lease_candidates: s(format!(
+                "SELECT WORKER FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL AND WORKER < ? \
+                 AND {free} ORDER BY WORKER LIMIT ?"
+            )),
+            lease_take: s(format!(
+                "UPDATE {t} SET TOKEN = ?, LEASE_EXPIRES = {expires_in}, HOST_NAME = ?, PORT = ?, \
+                 ADDRESS = ?, LAUNCH_DATE = {today}, MODIFIED = {wall}, REPORTED_US = NULL \
+                 WHERE CLUSTER = ? AND WORKER = ? AND {free}"
+            )),
+            lease_mark: s(format!(
+                "SELECT MARK_US FROM {t} WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ?"
+            )),
+            lease_max: s(format!("SELECT MAX(WORKER) FROM {t} WHERE CLUSTER = ?")),
+            lease_insert: s(format!(
+                "INSERT INTO {t} (CLUSTER, WORKER, HOST_NAME, PORT, ADDRESS, TYPE, LAUNCH_DATE, \
+                 MODIFIED, CREATED, TOKEN, LEASE_EXPIRES) \
+                 VALUES (?, ?, ?, ?, ?, ?, {today}, {wall}, {wall}, ?, {expires_in})"
+            )),
+            lease_in_use: s(format!(
+                "SELECT COUNT(*) FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL AND WORKER < ? \
+                 AND TOKEN IS NOT NULL AND LEASE_EXPIRES > {now}"
+            )),
+            lease_renew: s(format!(
+                "UPDATE {t} SET LEASE_EXPIRES = {expires_in}, MODIFIED = {wall} \
+                 WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now}"
+            )),
+            lease_persist: s(format!(
+                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, MODIFIED = {wall} \
+                 WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now}"
+            )),
+            lease_peers: s(format!(
+                "SELECT WORKER, REPORTED_US FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL \
+                 AND WORKER <> ? AND TOKEN IS NOT NULL AND LEASE_EXPIRES > {now} \
+                 AND REPORTED_US IS NOT NULL ORDER BY WORKER"
+            )),
+            lease_release: s(format!(
+                "UPDATE {t} SET TOKEN = NULL, LEASE_EXPIRES = NULL, MODIFIED = {wall} \
+                 WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ?"
+            )),
+            disposable_insert: s(format!(
+                "INSERT INTO {t} (CLUSTER, HOST_NAME, PORT, ADDRESS, TYPE, LAUNCH_DATE, MODIFIED, \
+                 CREATED, TOKEN, LEASE_EXPIRES) \
+                 VALUES (?, ?, ?, ?, ?, {today}, {wall}, {wall}, ?, {expires_in}){}",
+                if backend == SqlBackend::MySql {
+                    ""
+                } else {
+                    " RETURNING ID"
+                }
+            )),
+            disposable_in_use: s(format!("SELECT COUNT(*) FROM {t} WHERE ID < ?")),
+            // Disposable rows have no lease; LEASE_EXPIRES is only a liveness
+            // deadline for `peers`, so renew does not require it unexpired.
+            disposable_renew: s(format!(
+                "UPDATE {t} SET LEASE_EXPIRES = {expires_in}, MODIFIED = {wall} \
+                 WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
+            )),
+            disposable_persist: s(format!(
+                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, MODIFIED = {wall} \
+                 WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
+            )),
+            disposable_peers: s(format!(
+                "SELECT ID, REPORTED_US FROM {t} WHERE CLUSTER = ? AND WORKER IS NULL AND ID <> ? \
+                 AND TOKEN IS NOT NULL AND LEASE_EXPIRES > {now} AND REPORTED_US IS NOT NULL \
+                 ORDER BY ID"
+            )),
+            disposable_release: s(format!(
+                "UPDATE {t} SET TOKEN = NULL, LEASE_EXPIRES = NULL, MODIFIED = {wall} \
+                 WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
+            )),
+        }
+    }
+}
+
+/// Rewrites `?` placeholders as `$1, $2, …` for PostgreSQL. The statements here
+/// contain no `?` inside literals.
+fn placeholders(backend: SqlBackend, sql: &str) -> String {
+    if backend != SqlBackend::Postgres {
+        return sql.to_owned();
+    }
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+async fn with_timeout<T>(
+    operation: &'static str,
+    after: Duration,
+    fut: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(after, fut)
+        .await
+        .unwrap_or(Err(RegistryError::Timeout {
+            registry: REGISTRY,
+            operation,
+            after,
+        }))
+}
+
+fn backend_error(operation: &'static str) -> impl Fn(sqlx::Error) -> RegistryError {
+    move |e| RegistryError::Backend {
+        registry: REGISTRY,
+        operation,
+        message: e.to_string(),
+    }
+}
+
+fn config_error(message: String) -> RegistryError {
+    RegistryError::Config {
+        registry: REGISTRY,
+        message,
+    }
+}
+
+/// SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended codes.
+fn is_sqlite_busy(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db
+        .code()
+        .and_then(|c| c.parse::<i32>().ok())
+        .is_some_and(|c| matches!(c & 0xff, 5 | 6)))
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+fn worker_u32(worker: i64) -> Result<u32> {
+    u32::try_from(worker).map_err(|_| RegistryError::Backend {
+        registry: REGISTRY,
+        operation: "read worker",
+        message: format!("stored worker id {worker} is not a u32"),
+    })
+}
+
+/// Marks are stored in whole microseconds, rounded up: raising a mark is always
+/// safe, lowering it (even by a nanosecond) is not.
+fn mark_to_us_ceil(mark: Timestamp) -> i64 {
+    let us = mark.as_microsecond();
+    if mark.subsec_nanosecond() % 1000 > 0 {
+        us + 1
+    } else {
+        us
+    }
+}
+
+fn timestamp_from_us(us: i64) -> Result<Timestamp> {
+    Timestamp::from_microsecond(us).map_err(|e| RegistryError::Backend {
+        registry: REGISTRY,
+        operation: "read timestamp",
+        message: format!("stored time {us} us is out of range: {e}"),
+    })
+}
+
+/// A fresh 128-bit claim token. Only uniqueness matters (it fences a stale holder),
+/// not secrecy: std's per-instance random hash keys, a process-wide counter, the
+/// process id and the wall time make collisions practically impossible.
+fn new_token() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let a = random_u64() ^ n;
+    let b = std::hash::BuildHasher::hash_one(
+        &std::collections::hash_map::RandomState::new(),
+        (nanos, n, std::process::id()),
+    );
+    format!("{a:016x}{b:016x}")
+}
+
+fn random_u64() -> u64 {
+    std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8)
+}
+
+/// The URL with its password (in the authority or a `password=` parameter)
+/// replaced by `***`.
+fn redact_url(url: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (url, None),
+    };
+    let mut out = match head.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = match rest.find('/') {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            let authority = match authority.rsplit_once('@') {
+                Some((userinfo, host)) => match userinfo.split_once(':') {
+                    Some((user, _password)) => format!("{user}:***@{host}"),
+                    None => authority.to_owned(),
+                },
+                None => authority.to_owned(),
+            };
+            format!("{scheme}://{authority}{path}")
+        }
+        None => head.to_owned(),
+    };
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.to_ascii_lowercase().contains("password") => format!("{k}=***"),
+                _ => kv.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/ids"),
+            "postgres://app:***@db:5432/ids"
+        );
+        assert_eq!(
+            redact_url("mysql://root@127.0.0.1/test?password=x&ssl-mode=disabled"),
+            "mysql://root@127.0.0.1/test?password=***&ssl-mode=disabled"
+        );
+        assert_eq!(redact_url("sqlite:/tmp/x.db"), "sqlite:/tmp/x.db");
+        assert_eq!(
+            redact_url("postgres://a:b@c:d@h/db"),
+            "postgres://a:***@h/db"
+        );
+    }
+
+    #[test]
+    fn postgres_placeholders_are_numbered() {
+        assert_eq!(
+            placeholders(SqlBackend::Postgres, "a = ? AND b = ?"),
+            "a = $1 AND b = $2"
+        );
+        assert_eq!(placeholders(SqlBackend::MySql, "a = ?"), "a = ?");
+    }
+
+    #[test]
+    fn every_statement_binds_what_the_code_binds() {
+        let s = Statements::new(SqlBackend::MySql, "t");
+        let count = |sql: &str| sql.matches('?').count();
+        assert_eq!(count(&s.lease_candidates), 3);
+        assert_eq!(count(&s.lease_take), 7);
+        assert_eq!(count(&s.lease_insert), 8);
+        assert_eq!(count(&s.lease_renew), 4);
+        assert_eq!(count(&s.lease_persist), 6);
+        assert_eq!(count(&s.lease_peers), 2);
+        assert_eq!(count(&s.lease_release), 3);
+        assert_eq!(count(&s.disposable_insert), 7);
+        assert_eq!(count(&s.disposable_renew), 3);
+        assert_eq!(count(&s.disposable_persist), 5);
+        assert_eq!(count(&s.disposable_peers), 2);
+        assert_eq!(count(&s.disposable_release), 2);
+    }
+
+    #[test]
+    fn marks_round_up_to_the_microsecond() {
+        let t = Timestamp::new(1_700_000_000, 1_000_001).unwrap();
+        assert_eq!(mark_to_us_ceil(t), 1_700_000_000_001_001);
+        let t = Timestamp::new(1_700_000_000, 1_000_000).unwrap();
+        assert_eq!(mark_to_us_ceil(t), 1_700_000_000_001_000);
+    }
+
+    #[test]
+    fn config_is_validated() {
+        let bad = [
+            SqlConfig::new(SqlMode::Lease).with_table("x; DROP TABLE y"),
+            SqlConfig::new(SqlMode::Lease).with_table("1abc"),
+            SqlConfig::new(SqlMode::Lease).with_cluster(""),
+            SqlConfig::new(SqlMode::Lease).with_lease_ttl(Duration::ZERO),
+            SqlConfig::new(SqlMode::Lease).with_max_connections(0),
+        ];
+        for config in bad {
+            let err = config.validate().unwrap_err();
+            assert_eq!(err.code(), "registry_config", "{config:?}");
+        }
+        SqlConfig::new(SqlMode::Disposable).validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_scheme_is_a_config_error() {
+        let err = SqlBackend::from_url("oracle://u:pw@h/db").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("oracle://u:***@h/db"), "{text}");
+        assert!(!text.contains("pw"), "{text}");
+    }
+
+    #[test]
+    fn tokens_are_distinct() {
+        let a = new_token();
+        let b = new_token();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 32);
+    }
+}

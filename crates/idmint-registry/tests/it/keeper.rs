@@ -1,0 +1,321 @@
+//! The keeper against an in-memory registry whose failures the tests switch on:
+//! marks persisted before and ahead of IDs, persistence failures, lease expiry
+//! and loss, generator replacement, and the clock checks at start. Time is a
+//! manual clock for the generator and tokio's paused clock for timers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use idmint_core::clock::ManualClock;
+use idmint_core::{ClockBehind, Error as CoreError, Id, Layout};
+use idmint_registry::keeper::{
+    GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, WorkerKeeper,
+};
+use idmint_registry::{RegistryError, WorkerRegistry};
+use jiff::{SignedDuration, Timestamp};
+
+use crate::support::{MemRegistry, T0_MS, clock, id_time, node, shared};
+
+const LAYOUT: Layout = Layout::TWITTER;
+const MS: Duration = Duration::from_millis(1);
+
+fn settings(c: &ManualClock) -> GeneratorSettings {
+    GeneratorSettings::new(LAYOUT).with_clock(Arc::new(c.clone()))
+}
+
+fn t0() -> Timestamp {
+    Timestamp::from_millisecond(T0_MS).unwrap()
+}
+
+fn plus(t: Timestamp, d: Duration) -> Timestamp {
+    t + SignedDuration::try_from(d).unwrap()
+}
+
+async fn start(
+    registry: Arc<dyn WorkerRegistry>,
+    s: GeneratorSettings,
+    config: KeeperConfig,
+) -> Result<KeeperGuard, RegistryError> {
+    WorkerKeeper::start(registry, node("a"), s, config).await
+}
+
+/// Moves the generator's clock and tokio's clock forward together, letting the
+/// keeper's task run.
+async fn tick(c: &ManualClock, d: Duration) {
+    c.advance(d);
+    tokio::time::sleep(d).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_mark_is_persisted_before_the_first_id() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::default());
+    let guard = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap();
+    let h = guard.handle();
+    let stored = reg.mark(h.worker()).expect("persisted at start");
+    assert_eq!(stored, plus(t0(), Duration::from_secs(3)));
+    let id = h.next_id().unwrap();
+    assert!(id_time(&LAYOUT, id) <= stored);
+    let st = h.status();
+    assert!(st.is_ready(), "{st:?}");
+    assert_eq!(st.persisted_mark, Some(stored));
+    // The generator's mark is the end of the stored mark's tick: IDs carry
+    // their tick's start, so none is later than the stored mark.
+    assert!(st.mark.unwrap() < plus(stored, MS));
+    guard.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_mark_stays_ahead_under_load_and_every_id_is_below_the_stored_mark() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::default());
+    let guard = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap();
+    let h = guard.handle().clone();
+    let mut last: Option<Id> = None;
+    // 60 s of steady load, 100 ms at a time.
+    for _ in 0..600 {
+        for _ in 0..50 {
+            let id = h
+                .next_id()
+                .expect("never waits for persistence under steady load");
+            assert!(last.is_none_or(|l| id > l));
+            assert!(id_time(&LAYOUT, id) <= reg.mark(h.worker()).unwrap());
+            last = Some(id);
+        }
+        tick(&c, Duration::from_millis(100)).await;
+    }
+    // Persisted every window/2 or report interval, not per ID.
+    let persists = reg.persists();
+    assert!((20..=200).contains(&persists), "{persists} persists");
+    guard.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_store_stops_issuing_at_the_old_mark_and_recovers() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::default());
+    let guard = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap();
+    let h = guard.handle().clone();
+    h.next_id().unwrap();
+    reg.fail_persist.store(true, Ordering::SeqCst);
+    let stored = reg.mark(h.worker()).unwrap();
+    let mut stopped = None;
+    for _ in 0..100 {
+        tick(&c, Duration::from_millis(100)).await;
+        match h.next_id() {
+            Ok(id) => assert!(id_time(&LAYOUT, id) <= stored),
+            Err(e) => {
+                stopped = Some(e);
+                break;
+            }
+        }
+    }
+    let err = stopped.expect("stops within the window");
+    assert!(
+        matches!(err, CoreError::MarkReached { mark, .. } if mark < plus(stored, MS)),
+        "{err}"
+    );
+    assert_eq!(reg.mark(h.worker()), Some(stored), "nothing persisted");
+    let st = h.status();
+    assert!(!st.is_ready());
+    assert!(st.last_error.unwrap().contains("injected failure"));
+
+    reg.fail_persist.store(false, Ordering::SeqCst);
+    tick(&c, Duration::from_secs(1)).await;
+    let id = h.next_id().expect("resumes once the store is back");
+    assert!(id_time(&LAYOUT, id) <= reg.mark(h.worker()).unwrap());
+    assert!(h.status().is_ready());
+    guard.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn issuing_stops_before_an_unrenewed_lease_ends_and_resumes_on_renewal() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::with_ttl(Duration::from_secs(6)));
+    let config = KeeperConfig::new().with_lease_margin(Duration::from_secs(1));
+    let guard = start(shared(&reg), settings(&c), config).await.unwrap();
+    let h = guard.handle().clone();
+    h.next_id().unwrap();
+    reg.fail_renew.store(true, Ordering::SeqCst);
+    // Lease 6 s, margin 1 s: issuing must stop by 5 s after the last renewal.
+    let mut stopped_at = None;
+    for step in 1..=60 {
+        tick(&c, Duration::from_millis(100)).await;
+        if h.next_id().is_err() {
+            stopped_at = Some(step);
+            break;
+        }
+    }
+    let stopped_at = stopped_at.expect("stopped");
+    assert!(stopped_at <= 51, "stopped after {stopped_at} steps");
+    assert!(matches!(h.next_id(), Err(CoreError::MarkReached { .. })));
+    assert_eq!(h.status().lease, LeaseState::Expired);
+    assert!(!h.status().is_ready());
+
+    // The registry still has us (its lease runs a second longer): a renewal resumes
+    // the same generator.
+    reg.fail_renew.store(false, Ordering::SeqCst);
+    tick(&c, Duration::from_millis(600)).await;
+    assert!(h.next_id().is_ok());
+    let st = h.status();
+    assert_eq!((st.lease, st.generation), (LeaseState::Held, 1));
+    guard.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_is_claimed_again_with_a_new_generator_above_the_new_mark() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::with_ttl(Duration::from_secs(6)));
+    let s = settings(&c).with_clock_behind(ClockBehind::Borrow {
+        max_lead: Duration::from_secs(10),
+    });
+    let guard = start(shared(&reg), s, KeeperConfig::new()).await.unwrap();
+    let h = guard.handle().clone();
+    let old_gen = h.generator();
+    let before: Vec<Id> = (0..100).map(|_| h.next_id().unwrap()).collect();
+    assert_eq!(h.worker(), 0);
+
+    // The registry hands worker 0 to node B, which persists a mark far ahead and
+    // releases it again.
+    reg.revoke(0);
+    let b = reg.claim(&node("b"), 1024).await.unwrap();
+    let b_mark = plus(t0(), Duration::from_secs(8));
+    reg.persist_mark(&b, b_mark, t0()).await.unwrap();
+    reg.release(&b).await.unwrap();
+
+    // The next renewal (at ttl/3) learns the loss; issuing stops, then a new
+    // claim of worker 0 starts above B's mark.
+    tick(&c, Duration::from_millis(2100)).await;
+    assert!(matches!(
+        old_gen.next_id(),
+        Err(CoreError::MarkReached { .. })
+    ));
+    for _ in 0..40 {
+        if h.status().generation == 2 {
+            break;
+        }
+        tick(&c, Duration::from_millis(100)).await;
+    }
+    let st = h.status();
+    assert_eq!((st.generation, st.lease), (2, LeaseState::Held), "{st:?}");
+    assert_eq!(h.worker(), 0);
+    let after = h.next_id().unwrap();
+    assert!(id_time(&LAYOUT, after) > b_mark);
+    assert!(before.iter().all(|b| *b < after));
+    assert!(matches!(
+        old_gen.next_id(),
+        Err(CoreError::MarkReached { .. })
+    ));
+    guard.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clock_far_behind_the_stored_mark_is_refused_and_the_claim_released() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::default());
+    reg.set_mark(0, plus(t0(), Duration::from_secs(3600)));
+    let err = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RegistryError::ClockBehindMark { worker: 0, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("behind worker 0's stored high-water mark")
+    );
+    assert!(!reg.is_held(0), "claim released after the refusal");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_start_waits_for_a_clock_slightly_behind_the_stored_mark() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::default());
+    let mark = plus(t0(), Duration::from_secs(2));
+    reg.set_mark(0, mark);
+    let starting = tokio::spawn(start(shared(&reg), settings(&c), KeeperConfig::new()));
+    // The clock catches up while the start waits (at most the start wait).
+    while !starting.is_finished() {
+        tick(&c, Duration::from_millis(100)).await;
+    }
+    let guard = starting.await.unwrap().unwrap();
+    let id = guard.handle().next_id().unwrap();
+    assert!(id_time(&LAYOUT, id) > mark);
+    guard.shutdown().await;
+
+    // Without the wait, the default `wait` policy (5 ms) refuses it.
+    let c = clock();
+    let config = KeeperConfig::new().with_max_start_wait(Duration::ZERO);
+    let err = start(shared(&reg), settings(&c), config).await.unwrap_err();
+    assert!(
+        matches!(err, RegistryError::ClockBehindMark { .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clock_off_from_the_peers_is_refused() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::default());
+    reg.set_report(7, plus(t0(), Duration::from_secs(25)));
+    reg.set_report(8, plus(t0(), Duration::from_secs(15)));
+    let err = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap_err();
+    match &err {
+        RegistryError::ClockSkew {
+            offset_ms, peers, ..
+        } => assert_eq!((*offset_ms, *peers), (-20_000, 2)),
+        other => panic!("{other}"),
+    }
+    assert!(!reg.is_held(0));
+    // Within the threshold it starts.
+    let config = KeeperConfig::new().with_peer_skew_threshold(Duration::from_secs(30));
+    let guard = start(shared(&reg), settings(&c), config).await.unwrap();
+    guard.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_registry_times_out() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::default());
+    reg.hang.store(true, Ordering::SeqCst);
+    let config = KeeperConfig::new().with_call_timeout(Duration::from_millis(300));
+    let err = start(shared(&reg), settings(&c), config).await.unwrap_err();
+    assert_eq!(err.to_string(), "mem registry: claim timed out after 300ms");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_issuing_reports_and_releases() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::with_ttl(Duration::from_secs(9)));
+    let guard = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap();
+    let h = guard.handle().clone();
+    h.next_id().unwrap();
+    assert!(reg.is_held(0));
+    guard.shutdown().await;
+    assert!(!reg.is_held(0));
+    assert!(matches!(h.next_id(), Err(CoreError::MarkReached { .. })));
+    assert_eq!(h.status().lease, LeaseState::Stopped);
+
+    // Dropping the guard does the same in the background.
+    let reg = Arc::new(MemRegistry::with_ttl(Duration::from_secs(9)));
+    let guard = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap();
+    let h = guard.handle().clone();
+    drop(guard);
+    assert!(h.next_id().is_err(), "stops at once");
+    tick(&c, MS).await;
+    assert!(!reg.is_held(0));
+}

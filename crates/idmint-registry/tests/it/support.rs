@@ -1,0 +1,275 @@
+//! Helpers shared by the integration tests.
+
+use std::io::Write;
+
+/// Whether a test that needs `name` should run: `true` when `reachable`.
+///
+/// When the service is down, under `CI=true` this panics (CI must have every
+/// service), and elsewhere it prints a loud SKIPPED line and returns `false`,
+/// so a laptop without the service still runs the rest.
+///
+/// # Panics
+/// Under `CI=true` when `reachable` is `false`.
+pub fn require_service(name: &str, reachable: bool) -> bool {
+    if reachable {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{name} is not reachable and CI=true: start {name} before running the tests");
+    }
+    // Written to the real stderr, not through `eprintln!`, which the test
+    // harness captures and hides for passing tests: a skip must be seen.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: {name} is not reachable; this test did not run (set CI=true to fail instead)"
+    );
+    false
+}
+
+// ---- Shared by the file and keeper tests ----
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use idmint_core::Layout;
+use idmint_core::clock::ManualClock;
+use idmint_registry::{Claim, Lease, NodeIdentity, PeerReport, RegistryError, WorkerRegistry};
+use jiff::Timestamp;
+
+/// 2026-11-21T00:00:00Z in milliseconds.
+pub const T0_MS: i64 = 1_795_219_200_000;
+
+/// A manual clock at `T0_MS`.
+pub fn clock() -> ManualClock {
+    ManualClock::at_millis(T0_MS)
+}
+
+/// A node identity for tests.
+pub fn node(name: &str) -> NodeIdentity {
+    NodeIdentity {
+        host: name.to_owned(),
+        address: "127.0.0.1".to_owned(),
+        port: 7000,
+    }
+}
+
+/// The time inside an ID of `layout`.
+pub fn id_time(layout: &Layout, id: idmint_core::Id) -> Timestamp {
+    layout.decode(id.get()).unwrap().time
+}
+
+/// An in-memory registry with leases on tokio's (pausable) clock and switches
+/// to make it fail, hang, or lose a holder: the keeper's tests drive it.
+#[derive(Debug, Default)]
+pub struct MemRegistry {
+    /// Lease TTL; `None`: no leases.
+    pub ttl: Option<Duration>,
+    /// `persist_mark` fails with a backend error.
+    pub fail_persist: AtomicBool,
+    /// `renew` fails with a backend error.
+    pub fail_renew: AtomicBool,
+    /// Every call hangs (for timeouts).
+    pub hang: AtomicBool,
+    state: Mutex<MemState>,
+}
+
+#[derive(Debug, Default)]
+struct MemState {
+    holders: HashMap<u32, (String, Option<Instant>)>,
+    marks: HashMap<u32, Timestamp>,
+    reports: HashMap<u32, Timestamp>,
+    claims: u64,
+    persists: u64,
+}
+
+fn mono() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+impl MemRegistry {
+    /// A registry with leases of `ttl`.
+    pub fn with_ttl(ttl: Duration) -> MemRegistry {
+        MemRegistry {
+            ttl: Some(ttl),
+            ..MemRegistry::default()
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, MemState> {
+        self.state.lock().unwrap()
+    }
+
+    /// The stored mark of `worker`.
+    pub fn mark(&self, worker: u32) -> Option<Timestamp> {
+        self.state().marks.get(&worker).copied()
+    }
+
+    /// Sets the stored mark of `worker` (as an earlier holder would have).
+    pub fn set_mark(&self, worker: u32, mark: Timestamp) {
+        self.state().marks.insert(worker, mark);
+    }
+
+    /// Records a peer's report.
+    pub fn set_report(&self, worker: u32, reported: Timestamp) {
+        self.state().reports.insert(worker, reported);
+    }
+
+    /// Whether `worker` is held.
+    pub fn is_held(&self, worker: u32) -> bool {
+        self.state().holders.contains_key(&worker)
+    }
+
+    /// Takes `worker` away from its holder (an expiry seen by the registry).
+    pub fn revoke(&self, worker: u32) {
+        self.state().holders.remove(&worker);
+    }
+
+    /// How many marks were persisted.
+    pub fn persists(&self) -> u64 {
+        self.state().persists
+    }
+
+    async fn maybe_hang(&self) {
+        if self.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn lease(&self) -> Option<Lease> {
+        self.ttl.map(|ttl| Lease {
+            ttl,
+            valid_until: mono() + ttl,
+        })
+    }
+
+    fn check(&self, s: &MemState, claim: &Claim) -> Result<(), RegistryError> {
+        match s.holders.get(&claim.worker) {
+            Some((token, until)) if *token == claim.token && until.is_none_or(|u| mono() < u) => {
+                Ok(())
+            }
+            _ => Err(RegistryError::LeaseLost {
+                registry: "mem",
+                worker: claim.worker,
+                reason: "not the holder".to_owned(),
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for MemRegistry {
+    fn kind(&self) -> &'static str {
+        "mem"
+    }
+
+    async fn claim(&self, _node: &NodeIdentity, range: u32) -> Result<Claim, RegistryError> {
+        self.maybe_hang().await;
+        let mut s = self.state();
+        let now = mono();
+        s.holders
+            .retain(|_, (_, until)| until.is_none_or(|u| now < u));
+        let worker =
+            (0..range)
+                .find(|w| !s.holders.contains_key(w))
+                .ok_or(RegistryError::Exhausted {
+                    registry: "mem",
+                    in_use: s.holders.len() as u64,
+                    range: u64::from(range),
+                })?;
+        s.claims += 1;
+        let token = format!("t{}", s.claims);
+        let lease = self.lease();
+        s.holders
+            .insert(worker, (token.clone(), lease.map(|l| l.valid_until)));
+        Ok(Claim {
+            worker,
+            stored_mark: s.marks.get(&worker).copied(),
+            lease,
+            token,
+        })
+    }
+
+    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>, RegistryError> {
+        self.maybe_hang().await;
+        if self.fail_renew.load(Ordering::SeqCst) {
+            return Err(RegistryError::Backend {
+                registry: "mem",
+                operation: "renew",
+                message: "injected failure".to_owned(),
+            });
+        }
+        let mut s = self.state();
+        self.check(&s, claim)?;
+        let lease = self.lease();
+        s.holders.insert(
+            claim.worker,
+            (claim.token.clone(), lease.map(|l| l.valid_until)),
+        );
+        Ok(lease)
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<(), RegistryError> {
+        self.maybe_hang().await;
+        if self.fail_persist.load(Ordering::SeqCst) {
+            return Err(RegistryError::Backend {
+                registry: "mem",
+                operation: "persist mark",
+                message: "injected failure".to_owned(),
+            });
+        }
+        let mut s = self.state();
+        self.check(&s, claim)?;
+        let m = s.marks.entry(claim.worker).or_insert(mark);
+        *m = (*m).max(mark);
+        s.reports.insert(claim.worker, reported);
+        s.persists += 1;
+        Ok(())
+    }
+
+    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>, RegistryError> {
+        self.maybe_hang().await;
+        Ok(self
+            .state()
+            .reports
+            .iter()
+            .filter(|(w, _)| **w != claim.worker)
+            .map(|(w, r)| PeerReport {
+                worker: *w,
+                reported: *r,
+            })
+            .collect())
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), RegistryError> {
+        self.maybe_hang().await;
+        let mut s = self.state();
+        if s.holders
+            .get(&claim.worker)
+            .is_some_and(|(t, _)| *t == claim.token)
+        {
+            s.holders.remove(&claim.worker);
+        }
+        Ok(())
+    }
+}
+
+/// Shares a registry as the keeper takes it.
+pub fn shared<R: WorkerRegistry + 'static>(r: &Arc<R>) -> Arc<dyn WorkerRegistry> {
+    r.clone()
+}
+
+/// Serializes spawning a child process against tests that drop data-directory
+/// locks: a forked child holds a copy of every open file (with the `flock` on
+/// it) until it execs, so a lock dropped by another test in that window stays
+/// held a moment longer and that test's next open fails. Tests that reopen a
+/// data directory hold `read()` for their whole run; the spawning test holds
+/// `write()` while it spawns.
+pub static FORK_GUARD: std::sync::RwLock<()> = std::sync::RwLock::new(());
