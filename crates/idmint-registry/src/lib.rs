@@ -13,12 +13,14 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod etcd_registry;
 pub mod file;
 pub mod fixed;
 pub mod keeper;
 pub mod redis_registry;
 mod registry;
 pub mod sql;
+pub mod zookeeper_registry;
 
 pub use error::{RegistryError, Result};
 pub use keeper::{

@@ -1,0 +1,898 @@
+//! The `etcd` worker registry: worker IDs held by etcd leases, claimed and
+//! fenced by transactions, with high-water marks that outlive their holders.
+//!
+//! # Why etcd
+//!
+//! etcd is a linearizable store (Raft): a transaction that committed is seen by
+//! every later read and transaction, across a leader change, and a majority of
+//! members must agree before anything commits, so a failover never forgets a
+//! claim or a mark the way an asynchronously replicated store can. Leases expire
+//! by the *server's* clock, on the leader, and deleting a lease deletes every key
+//! attached to it in one step; no holder's clock decides who holds a worker ID.
+//!
+//! # Keys
+//!
+//! Under a prefix (default `/idmint/default/`, or `/idmint/<cluster>/` with
+//! [`EtcdConfig::with_cluster`]):
+//! - `workers/<id>`: the holding. Its value names the holder (host, address,
+//!   port, lease); it is attached to the holder's lease, so it disappears when
+//!   the lease expires or is revoked.
+//! - `marks/<id>`: the worker's high-water mark in Unix milliseconds (rounded up,
+//!   so it never understates what was promised). It has no lease: it outlives
+//!   every holder.
+//! - `reported/<id>`: the holder's last reported time in Unix milliseconds,
+//!   attached to the lease, so dead peers vanish from [`WorkerRegistry::peers`]
+//!   and a new holder never inherits an old holder's report.
+//!
+//! # Transactions, and why each is safe
+//!
+//! - **claim**: grant a lease, read which `workers/` keys exist (to skip held IDs
+//!   and count them), then for free IDs from a random offset:
+//!   `if create_revision(workers/<id>) == 0 then put workers/<id> (lease), get marks/<id>`.
+//!   A create revision of 0 means the key does not exist; etcd applies
+//!   transactions one at a time, so of all concurrent claimers of one ID exactly
+//!   one finds it absent and creates it, and the others fail the compare. The
+//!   mark is read in the same transaction, after every transaction of the
+//!   previous holder (whose key had to be gone for the compare to pass), so it is
+//!   the highest mark any earlier holder persisted. The claim's token is the
+//!   lease ID and the key's create revision: both assigned by etcd and never
+//!   reused for another holding.
+//! - **renew**: a `LeaseKeepAlive` on the claim's lease. A lease that expired or
+//!   was revoked answers with a TTL of 0 and is [`RegistryError::LeaseLost`];
+//!   once expired, a lease never comes back, so a renewal can't resurrect a
+//!   holding another node has taken since.
+//! - **persist mark**: read `marks/<id>` (value and mod revision), then
+//!   `if lease(workers/<id>) == ours and create_revision(workers/<id>) == ours
+//!   and mod_revision(marks/<id>) == read then put marks/<id> (only when
+//!   higher), put reported/<id> (lease)`, else read `workers/<id>` to tell a lost
+//!   lease from a concurrent write (retried). A node whose lease is gone fails
+//!   the first two compares, so it can never raise the mark a new holder started
+//!   from; the mod-revision compare makes read-check-write one atomic step, so
+//!   the mark never goes down.
+//! - **release**: `LeaseRevoke`, which deletes `workers/<id>` and `reported/<id>`
+//!   at once and leaves `marks/<id>`. Revoking acts on our own lease only, so a
+//!   stale node can't release a new holder's ID.
+//!
+//! # Limits
+//!
+//! - **Lease TTLs are whole seconds**, and etcd raises short ones to its minimum
+//!   (1.5 × the election timeout, 2 s with the defaults). The granted TTL is what
+//!   [`Lease::ttl`] reports.
+//! - **A leader change or an etcd restart extends leases**: etcd gives every
+//!   lease a full TTL again when a new leader takes over. A holder is never cut
+//!   short by this; an ID is freed later than its TTL says, never earlier.
+//! - **The server's clock rate matters**: a leader whose clock runs fast expires
+//!   leases early, before the holder's monotonic `valid_until`; the keeper's
+//!   safety margin covers small rate differences, not clock jumps on the leader.
+//! - **No authentication or TLS** is configured here: the endpoints are plain
+//!   `http://` URLs.
+//! - **Claiming scans**: the claim reads every held `workers/` key; with millions
+//!   of held IDs that read is large. Worker ranges are usually at most a few
+//!   thousand.
+//!
+//! # References
+//! - etcd API guarantees: <https://etcd.io/docs/v3.4/learning/api_guarantees/>
+//! - etcd transactions and leases: <https://etcd.io/docs/v3.4/learning/api/>
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
+    TxnOpResponse,
+};
+use jiff::Timestamp;
+
+use crate::error::{RegistryError, Result};
+use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+
+/// The registry kind, as in config and in errors.
+const KIND: &str = "etcd";
+
+/// How many times a mark write that lost a race with another write of the same
+/// mark key is tried again (each within the call's timeout).
+const PERSIST_ATTEMPTS: u32 = 16;
+
+/// Configuration of an [`EtcdRegistry`] (builder-lite: [`EtcdConfig::new`] plus
+/// `with_*` setters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    prefix: Cow<'static, str>,
+    lease_ttl: Duration,
+    timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl EtcdConfig {
+    /// The key prefix used unless set: cluster `default`.
+    pub const DEFAULT_PREFIX: &'static str = "/idmint/default/";
+    /// The lease time to live asked for unless set.
+    pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+    /// The timeout of each remote call used unless set.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+    /// The timeout of connecting used unless set.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+    /// The defaults: prefix [`Self::DEFAULT_PREFIX`], lease TTL 10 s, call
+    /// timeout 2 s, connect timeout 2 s.
+    pub const fn new() -> Self {
+        EtcdConfig {
+            prefix: Cow::Borrowed(Self::DEFAULT_PREFIX),
+            lease_ttl: Self::DEFAULT_LEASE_TTL,
+            timeout: Self::DEFAULT_TIMEOUT,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// Keys go under `/idmint/<cluster>/`, so several idmint clusters can share
+    /// one etcd.
+    #[must_use]
+    pub fn with_cluster(mut self, cluster: &str) -> Self {
+        self.prefix = Cow::Owned(format!("/idmint/{cluster}/"));
+        self
+    }
+
+    /// Keys go under exactly `prefix` (tests use a unique one each).
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Cow::Owned(prefix.into());
+        self
+    }
+
+    /// The lease time to live to ask for: whole seconds, at least 1 s. etcd may
+    /// grant more (its minimum is 2 s with the default election timeout).
+    #[must_use]
+    pub const fn with_lease_ttl(mut self, lease_ttl: Duration) -> Self {
+        self.lease_ttl = lease_ttl;
+        self
+    }
+
+    /// How long each remote call may take before it fails with
+    /// [`RegistryError::Timeout`].
+    #[must_use]
+    pub const fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long [`EtcdRegistry::connect`] may take (connecting and a first read).
+    #[must_use]
+    pub const fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The lease time to live asked for.
+    pub const fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    /// The timeout of each remote call.
+    pub const fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The timeout of connecting.
+    pub const fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.prefix.is_empty() {
+            return Err(config_error("the key prefix is empty".to_owned()));
+        }
+        if self.lease_ttl < Duration::from_secs(1) || self.lease_ttl.subsec_nanos() != 0 {
+            return Err(config_error(format!(
+                "lease ttl {:?} is not a whole number of seconds of at least 1s",
+                self.lease_ttl
+            )));
+        }
+        if self.timeout.is_zero() {
+            return Err(config_error("timeout is zero".to_owned()));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(config_error("connect timeout is zero".to_owned()));
+        }
+        Ok(())
+    }
+}
+
+impl Default for EtcdConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A [`WorkerRegistry`] on an etcd cluster (3.4 or later).
+///
+/// - **Exclusive** while the lease lives: claims create the worker key only if
+///   it does not exist, and every later write compares the key's lease and
+///   create revision with the claim's (see the module docs).
+/// - **Leases** last the TTL etcd granted, from etcd receiving the request;
+///   [`Lease::valid_until`] is measured from before the request was sent, so it
+///   ends no later than etcd's expiry (given the clocks' rates agree).
+/// - **Bounded**: every call fails with [`RegistryError::Timeout`] after
+///   [`EtcdConfig::timeout`]; while etcd is unreachable calls time out (the
+///   client reconnects by itself when it is back).
+/// - **Thread-safe**: share it behind an `Arc`; calls are multiplexed on one
+///   gRPC channel.
+/// - **No hidden I/O**: only [`EtcdRegistry::connect`] and the trait's methods
+///   talk to etcd, and no background task runs: the lease lives only as long as
+///   someone calls [`WorkerRegistry::renew`] (the keeper does, every TTL / 3).
+///
+/// # Examples
+///
+/// ```no_run
+/// use idmint_registry::etcd_registry::{EtcdConfig, EtcdRegistry};
+/// use idmint_registry::{NodeIdentity, WorkerRegistry};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = EtcdConfig::new().with_cluster("orders");
+/// let registry = EtcdRegistry::connect(&["http://127.0.0.1:2379"], config).await?;
+/// let node = NodeIdentity { host: "web-1".into(), address: "10.0.0.7".into(), port: 8080 };
+/// let claim = registry.claim(&node, 1024).await?;
+/// println!("worker {}, start above {:?}", claim.worker, claim.stored_mark);
+/// registry.release(&claim).await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct EtcdRegistry {
+    client: Client,
+    endpoints: Vec<String>,
+    config: EtcdConfig,
+}
+
+impl fmt::Debug for EtcdRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Endpoints and config only: the client may carry an auth token.
+        f.debug_struct("EtcdRegistry")
+            .field("endpoints", &self.endpoints)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdRegistry {
+    /// Connects to the etcd cluster at `endpoints` (`http://host:port` each) and
+    /// checks it answers a read, all within [`EtcdConfig::connect_timeout`].
+    ///
+    /// # Errors
+    /// - [`RegistryError::Config`] for no endpoints, a malformed endpoint or a
+    ///   bad configuration.
+    /// - [`RegistryError::Timeout`] when etcd does not answer within the connect
+    ///   timeout (nothing listening is usually this: the client keeps retrying).
+    /// - [`RegistryError::Backend`] when etcd refuses or fails.
+    pub async fn connect<E: AsRef<str>>(endpoints: &[E], config: EtcdConfig) -> Result<Self> {
+        config.validate()?;
+        let endpoints: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_owned()).collect();
+        if endpoints.is_empty() {
+            return Err(config_error("no endpoints given".to_owned()));
+        }
+        let options = ConnectOptions::new()
+            .with_connect_timeout(config.connect_timeout)
+            .with_timeout(config.timeout);
+        let after = config.connect_timeout;
+        let connected = tokio::time::timeout(after, async {
+            let mut client = Client::connect(&endpoints, Some(options)).await?;
+            // The channel connects lazily: a read proves etcd answers.
+            client
+                .get(
+                    config.prefix.as_bytes(),
+                    Some(GetOptions::new().with_count_only()),
+                )
+                .await?;
+            Ok::<_, etcd_client::Error>(client)
+        })
+        .await;
+        let client = match connected {
+            Ok(Ok(client)) => client,
+            Ok(Err(
+                e @ (etcd_client::Error::InvalidUri(_) | etcd_client::Error::InvalidArgs(_)),
+            )) => {
+                return Err(config_error(format!(
+                    "invalid etcd endpoints {endpoints:?}: {e}"
+                )));
+            }
+            Ok(Err(e)) => return Err(backend("connect", &e)),
+            Err(_) => {
+                return Err(RegistryError::Timeout {
+                    registry: KIND,
+                    operation: "connect",
+                    after,
+                });
+            }
+        };
+        Ok(EtcdRegistry {
+            client,
+            endpoints,
+            config,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.config
+    }
+
+    /// The high-water mark stored for `worker`, whoever holds it (for listings
+    /// and checks; a claim returns it too).
+    ///
+    /// # Errors
+    /// [`RegistryError::Timeout`] or [`RegistryError::Backend`] when etcd fails.
+    pub async fn stored_mark(&self, worker: u32) -> Result<Option<Timestamp>> {
+        let mut client = self.client.clone();
+        let key = self.key("marks/", worker);
+        let resp = self.call("read mark", client.get(key, None)).await?;
+        resp.kvs()
+            .first()
+            .map(|kv| parse_ms("read mark", worker, kv.value()))
+            .transpose()
+    }
+
+    fn key(&self, kind: &str, worker: u32) -> String {
+        format!("{}{kind}{worker}", self.config.prefix)
+    }
+
+    /// Runs one etcd call under the configured timeout, mapping its errors.
+    async fn call<T>(
+        &self,
+        operation: &'static str,
+        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.config.timeout, fut).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(backend(operation, &e)),
+            Err(_) => Err(RegistryError::Timeout {
+                registry: KIND,
+                operation,
+                after: self.config.timeout,
+            }),
+        }
+    }
+
+    /// The worker IDs below `range` whose holding key exists now.
+    async fn held_workers(&self, range: u32) -> Result<HashSet<u32>> {
+        let mut client = self.client.clone();
+        let prefix = format!("{}workers/", self.config.prefix);
+        let resp = self
+            .call(
+                "claim",
+                client.get(
+                    prefix.as_bytes(),
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                ),
+            )
+            .await?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| worker_of(kv, prefix.as_bytes()))
+            .filter(|w| *w < range)
+            .collect())
+    }
+
+    /// Tries to create the holding key of each free worker ID, from a random
+    /// offset; returns the worker, the key's create revision and the stored mark.
+    async fn claim_with_lease(
+        &self,
+        node: &NodeIdentity,
+        range: u32,
+        lease_id: i64,
+    ) -> Result<(u32, i64, Option<Timestamp>)> {
+        let held = self.held_workers(range).await?;
+        let mut in_use = held.len() as u64;
+        let value = format!(
+            "host={} address={} port={} lease={lease_id:x}",
+            node.host, node.address, node.port
+        );
+        let start = u32::try_from(random_u64() % u64::from(range)).expect("below a u32 range");
+        let mut client = self.client.clone();
+        for i in 0..range {
+            let worker = ((u64::from(start) + u64::from(i)) % u64::from(range)) as u32;
+            if held.contains(&worker) {
+                continue;
+            }
+            let key = self.key("workers/", worker);
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([
+                    TxnOp::put(
+                        key.as_str(),
+                        value.as_str(),
+                        Some(PutOptions::new().with_lease(lease_id)),
+                    ),
+                    TxnOp::get(self.key("marks/", worker), None),
+                ]);
+            let resp = self.call("claim", client.txn(txn)).await?;
+            if !resp.succeeded() {
+                // Taken since the read: held now, so it counts as in use.
+                in_use += 1;
+                continue;
+            }
+            // The key was created by this transaction: its create revision is
+            // the transaction's revision.
+            let revision = resp.header().map(|h| h.revision()).ok_or_else(|| {
+                backend_msg("claim", "transaction answer has no header".to_owned())
+            })?;
+            let mark = resp
+                .op_responses()
+                .into_iter()
+                .find_map(|op| match op {
+                    TxnOpResponse::Get(get) => Some(get),
+                    _ => None,
+                })
+                .and_then(|get| get.kvs().first().map(|kv| kv.value().to_vec()))
+                .map(|raw| parse_ms("claim", worker, &raw))
+                .transpose()?;
+            return Ok((worker, revision, mark));
+        }
+        Err(RegistryError::Exhausted {
+            registry: KIND,
+            in_use,
+            range: u64::from(range),
+        })
+    }
+
+    /// Revokes a lease, ignoring a lease that is already gone.
+    async fn revoke(&self, operation: &'static str, lease_id: i64) -> Result<bool> {
+        let mut client = self.client.clone();
+        match tokio::time::timeout(self.config.timeout, client.lease_revoke(lease_id)).await {
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(e)) if is_lease_not_found(&e) => Ok(false),
+            Ok(Err(e)) => Err(backend(operation, &e)),
+            Err(_) => Err(RegistryError::Timeout {
+                registry: KIND,
+                operation,
+                after: self.config.timeout,
+            }),
+        }
+    }
+
+    fn lease_lost(&self, worker: u32, reason: String) -> RegistryError {
+        RegistryError::LeaseLost {
+            registry: KIND,
+            worker,
+            reason,
+        }
+    }
+
+    /// One keep-alive round on a fresh stream: the first request refreshes the
+    /// lease (the client library checks its answer), the second reports the TTL
+    /// granted, measured from before it was sent.
+    async fn keep_alive(&self, lease_id: i64) -> std::result::Result<Option<Lease>, KeepAlive> {
+        let mut client = self.client.clone();
+        let (mut keeper, mut stream) = client
+            .lease_keep_alive(lease_id)
+            .await
+            .map_err(KeepAlive::from_error)?;
+        let before = Instant::now();
+        keeper.keep_alive().await.map_err(KeepAlive::from_error)?;
+        match stream.message().await.map_err(KeepAlive::from_error)? {
+            Some(resp) if resp.ttl() > 0 => {
+                let ttl = Duration::from_secs(resp.ttl().unsigned_abs());
+                Ok(Some(Lease {
+                    ttl,
+                    valid_until: before + ttl,
+                }))
+            }
+            Some(_) => Err(KeepAlive::Gone),
+            None => Err(KeepAlive::Failed(
+                "keep-alive stream closed without an answer".to_owned(),
+            )),
+        }
+    }
+}
+
+/// How a keep-alive round failed.
+enum KeepAlive {
+    /// The lease no longer exists.
+    Gone,
+    /// Anything else, as text.
+    Failed(String),
+}
+
+impl KeepAlive {
+    fn from_error(e: etcd_client::Error) -> KeepAlive {
+        if is_lease_not_found(&e) {
+            KeepAlive::Gone
+        } else {
+            KeepAlive::Failed(e.to_string())
+        }
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for EtcdRegistry {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+        if range == 0 {
+            return Err(config_error(
+                "worker range 0 has no IDs to claim".to_owned(),
+            ));
+        }
+        let ttl_secs = i64::try_from(self.config.lease_ttl.as_secs()).unwrap_or(i64::MAX);
+        let mut client = self.client.clone();
+        // Before the grant request: the lease is valid until at most this plus
+        // the TTL, whenever etcd started counting.
+        let before = Instant::now();
+        let grant = self
+            .call("claim", client.lease_grant(ttl_secs, None))
+            .await?;
+        if grant.ttl() <= 0 {
+            return Err(backend_msg(
+                "claim",
+                format!(
+                    "etcd granted lease {:x} a ttl of {}s",
+                    grant.id(),
+                    grant.ttl()
+                ),
+            ));
+        }
+        let lease_id = grant.id();
+        let ttl = Duration::from_secs(grant.ttl().unsigned_abs());
+        match self.claim_with_lease(node, range, lease_id).await {
+            Ok((worker, create_revision, stored_mark)) => Ok(Claim {
+                worker,
+                stored_mark,
+                lease: Some(Lease {
+                    ttl,
+                    valid_until: before + ttl,
+                }),
+                token: format!("{lease_id:x}/{create_revision}"),
+            }),
+            Err(e) => {
+                // Nothing is attached to the lease unless the claim committed,
+                // and then it did not fail; revoke so it doesn't linger a TTL.
+                if let Err(revoke_err) = self.revoke("claim", lease_id).await {
+                    tracing::warn!(lease = lease_id, error = %revoke_err, "could not revoke an unused etcd lease");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
+        let (lease_id, _) = parse_token(claim)?;
+        match tokio::time::timeout(self.config.timeout, self.keep_alive(lease_id)).await {
+            Ok(Ok(lease)) => Ok(lease),
+            Ok(Err(KeepAlive::Gone)) => Err(self.lease_lost(
+                claim.worker,
+                format!("lease {lease_id:x} expired or was revoked"),
+            )),
+            Ok(Err(KeepAlive::Failed(message))) => Err(backend_msg("renew", message)),
+            Err(_) => Err(RegistryError::Timeout {
+                registry: KIND,
+                operation: "renew",
+                after: self.config.timeout,
+            }),
+        }
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let (lease_id, create_revision) = parse_token(claim)?;
+        let worker = claim.worker;
+        let worker_key = self.key("workers/", worker);
+        let mark_key = self.key("marks/", worker);
+        let reported_key = self.key("reported/", worker);
+        let new_ms = ceil_ms(mark);
+        let attempt = async {
+            let mut client = self.client.clone();
+            for _ in 0..PERSIST_ATTEMPTS {
+                let current = client
+                    .get(mark_key.as_str(), None)
+                    .await
+                    .map_err(|e| backend("persist mark", &e))?;
+                let (old_ms, mod_revision) = match current.kvs().first() {
+                    Some(kv) => (
+                        Some(ceil_ms(parse_ms("persist mark", worker, kv.value())?)),
+                        kv.mod_revision(),
+                    ),
+                    None => (None, 0),
+                };
+                let mut ops = vec![TxnOp::put(
+                    reported_key.as_str(),
+                    reported.as_millisecond().to_string(),
+                    Some(PutOptions::new().with_lease(lease_id)),
+                )];
+                if old_ms.is_none_or(|old| new_ms > old) {
+                    ops.push(TxnOp::put(mark_key.as_str(), new_ms.to_string(), None));
+                }
+                let txn = Txn::new()
+                    .when([
+                        Compare::lease(worker_key.as_str(), CompareOp::Equal, lease_id),
+                        Compare::create_revision(
+                            worker_key.as_str(),
+                            CompareOp::Equal,
+                            create_revision,
+                        ),
+                        Compare::mod_revision(mark_key.as_str(), CompareOp::Equal, mod_revision),
+                    ])
+                    .and_then(ops)
+                    .or_else([TxnOp::get(worker_key.as_str(), None)]);
+                let resp = match client.txn(txn).await {
+                    Ok(resp) => resp,
+                    Err(e) if is_lease_not_found(&e) => {
+                        return Err(self.lease_lost(
+                            worker,
+                            format!("lease {lease_id:x} expired or was revoked"),
+                        ));
+                    }
+                    Err(e) => return Err(backend("persist mark", &e)),
+                };
+                if resp.succeeded() {
+                    return Ok(());
+                }
+                let holder = resp.op_responses().into_iter().find_map(|op| match op {
+                    TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
+                    _ => None,
+                });
+                match holder.flatten() {
+                    None => {
+                        return Err(self.lease_lost(
+                            worker,
+                            format!("lease {lease_id:x} expired or was released"),
+                        ));
+                    }
+                    Some(kv)
+                        if kv.lease() != lease_id || kv.create_revision() != create_revision =>
+                    {
+                        return Err(self.lease_lost(
+                            worker,
+                            format!(
+                                "taken over by another node (lease {:x}, create revision {})",
+                                kv.lease(),
+                                kv.create_revision()
+                            ),
+                        ));
+                    }
+                    // Still ours: the mark key changed between the read and the
+                    // transaction (a concurrent persist). Read it again.
+                    Some(_) => {}
+                }
+            }
+            Err(backend_msg(
+                "persist mark",
+                format!("mark of worker {worker} kept changing during {PERSIST_ATTEMPTS} attempts"),
+            ))
+        };
+        match tokio::time::timeout(self.config.timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(RegistryError::Timeout {
+                registry: KIND,
+                operation: "persist mark",
+                after: self.config.timeout,
+            }),
+        }
+    }
+
+    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
+        let mut client = self.client.clone();
+        let prefix = format!("{}reported/", self.config.prefix);
+        let resp = self
+            .call(
+                "list peers",
+                client.get(prefix.as_bytes(), Some(GetOptions::new().with_prefix())),
+            )
+            .await?;
+        let mut peers = Vec::with_capacity(resp.kvs().len());
+        for kv in resp.kvs() {
+            let Some(worker) = worker_of(kv, prefix.as_bytes()) else {
+                return Err(backend_msg(
+                    "list peers",
+                    format!(
+                        "reported key {:?} does not end in a worker id",
+                        String::from_utf8_lossy(kv.key())
+                    ),
+                ));
+            };
+            if worker == claim.worker {
+                continue;
+            }
+            let reported = parse_ms("list peers", worker, kv.value())?;
+            peers.push(PeerReport { worker, reported });
+        }
+        peers.sort_by_key(|p| p.worker);
+        Ok(peers)
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<()> {
+        let (lease_id, _) = parse_token(claim)?;
+        // Revoking deletes the holding and the report (both attached to the
+        // lease) and leaves the mark. A lease already gone is not an error: the
+        // ID is not ours to give back, and only our own lease is touched.
+        if !self.revoke("release", lease_id).await? {
+            tracing::warn!(
+                worker = claim.worker,
+                lease = lease_id,
+                "released an etcd worker lease that was already gone"
+            );
+        }
+        Ok(())
+    }
+}
+
+fn config_error(message: String) -> RegistryError {
+    RegistryError::Config {
+        registry: KIND,
+        message,
+    }
+}
+
+fn backend(operation: &'static str, e: &etcd_client::Error) -> RegistryError {
+    backend_msg(operation, e.to_string())
+}
+
+fn backend_msg(operation: &'static str, message: String) -> RegistryError {
+    RegistryError::Backend {
+        registry: KIND,
+        operation,
+        message,
+    }
+}
+
+/// Whether etcd said the lease does not exist (expired or revoked).
+fn is_lease_not_found(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::LeaseKeepAliveError(m) => m.contains("lease not found"),
+        // etcd's `ErrGRPCLeaseNotFound`: "etcdserver: requested lease not found".
+        etcd_client::Error::GRpcStatus(s) => s.message().contains("lease not found"),
+        _ => false,
+    }
+}
+
+/// The worker ID a key under `prefix` ends in.
+fn worker_of(kv: &KeyValue, prefix: &[u8]) -> Option<u32> {
+    let rest = kv.key().strip_prefix(prefix)?;
+    std::str::from_utf8(rest).ok()?.parse().ok()
+}
+
+/// The lease ID and create revision a claim's token holds.
+fn parse_token(claim: &Claim) -> Result<(i64, i64)> {
+    claim
+        .token
+        .split_once('/')
+        .and_then(|(lease, revision)| {
+            Some((
+                i64::from_str_radix(lease, 16).ok()?,
+                revision.parse::<i64>().ok()?,
+            ))
+        })
+        .ok_or_else(|| {
+            config_error(format!(
+                "claim token {:?} of worker {} is not an etcd claim",
+                claim.token, claim.worker
+            ))
+        })
+}
+
+/// `ts` in Unix milliseconds, rounded up: a stored mark never understates what
+/// the node promised not to pass.
+fn ceil_ms(ts: Timestamp) -> i64 {
+    let ns = ts.as_nanosecond();
+    let ms = ns.div_euclid(1_000_000) + i128::from(ns.rem_euclid(1_000_000) > 0);
+    i64::try_from(ms).expect("a jiff timestamp in milliseconds fits an i64")
+}
+
+fn parse_ms(operation: &'static str, worker: u32, raw: &[u8]) -> Result<Timestamp> {
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+        .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+        .ok_or_else(|| {
+            backend_msg(
+                operation,
+                format!(
+                    "worker {worker} has {:?} stored, not a unix time in milliseconds",
+                    String::from_utf8_lossy(raw)
+                ),
+            )
+        })
+}
+
+/// 64 random bits for claim start offsets, without a random number crate:
+/// std's `RandomState` is seeded from the OS per thread and perturbed per
+/// instance; the clock and a counter make each call distinct. Offsets need
+/// spread, not secrecy.
+fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = RandomState::new().build_hasher();
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    hasher.write_u128(nanos);
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim_with_token(token: &str) -> Claim {
+        Claim {
+            worker: 3,
+            stored_mark: None,
+            lease: None,
+            token: token.to_owned(),
+        }
+    }
+
+    #[test]
+    fn tokens_round_trip_lease_and_revision() {
+        let claim = claim_with_token("694d8a1f2b3c4d5e/1234");
+        assert_eq!(parse_token(&claim).unwrap(), (0x694d_8a1f_2b3c_4d5e, 1234));
+        let err = parse_token(&claim_with_token("redis-token")).unwrap_err();
+        assert_eq!(err.code(), "registry_config");
+        assert!(err.to_string().contains("\"redis-token\""), "{err}");
+    }
+
+    #[test]
+    fn marks_round_up_to_the_millisecond() {
+        let exact = Timestamp::from_millisecond(1_700_000_000_123).unwrap();
+        assert_eq!(ceil_ms(exact), 1_700_000_000_123);
+        let past = exact + jiff::SignedDuration::from_nanos(1);
+        assert_eq!(ceil_ms(past), 1_700_000_000_124);
+        let before_epoch = Timestamp::from_nanosecond(-1_500_000).unwrap();
+        assert_eq!(ceil_ms(before_epoch), -1);
+    }
+
+    #[test]
+    fn config_defaults_and_setters() {
+        let config = EtcdConfig::new();
+        assert_eq!(config.prefix(), "/idmint/default/");
+        assert_eq!(config.lease_ttl(), Duration::from_secs(10));
+        assert_eq!(config.timeout(), Duration::from_secs(2));
+        assert_eq!(config.connect_timeout(), Duration::from_secs(2));
+        let config = config.with_cluster("orders");
+        assert_eq!(config.prefix(), "/idmint/orders/");
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn config_rejects_fractional_ttls_and_zero_timeouts() {
+        let err = EtcdConfig::new()
+            .with_lease_ttl(Duration::from_millis(1500))
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("1.5s"), "{err}");
+        assert!(
+            EtcdConfig::new()
+                .with_lease_ttl(Duration::ZERO)
+                .validate()
+                .is_err()
+        );
+        assert!(
+            EtcdConfig::new()
+                .with_timeout(Duration::ZERO)
+                .validate()
+                .is_err()
+        );
+        assert!(EtcdConfig::new().with_prefix("").validate().is_err());
+    }
+
+    #[test]
+    fn stored_values_that_are_not_millis_are_backend_errors() {
+        let err = parse_ms("claim", 5, b"soon").unwrap_err();
+        assert_eq!(err.code(), "registry_backend");
+        assert!(err.to_string().contains("worker 5"), "{err}");
+    }
+}
