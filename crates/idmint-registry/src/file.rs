@@ -31,11 +31,10 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use async_trait::async_trait;
 use jiff::Timestamp;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+use crate::registry::{Claim, Lease};
 
 /// The lock file's name inside the data directory.
 const LOCK_NAME: &str = "idmint.lock";
@@ -502,37 +501,57 @@ impl FileRegistry {
     }
 }
 
-#[async_trait]
-impl WorkerRegistry for FileRegistry {
-    fn kind(&self) -> &'static str {
-        self.local.kind()
-    }
+/// Implements [`WorkerRegistry`] for a registry whose claims, marks and releases
+/// are all its `local: LocalWorker`'s: the file registry and the fixed ones
+/// (`static`, `host`, `k8s`). They have no peers to report.
+macro_rules! local_worker_registry {
+    ($name:ident) => {
+        #[async_trait::async_trait]
+        impl crate::registry::WorkerRegistry for $name {
+            fn kind(&self) -> &'static str {
+                self.local.kind()
+            }
 
-    async fn claim(&self, _node: &NodeIdentity, range: u32) -> Result<Claim> {
-        self.local.claim(range).await
-    }
+            async fn claim(
+                &self,
+                _node: &crate::registry::NodeIdentity,
+                range: u32,
+            ) -> crate::error::Result<crate::registry::Claim> {
+                self.local.claim(range).await
+            }
 
-    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
-        self.local.renew(claim).await
-    }
+            async fn renew(
+                &self,
+                claim: &crate::registry::Claim,
+            ) -> crate::error::Result<Option<crate::registry::Lease>> {
+                self.local.renew(claim).await
+            }
 
-    async fn persist_mark(
-        &self,
-        claim: &Claim,
-        mark: Timestamp,
-        reported: Timestamp,
-    ) -> Result<()> {
-        self.local.persist_mark(claim, mark, reported).await
-    }
+            async fn persist_mark(
+                &self,
+                claim: &crate::registry::Claim,
+                mark: jiff::Timestamp,
+                reported: jiff::Timestamp,
+            ) -> crate::error::Result<()> {
+                self.local.persist_mark(claim, mark, reported).await
+            }
 
-    async fn peers(&self, _claim: &Claim) -> Result<Vec<PeerReport>> {
-        Ok(Vec::new())
-    }
+            async fn peers(
+                &self,
+                _claim: &crate::registry::Claim,
+            ) -> crate::error::Result<Vec<crate::registry::PeerReport>> {
+                Ok(Vec::new())
+            }
 
-    async fn release(&self, claim: &Claim) -> Result<()> {
-        self.local.release(claim).await
-    }
+            async fn release(&self, claim: &crate::registry::Claim) -> crate::error::Result<()> {
+                self.local.release(claim).await
+            }
+        }
+    };
 }
+pub(crate) use local_worker_registry;
+
+local_worker_registry!(FileRegistry);
 
 #[cfg(test)]
 mod tests {

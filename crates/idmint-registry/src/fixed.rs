@@ -16,12 +16,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
 
-use async_trait::async_trait;
-use jiff::Timestamp;
-
 use crate::error::{RegistryError, Result};
 use crate::file::{LeaseFile, LocalWorker, WorkerSource};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
 
 macro_rules! local_registry {
     ($name:ident) => {
@@ -36,37 +32,7 @@ macro_rules! local_registry {
             }
         }
 
-        #[async_trait]
-        impl WorkerRegistry for $name {
-            fn kind(&self) -> &'static str {
-                self.local.kind()
-            }
-
-            async fn claim(&self, _node: &NodeIdentity, range: u32) -> Result<Claim> {
-                self.local.claim(range).await
-            }
-
-            async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
-                self.local.renew(claim).await
-            }
-
-            async fn persist_mark(
-                &self,
-                claim: &Claim,
-                mark: Timestamp,
-                reported: Timestamp,
-            ) -> Result<()> {
-                self.local.persist_mark(claim, mark, reported).await
-            }
-
-            async fn peers(&self, _claim: &Claim) -> Result<Vec<PeerReport>> {
-                Ok(Vec::new())
-            }
-
-            async fn release(&self, claim: &Claim) -> Result<()> {
-                self.local.release(claim).await
-            }
-        }
+        crate::file::local_worker_registry!($name);
     };
 }
 
@@ -277,6 +243,8 @@ pub fn parse_ordinal(hostname: &str) -> Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::{NodeIdentity, WorkerRegistry};
+    use jiff::Timestamp;
 
     fn node() -> NodeIdentity {
         NodeIdentity {
