@@ -1,5 +1,6 @@
 //! [`IdBatch`]: many IDs reserved in one step, held as runs rather than one by one.
 
+use crate::error::{Error, Result};
 use crate::id::Id;
 
 /// IDs `first, first + stride, first + 2·stride, ...`, `count` of them.
@@ -21,6 +22,44 @@ impl IdRun {
             count,
             stride,
         }
+    }
+
+    /// A run of `count` IDs from `first` in steps of `stride`, for generators
+    /// outside this crate (segment allocators) that hand out runs too.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRun`] when `count` is zero, `stride` is zero while
+    /// `count` is above one, or the last ID would be above [`Id::MAX`].
+    ///
+    /// # Examples
+    /// ```
+    /// use idmint_core::{Id, IdRun};
+    ///
+    /// let run = IdRun::try_new(Id::new(10)?, 4, 3)?;
+    /// assert_eq!(run.last().get(), 19);
+    /// assert!(IdRun::try_new(Id::MAX, 2, 1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_new(first: Id, count: u64, stride: u64) -> Result<IdRun> {
+        if count == 0 {
+            return Err(Error::InvalidRun("a run holds at least one ID".into()));
+        }
+        if stride == 0 && count > 1 {
+            return Err(Error::InvalidRun(format!(
+                "a run of {count} IDs needs a stride above 0"
+            )));
+        }
+        let last = (count - 1)
+            .checked_mul(stride)
+            .and_then(|span| first.get().checked_add(span))
+            .filter(|&last| last <= Id::MAX.get());
+        if last.is_none() {
+            return Err(Error::InvalidRun(format!(
+                "{count} IDs from {first} in steps of {stride} pass the largest ID {}",
+                Id::MAX
+            )));
+        }
+        Ok(IdRun::new(first.get(), count, stride))
     }
 
     /// The first (smallest) ID of the run.
@@ -84,6 +123,29 @@ pub struct IdBatch {
 }
 
 impl IdBatch {
+    /// An empty batch, to fill with [`IdBatch::try_push`].
+    pub fn new() -> IdBatch {
+        IdBatch::default()
+    }
+
+    /// Appends a run above every ID already in the batch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRun`] when `run` does not start above the batch's last
+    /// ID; the batch is unchanged.
+    pub fn try_push(&mut self, run: IdRun) -> Result<()> {
+        if let Some(last) = self.last()
+            && last >= run.first()
+        {
+            return Err(Error::InvalidRun(format!(
+                "a run from {} does not start above the batch's last ID {last}",
+                run.first()
+            )));
+        }
+        self.push(run);
+        Ok(())
+    }
+
     pub(crate) fn with_capacity(runs: usize) -> IdBatch {
         IdBatch {
             runs: Vec::with_capacity(runs),

@@ -118,6 +118,12 @@ pub enum Error {
         max: u64,
     },
 
+    /// An [`IdRun`](crate::IdRun) or [`IdBatch`](crate::IdBatch) built from
+    /// parts that don't make one (an empty run, IDs past the largest, runs out
+    /// of order).
+    #[error("invalid run: {0}")]
+    InvalidRun(String),
+
     /// The text or number given is not an ID of the layout.
     #[error("invalid ID {input:?}: {reason}")]
     InvalidId {
@@ -200,6 +206,7 @@ impl Error {
             Error::RollbackExhausted { .. } => "rollback_exhausted",
             Error::MarkReached { .. } => "mark_reached",
             Error::InvalidCount { .. } => "invalid_count",
+            Error::InvalidRun(_) => "invalid_run",
             Error::InvalidId { .. } => "invalid_id",
             Error::RingEmpty { .. } => "ring_empty",
             Error::InvalidKey { .. } => "invalid_key",
@@ -235,6 +242,7 @@ impl Error {
                 | Error::InvalidConfig(_)
                 | Error::InvalidCount { .. }
                 | Error::InvalidId { .. }
+                | Error::InvalidRun(_)
                 | Error::InvalidKey { .. }
                 | Error::InvalidObfuscator(_)
                 | Error::InvalidPublicId { .. }

@@ -1,0 +1,1 @@
+//! The segment allocator. Being written.

@@ -1,0 +1,200 @@
+//! [`SegmentError`]: what can go wrong leasing segments and issuing from them.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in `idmint-segment`.
+///
+/// No function in this crate answers a failure with a sentinel ID (Leaf's `-1`,
+/// `-2`, `-3`, Tinyid's `null`): every failure is one of these, and
+/// [`SegmentError::code`] gives a stable code for wire formats.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SegmentError {
+    /// The key has no row in the store.
+    #[error("unknown segment key {key:?}: create it first (admin API or the store's table)")]
+    NotFound {
+        /// The key asked for.
+        key: String,
+    },
+
+    /// A key to create exists already.
+    #[error("segment key {key:?} already exists")]
+    KeyExists {
+        /// The key.
+        key: String,
+    },
+
+    /// A key name that can't be a key.
+    #[error("invalid segment key {key:?}: {reason}")]
+    InvalidKey {
+        /// The name given, shortened if long.
+        key: String,
+        /// Why it is not a key.
+        reason: String,
+    },
+
+    /// A key's settings (step, start, delta, remainder, ...) that don't make sense.
+    #[error("invalid {field}: {reason}")]
+    InvalidSpec {
+        /// The setting that is wrong.
+        field: &'static str,
+        /// Why, naming the offending value.
+        reason: String,
+    },
+
+    /// A requested number of IDs is zero or above the allowed maximum.
+    #[error("count {count} is out of range: ask for 1..={max} IDs")]
+    InvalidCount {
+        /// The count asked for.
+        count: u64,
+        /// The largest count allowed.
+        max: u64,
+    },
+
+    /// Nothing is buffered for the key and the store can't give more right now.
+    #[error("segment key {key:?} is unavailable: {reason}; retry in {retry_after:?}")]
+    Unavailable {
+        /// The key.
+        key: String,
+        /// What failed (the store's error, or a wait that ran out).
+        reason: String,
+        /// When trying again makes sense.
+        retry_after: Duration,
+    },
+
+    /// The key's counter would pass the largest ID (2^63 − 1).
+    #[error(
+        "segment key {key:?} has run out of IDs: max_id {max_id} plus step {step} passes \
+         2^63 - 1; start a new key"
+    )]
+    Exhausted {
+        /// The key.
+        key: String,
+        /// The key's `max_id` now.
+        max_id: u64,
+        /// The step that would not fit.
+        step: u64,
+    },
+
+    /// The store handed out a segment at or below one it handed out before:
+    /// someone lowered `max_id`. Issuing from it could repeat IDs, so it is refused.
+    #[error(
+        "{store} store went backwards for key {key:?}: new segment starts at {start}, \
+         below the end {previous_end} of one already issued from; restore max_id to at \
+         least {previous_end}"
+    )]
+    StoreWentBackwards {
+        /// The store kind.
+        store: &'static str,
+        /// The key.
+        key: String,
+        /// Where the new segment starts.
+        start: u64,
+        /// Where the previous one ended.
+        previous_end: u64,
+    },
+
+    /// A store or Redis call did not answer in time.
+    #[error("{store} store: {operation} timed out after {after:?}")]
+    Timeout {
+        /// The store kind (`sqlite`, `postgres`, `mysql`, `redis`, ...).
+        store: &'static str,
+        /// What was being done.
+        operation: &'static str,
+        /// The timeout.
+        after: Duration,
+    },
+
+    /// The store failed or refused.
+    #[error("{store} store: {operation} failed: {message}")]
+    Backend {
+        /// The store kind.
+        store: &'static str,
+        /// What was being done.
+        operation: &'static str,
+        /// The backend's error, as text.
+        message: String,
+    },
+
+    /// A daily serial's counter would need more digits than its width.
+    #[error(
+        "daily serial {key:?} for {day} is full: counter {counter} needs more than {width} \
+         digits; widen the counter"
+    )]
+    SerialOverflow {
+        /// The serial's key.
+        key: String,
+        /// The day, `YYYYMMDD`.
+        day: String,
+        /// The counter value that did not fit.
+        counter: u64,
+        /// The configured width.
+        width: u32,
+    },
+
+    /// A configuration that can't work (bad URL, table name, layout, ...).
+    #[error("invalid segment configuration: {0}")]
+    Config(String),
+
+    /// An error from `idmint-core` (a layout, an ID, a run).
+    #[error(transparent)]
+    Core(#[from] idmint_core::Error),
+}
+
+/// `Result` with [`SegmentError`].
+pub type Result<T, E = SegmentError> = std::result::Result<T, E>;
+
+impl SegmentError {
+    /// A stable, machine-readable code for the error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SegmentError::NotFound { .. } => "key_not_found",
+            SegmentError::KeyExists { .. } => "key_exists",
+            SegmentError::InvalidKey { .. } => "invalid_key",
+            SegmentError::InvalidSpec { .. } => "invalid_spec",
+            SegmentError::InvalidCount { .. } => "invalid_count",
+            SegmentError::Unavailable { .. } => "unavailable",
+            SegmentError::Exhausted { .. } => "key_exhausted",
+            SegmentError::StoreWentBackwards { .. } => "store_went_backwards",
+            SegmentError::Timeout { .. } => "store_timeout",
+            SegmentError::Backend { .. } => "store_error",
+            SegmentError::SerialOverflow { .. } => "serial_overflow",
+            SegmentError::Config(_) => "invalid_config",
+            SegmentError::Core(e) => e.code(),
+        }
+    }
+
+    /// True for errors caused by the caller's input.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            SegmentError::InvalidKey { .. }
+            | SegmentError::InvalidSpec { .. }
+            | SegmentError::InvalidCount { .. }
+            | SegmentError::Config(_) => true,
+            SegmentError::Core(e) => e.is_bad_input(),
+            _ => false,
+        }
+    }
+
+    /// True for errors that may go away by themselves (a store that is down or
+    /// slow); [`SegmentError::retry_after`] says when to try again.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            SegmentError::Unavailable { .. }
+                | SegmentError::Timeout { .. }
+                | SegmentError::Backend { .. }
+        )
+    }
+
+    /// When to try again, for transient errors.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            SegmentError::Unavailable { retry_after, .. } => Some(*retry_after),
+            SegmentError::Timeout { .. } | SegmentError::Backend { .. } => {
+                Some(Duration::from_secs(1))
+            }
+            _ => None,
+        }
+    }
+}

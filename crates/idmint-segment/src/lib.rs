@@ -1,0 +1,25 @@
+//! idmint's segment mode (Leaf-segment, Tinyid) and Redis strategies.
+//!
+//! - [`SegmentStore`]: where keys live and how a segment `[max_id − step,
+//!   max_id)` is leased in one atomic step: [`sql`] (SQLite, PostgreSQL,
+//!   MySQL/MariaDB, and Leaf's own `leaf_alloc` table), [`redis`], and
+//!   [`MemoryStore`] for tests.
+//! - [`SegmentAllocator`]: per key, a lock-free double buffer (from
+//!   `idmint-core`) filled in the background, with Leaf's dynamic step, Tinyid's
+//!   `delta`/`remainder`, batches that span segments, and typed errors instead
+//!   of Leaf's `-1`/`-2`/`-3`.
+//! - [`redis`]: `INCRBY` counters with per-node offset and step, a Redis-side
+//!   snowflake, and daily serials.
+
+#![deny(missing_docs)]
+
+mod allocator;
+mod error;
+mod memory;
+pub mod redis;
+pub mod sql;
+mod store;
+
+pub use error::{Result, SegmentError};
+pub use memory::MemoryStore;
+pub use store::{KeyInfo, MAX_ID, MAX_KEY_LEN, NewKey, SegmentGrant, SegmentStore, validate_key};

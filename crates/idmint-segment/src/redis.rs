@@ -1,0 +1,1 @@
+//! The Redis strategies and the Redis segment store. Being written.

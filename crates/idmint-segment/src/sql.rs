@@ -1,0 +1,1 @@
+//! The SQL segment store (SQLite, PostgreSQL, MySQL/MariaDB). Being written.

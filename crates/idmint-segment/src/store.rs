@@ -1,0 +1,260 @@
+//! The [`SegmentStore`] seam: where segment keys live and how a segment is leased.
+//!
+//! The allocator ([`crate::SegmentAllocator`]) is the only consumer; it bounds
+//! every call with its store timeout, so implementations need not add their own
+//! (they should still set connect timeouts on their pools).
+
+use std::fmt;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+
+use crate::error::{Result, SegmentError};
+
+/// The longest key name, as Leaf's `biz_tag varchar(128)`.
+pub const MAX_KEY_LEN: usize = 128;
+
+/// The largest ID a segment may contain (2^63 − 1).
+pub const MAX_ID: u64 = i64::MAX as u64;
+
+/// Checks a key name: 1 to [`MAX_KEY_LEN`] bytes of ASCII letters, digits and
+/// `.` `_` `-` `:` (so it is safe in a URL path, a Redis key and a log line).
+///
+/// # Errors
+/// [`SegmentError::InvalidKey`] naming what is wrong.
+///
+/// # Examples
+/// ```
+/// use idmint_segment::validate_key;
+///
+/// assert!(validate_key("order.v2").is_ok());
+/// assert!(validate_key("").is_err());
+/// assert!(validate_key("a b").is_err());
+/// ```
+pub fn validate_key(key: &str) -> Result<()> {
+    let reason = if key.is_empty() {
+        "a key is at least one character".to_owned()
+    } else if key.len() > MAX_KEY_LEN {
+        format!("a key is at most {MAX_KEY_LEN} bytes, not {}", key.len())
+    } else if let Some(c) = key
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':')))
+    {
+        format!("{c:?} is not allowed; use letters, digits, '.', '_', '-' and ':'")
+    } else {
+        return Ok(());
+    };
+    let shown: String = key.chars().take(64).collect();
+    Err(SegmentError::InvalidKey { key: shown, reason })
+}
+
+/// One key as its store holds it (Leaf's `leaf_alloc` row plus Tinyid's
+/// `delta`/`remainder`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// The key (Leaf's `biz_tag`).
+    pub key: String,
+    /// The end of the last segment handed out: the next segment starts here.
+    pub max_id: u64,
+    /// The key's configured step: the size of a segment, and the floor of the
+    /// allocator's dynamic step.
+    pub step: u64,
+    /// Only IDs with `id % delta == remainder` are issued (1 and 0: all).
+    pub delta: u64,
+    /// See [`KeyInfo::delta`].
+    pub remainder: u64,
+    /// Free text.
+    pub description: String,
+    /// When the row last changed, if the store keeps it.
+    pub updated: Option<Timestamp>,
+}
+
+/// A key to create.
+///
+/// # Examples
+/// ```
+/// use idmint_segment::NewKey;
+///
+/// let key = NewKey::new("order", 1000).with_start(1).with_delta(2, 1);
+/// key.validate()?;
+/// assert_eq!(key.start(), 1);
+/// assert!(NewKey::new("order", 0).validate().is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewKey {
+    key: String,
+    step: u64,
+    start: u64,
+    delta: u64,
+    remainder: u64,
+    description: String,
+}
+
+impl NewKey {
+    /// A key issuing from 1 in segments of `step`.
+    pub fn new(key: impl Into<String>, step: u64) -> NewKey {
+        NewKey {
+            key: key.into(),
+            step,
+            start: 1,
+            delta: 1,
+            remainder: 0,
+            description: String::new(),
+        }
+    }
+
+    /// The first ID (the row's initial `max_id`); IDs are never 0, so a start
+    /// of 0 issues from 1.
+    pub fn with_start(mut self, start: u64) -> NewKey {
+        self.start = start;
+        self
+    }
+
+    /// Issue only IDs with `id % delta == remainder` (Tinyid).
+    pub fn with_delta(mut self, delta: u64, remainder: u64) -> NewKey {
+        self.delta = delta;
+        self.remainder = remainder;
+        self
+    }
+
+    /// A description stored with the key.
+    pub fn with_description(mut self, description: impl Into<String>) -> NewKey {
+        self.description = description.into();
+        self
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The step.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// The first ID.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// The delta.
+    pub fn delta(&self) -> u64 {
+        self.delta
+    }
+
+    /// The remainder.
+    pub fn remainder(&self) -> u64 {
+        self.remainder
+    }
+
+    /// The description.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Checks every field; stores call this before writing.
+    ///
+    /// # Errors
+    /// [`SegmentError::InvalidKey`] or [`SegmentError::InvalidSpec`] naming
+    /// the field: a step of 0, a delta of 0 or above the step, a remainder not
+    /// below the delta, a start past the largest ID, a description over 256 bytes.
+    pub fn validate(&self) -> Result<()> {
+        validate_key(&self.key)?;
+        let spec = |field, reason: String| Err(SegmentError::InvalidSpec { field, reason });
+        if self.step == 0 || self.step > MAX_ID {
+            return spec("step", format!("{} is not in 1..={MAX_ID}", self.step));
+        }
+        if self.delta == 0 || self.delta > self.step {
+            return spec(
+                "delta",
+                format!(
+                    "{} is not in 1..={} (the step): a segment must hold at least one ID",
+                    self.delta, self.step
+                ),
+            );
+        }
+        if self.remainder >= self.delta {
+            return spec(
+                "remainder",
+                format!("{} is not below the delta {}", self.remainder, self.delta),
+            );
+        }
+        if self.start > MAX_ID - self.step {
+            return spec(
+                "start",
+                format!("{} leaves no room for a step of {}", self.start, self.step),
+            );
+        }
+        if self.description.len() > 256 {
+            return spec("description", "is longer than 256 bytes".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// A segment leased from a store: the raw numbers `[max_id − step, max_id)`,
+/// of which those with `n % delta == remainder` (and above 0) are issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentGrant {
+    /// The row's `max_id` after the lease: the segment's end (exclusive).
+    pub max_id: u64,
+    /// The step used for this lease.
+    pub step: u64,
+    /// The key's delta.
+    pub delta: u64,
+    /// The key's remainder.
+    pub remainder: u64,
+}
+
+impl SegmentGrant {
+    /// The first raw number of the segment.
+    pub fn start(&self) -> u64 {
+        self.max_id - self.step
+    }
+}
+
+/// Where segment keys live.
+///
+/// # Contract
+/// - [`SegmentStore::fetch`] is atomic across every process sharing the store:
+///   two fetches of one key never return overlapping ranges, and each returns a
+///   range above every range returned before it.
+/// - A key created by [`SegmentStore::create`] (or by hand in the table) is
+///   visible to the next [`SegmentStore::describe`] and `fetch`, in any process.
+/// - Calls may hang when the backend does; the allocator bounds them.
+#[async_trait]
+pub trait SegmentStore: Send + Sync + fmt::Debug + 'static {
+    /// The store kind, for errors, logs and metrics (`sqlite`, `postgres`,
+    /// `mysql`, `redis`, `memory`).
+    fn kind(&self) -> &'static str;
+
+    /// Leases the key's next segment: `max_id += step` (the given step, else
+    /// the key's own) in one atomic step, returning the new row.
+    ///
+    /// # Errors
+    /// [`SegmentError::NotFound`] when the key has no row,
+    /// [`SegmentError::Exhausted`] when `max_id + step` would pass 2^63 − 1,
+    /// [`SegmentError::Backend`] when the store fails.
+    async fn fetch(&self, key: &str, step: Option<u64>) -> Result<SegmentGrant>;
+
+    /// The key's row, or `None`.
+    ///
+    /// # Errors
+    /// [`SegmentError::Backend`] when the store fails.
+    async fn describe(&self, key: &str) -> Result<Option<KeyInfo>>;
+
+    /// Creates a key (validated with [`NewKey::validate`]).
+    ///
+    /// # Errors
+    /// [`SegmentError::KeyExists`] when it exists, the validation errors, and
+    /// [`SegmentError::Backend`].
+    async fn create(&self, key: &NewKey) -> Result<KeyInfo>;
+
+    /// Every key, sorted by name.
+    ///
+    /// # Errors
+    /// [`SegmentError::Backend`] when the store fails.
+    async fn list(&self) -> Result<Vec<KeyInfo>>;
+}

@@ -1,0 +1,7 @@
+//! Integration tests of `idmint-segment` against real SQLite, PostgreSQL,
+//! MariaDB and Redis.
+
+mod allocator;
+mod redis;
+mod sql;
+mod support;

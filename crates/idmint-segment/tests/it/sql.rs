@@ -1,0 +1,1 @@
+//! Tests of the sql part; being written.
