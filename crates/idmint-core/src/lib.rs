@@ -12,6 +12,8 @@
 //!   sequence-exhausted and sequence-start policies.
 //! - [`Cached`]: Baidu's CachedUidGenerator, a pre-filled ring of whole ticks with
 //!   a bounded lead over the clock.
+//! - [`SegmentBuffer`]: the lock-free double buffer of segment mode; the
+//!   leasing of segments from a store lives in `idmint-segment`.
 //! - [`uuid`](mod@uuid): RFC 9562 UUIDs (v1, v3, v4, v5, v7) from the `uuid` crate.
 //!
 //! # Examples
@@ -35,6 +37,7 @@ mod error;
 mod id;
 mod layout;
 pub mod obfuscate;
+pub mod segment;
 mod snowflake;
 mod sync;
 pub mod uuid;
@@ -48,6 +51,7 @@ pub use layout::{Decoded, FieldOrder, IdParts, Layout, LayoutSpec};
 pub use obfuscate::{
     ObfuscationKey, Obfuscator, ObfuscatorBuilder, PublicId, PublicIdCodec, TextFormat,
 };
+pub use segment::{BufferStatus, Reservation, Segment, SegmentBuffer, Take, TakeOne};
 pub use snowflake::{
     ClockBehind, SequenceExhausted, SequenceStart, Snowflake, SnowflakeBuilder, SnowflakeStats,
 };
