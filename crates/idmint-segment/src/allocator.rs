@@ -1,1 +1,933 @@
-//! The segment allocator. Being written.
+//! [`SegmentAllocator`]: per-key double buffers filled from a [`SegmentStore`].
+//!
+//! The lock-free part (taking IDs, switching segments) is
+//! [`idmint_core::SegmentBuffer`]; this module does the leasing around it:
+//! which step to ask for, when, with what timeout, and what a caller sees when
+//! the store is down.
+//!
+//! # Loading
+//! - **Preload**: the taker that crosses a segment's preload point (default
+//!   10% used, as Leaf) queues the key for the preloader task
+//!   ([`SegmentAllocator::spawn_preloader`]), which leases the next segment in
+//!   the background. A failed preload is retried with backoff while the key
+//!   still wants a segment.
+//! - **On demand**: a caller that finds nothing buffered leases the next
+//!   segment itself, one caller per key at a time (a per-key async lock); the
+//!   others wait for it. A batch asks for a segment big enough for what it
+//!   still needs, so 100,000 IDs cost one lease, not a hundred.
+//! - Every store call is bounded by [`SegmentConfig::with_store_timeout`], and a
+//!   caller waits at most [`SegmentConfig::with_wait`] in all before getting
+//!   [`SegmentError::Unavailable`] with a retry hint.
+//!
+//! # Dynamic step (Leaf's rule)
+//! A segment that lasted under 15 minutes doubles the next step (capped at the
+//! configured maximum, default 1,000,000); one that lasted over 30 minutes
+//! halves it, never below the key's configured step. Durations are read from
+//! the allocator's [`Clock`], so tests drive them with a manual clock.
+//!
+//! # New and unknown keys
+//! A key is looked up in the store on its first request (Leaf makes you wait up
+//! to 60 s for its cache refresh); a key that isn't there is a typed
+//! [`SegmentError::NotFound`], remembered for a short while
+//! ([`SegmentConfig::with_miss_ttl`]) so a flood of requests for a missing key
+//! doesn't become a flood of queries.
+//!
+//! # What is never issued twice
+//! Every ID comes from a segment the store leased to this allocator alone; the
+//! buffer hands each out once; a segment that doesn't start above the previous
+//! one is refused ([`SegmentError::StoreWentBackwards`]). A lease whose answer
+//! was lost (timeout) is simply never used, so after an outage the allocator
+//! carries on above everything issued.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use idmint_core::clock::MonotonicClock;
+use idmint_core::{Clock, Id, IdBatch, Segment, SegmentBuffer, TakeOne};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::error::{Result, SegmentError};
+use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentStore, validate_key};
+
+/// Settings of a [`SegmentAllocator`].
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use idmint_segment::SegmentConfig;
+///
+/// let config = SegmentConfig::new()
+///     .with_preload_share(0.2) // Tinyid's 20%
+///     .with_max_step(500_000)
+///     .with_store_timeout(Duration::from_secs(1));
+/// assert_eq!(config.max_step(), 500_000);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SegmentConfig {
+    preload_share: f64,
+    max_step: u64,
+    grow_below: Duration,
+    shrink_above: Duration,
+    store_timeout: Duration,
+    wait: Duration,
+    retry_after: Duration,
+    miss_ttl: Duration,
+    max_batch: u64,
+}
+
+impl Default for SegmentConfig {
+    fn default() -> SegmentConfig {
+        SegmentConfig::new()
+    }
+}
+
+impl SegmentConfig {
+    /// Leaf's defaults: preload at 10%, steps up to 1,000,000, double under
+    /// 15 minutes and halve over 30; a 3 s store timeout and wait; misses
+    /// remembered for 250 ms; batches up to 1,000,000.
+    pub const fn new() -> SegmentConfig {
+        SegmentConfig {
+            preload_share: 0.1,
+            max_step: 1_000_000,
+            grow_below: Duration::from_secs(15 * 60),
+            shrink_above: Duration::from_secs(30 * 60),
+            store_timeout: Duration::from_secs(3),
+            wait: Duration::from_secs(3),
+            retry_after: Duration::from_secs(1),
+            miss_ttl: Duration::from_millis(250),
+            max_batch: 1_000_000,
+        }
+    }
+
+    /// Share of a segment used before the next one is leased (0..=1).
+    pub const fn with_preload_share(mut self, share: f64) -> SegmentConfig {
+        self.preload_share = share;
+        self
+    }
+
+    /// The dynamic step's cap (never below a key's own step).
+    pub const fn with_max_step(mut self, max_step: u64) -> SegmentConfig {
+        self.max_step = max_step;
+        self
+    }
+
+    /// Segments that last less than `grow_below` double the step; those that
+    /// last more than `shrink_above` halve it.
+    pub const fn with_step_timing(
+        mut self,
+        grow_below: Duration,
+        shrink_above: Duration,
+    ) -> SegmentConfig {
+        self.grow_below = grow_below;
+        self.shrink_above = shrink_above;
+        self
+    }
+
+    /// The bound on every store call.
+    pub const fn with_store_timeout(mut self, timeout: Duration) -> SegmentConfig {
+        self.store_timeout = timeout;
+        self
+    }
+
+    /// How long a caller waits for a segment in all before
+    /// [`SegmentError::Unavailable`].
+    pub const fn with_wait(mut self, wait: Duration) -> SegmentConfig {
+        self.wait = wait;
+        self
+    }
+
+    /// The retry hint given with [`SegmentError::Unavailable`], and the first
+    /// delay between preload retries.
+    pub const fn with_retry_after(mut self, retry_after: Duration) -> SegmentConfig {
+        self.retry_after = retry_after;
+        self
+    }
+
+    /// How long an unknown key is remembered as unknown.
+    pub const fn with_miss_ttl(mut self, miss_ttl: Duration) -> SegmentConfig {
+        self.miss_ttl = miss_ttl;
+        self
+    }
+
+    /// The largest batch one call may ask for.
+    pub const fn with_max_batch(mut self, max_batch: u64) -> SegmentConfig {
+        self.max_batch = max_batch;
+        self
+    }
+
+    /// See [`SegmentConfig::with_preload_share`].
+    pub const fn preload_share(&self) -> f64 {
+        self.preload_share
+    }
+
+    /// See [`SegmentConfig::with_max_step`].
+    pub const fn max_step(&self) -> u64 {
+        self.max_step
+    }
+
+    /// See [`SegmentConfig::with_store_timeout`].
+    pub const fn store_timeout(&self) -> Duration {
+        self.store_timeout
+    }
+
+    /// See [`SegmentConfig::with_max_batch`].
+    pub const fn max_batch(&self) -> u64 {
+        self.max_batch
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |what: &str| Err(SegmentError::Config(what.to_owned()));
+        if !(0.0..=1.0).contains(&self.preload_share) {
+            return bad("preload share must be within 0..=1");
+        }
+        if self.max_step == 0 || self.max_batch == 0 {
+            return bad("max step and max batch must be above 0");
+        }
+        if self.store_timeout.is_zero() || self.wait.is_zero() {
+            return bad("store timeout and wait must be above 0");
+        }
+        if self.grow_below > self.shrink_above {
+            return bad("the grow-below duration must not exceed the shrink-above duration");
+        }
+        Ok(())
+    }
+}
+
+/// One key's state as a status page shows it (Leaf's `/cache`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyStatus {
+    /// The key.
+    pub key: String,
+    /// The step the next lease will use (the dynamic step).
+    pub step: u64,
+    /// The key's configured step (the dynamic step's floor).
+    pub min_step: u64,
+    /// The key's delta.
+    pub delta: u64,
+    /// The key's remainder.
+    pub remainder: u64,
+    /// The segment IDs come from: first and last ID, and IDs left.
+    pub current: Option<(Id, Id, u64)>,
+    /// The next segment, loaded: first and last ID.
+    pub next: Option<(Id, Id)>,
+    /// A lease is in flight.
+    pub loading: bool,
+    /// The last lease failure, cleared by a successful lease.
+    pub last_error: Option<String>,
+    /// The store's row, when the listing came from the store.
+    pub stored: Option<KeyInfo>,
+}
+
+/// A key's buffer and what leasing it needs.
+#[derive(Debug)]
+struct KeyEntry {
+    key: Arc<str>,
+    buffer: SegmentBuffer,
+    /// Serializes leases and installs for the key.
+    loader: tokio::sync::Mutex<Loader>,
+    /// Mirrors for status pages (read without the async lock).
+    loading: AtomicBool,
+    shown: Mutex<Shown>,
+}
+
+/// The leasing state, under [`KeyEntry::loader`].
+#[derive(Debug)]
+struct Loader {
+    min_step: u64,
+    step: u64,
+    delta: u64,
+    /// When the last lease was made (clock nanoseconds).
+    last_lease: Option<i64>,
+    /// The end (`max_id`) of the last lease.
+    last_end: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Shown {
+    step: u64,
+    min_step: u64,
+    delta: u64,
+    remainder: u64,
+    last_error: Option<String>,
+}
+
+impl Loader {
+    /// Leaf's dynamic step for the lease about to be made at `now`.
+    fn next_step(&self, now: i64, config: &SegmentConfig) -> u64 {
+        let Some(last) = self.last_lease else {
+            return self.min_step;
+        };
+        let lasted = Duration::from_nanos(now.saturating_sub(last).max(0) as u64);
+        if lasted < config.grow_below {
+            self.step
+                .saturating_mul(2)
+                .min(config.max_step.max(self.min_step))
+        } else if lasted <= config.shrink_above {
+            self.step
+        } else {
+            (self.step / 2).max(self.min_step)
+        }
+    }
+}
+
+type KeyMap = HashMap<Arc<str>, Arc<KeyEntry>>;
+
+#[derive(Debug)]
+struct Inner {
+    store: Arc<dyn SegmentStore>,
+    config: SegmentConfig,
+    clock: Arc<dyn Clock>,
+    /// Copy-on-write: readers never lock; inserts are rare.
+    keys: ArcSwap<KeyMap>,
+    insert: Mutex<()>,
+    /// Unknown keys and until when they count as unknown.
+    misses: Mutex<HashMap<String, Instant>>,
+    preload: Mutex<Option<mpsc::UnboundedSender<Arc<KeyEntry>>>>,
+}
+
+/// Segment mode: dense, strictly increasing IDs per key, leased from a store
+/// in segments and served from a lock-free double buffer.
+///
+/// # Contract
+/// - **Unique** across every allocator sharing the store: each ID comes from a
+///   segment leased to this allocator alone.
+/// - **Strictly increasing per key** within an allocator: a call that completes
+///   before another starts gets smaller IDs; a batch's IDs increase.
+/// - **Store down**: buffered IDs keep being served; when none are left, calls
+///   fail with [`SegmentError::Unavailable`] and a retry hint. Never 0, never
+///   −1, never an ID already issued; after the outage it carries on above.
+/// - **Cheap**: an ID from the buffer is one atomic add and no lock; a batch
+///   of any size is a handful of atomic steps and, past the buffer, one lease.
+/// - No hidden tasks: preloading runs only once
+///   [`SegmentAllocator::spawn_preloader`] was called; without it, callers
+///   lease on demand.
+///
+/// Cloning is cheap and shares everything.
+///
+/// # Examples
+/// ```
+/// use idmint_segment::{MemoryStore, NewKey, SegmentAllocator, SegmentConfig};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+/// let allocator = SegmentAllocator::new(MemoryStore::new(), SegmentConfig::new())?;
+/// allocator.create_key(NewKey::new("order", 1000)).await?;
+/// let _preloader = allocator.spawn_preloader();
+/// let first = allocator.next_id("order").await?;
+/// let batch = allocator.next_ids("order", 5000).await?;
+/// assert_eq!(first.get(), 1);
+/// assert_eq!(batch.first().unwrap().get(), 2);
+/// assert!(allocator.next_id("nope").await.is_err());
+/// # Ok::<(), idmint_segment::SegmentError>(()) })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct SegmentAllocator {
+    inner: Arc<Inner>,
+}
+
+impl SegmentAllocator {
+    /// An allocator over `store`; nothing is read or spawned yet.
+    ///
+    /// # Errors
+    /// [`SegmentError::Config`] for settings that can't work.
+    pub fn new(store: impl SegmentStore, config: SegmentConfig) -> Result<SegmentAllocator> {
+        SegmentAllocator::with_clock(Arc::new(store), config, Arc::new(MonotonicClock::new()))
+    }
+
+    /// An allocator over a shared store, timing the dynamic step on `clock`.
+    ///
+    /// # Errors
+    /// [`SegmentError::Config`] for settings that can't work.
+    pub fn with_clock(
+        store: Arc<dyn SegmentStore>,
+        config: SegmentConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<SegmentAllocator> {
+        config.check()?;
+        Ok(SegmentAllocator {
+            inner: Arc::new(Inner {
+                store,
+                config,
+                clock,
+                keys: ArcSwap::default(),
+                insert: Mutex::new(()),
+                misses: Mutex::new(HashMap::new()),
+                preload: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn SegmentStore> {
+        &self.inner.store
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &SegmentConfig {
+        &self.inner.config
+    }
+
+    /// The next ID of `key`.
+    ///
+    /// # Errors
+    /// [`SegmentError::InvalidKey`], [`SegmentError::NotFound`],
+    /// [`SegmentError::Unavailable`] (store down and nothing buffered),
+    /// [`SegmentError::Exhausted`], [`SegmentError::StoreWentBackwards`].
+    pub async fn next_id(&self, key: &str) -> Result<Id> {
+        let (entry, first) = match self.inner.keys.load().get(key) {
+            Some(entry) => match self.inner.take_one_fast(entry) {
+                Ok(id) => return Ok(id),
+                Err(first) => (entry.clone(), first),
+            },
+            None => (self.inner.entry(key).await?, TakeOne::Empty),
+        };
+        // Boxed: the slow path's future is large, and the fast path shouldn't
+        // pay for moving it around.
+        Box::pin(self.inner.next_id(&entry, first)).await
+    }
+
+    /// `n` IDs of `key` in increasing order, as runs (contiguous where the
+    /// key's segments are), spanning segments as needed.
+    ///
+    /// # Errors
+    /// [`SegmentError::InvalidCount`] when `n` is 0 or above the configured
+    /// maximum, and those of [`SegmentAllocator::next_id`].
+    pub async fn next_ids(&self, key: &str, n: u64) -> Result<IdBatch> {
+        self.inner.check_count(n)?;
+        let entry = self.inner.entry(key).await?;
+        self.inner.next_ids(&entry, n).await
+    }
+
+    /// A handle on one key, for hot loops that shouldn't look the key up
+    /// each time.
+    ///
+    /// # Errors
+    /// Those of [`SegmentAllocator::next_id`] for the lookup.
+    pub async fn key(&self, key: &str) -> Result<SegmentKey> {
+        let entry = self.inner.entry(key).await?;
+        Ok(SegmentKey {
+            inner: self.inner.clone(),
+            entry,
+        })
+    }
+
+    /// Creates a key in the store; it is usable at once.
+    ///
+    /// # Errors
+    /// [`SegmentError::KeyExists`], the validation errors of
+    /// [`NewKey::validate`], [`SegmentError::Unavailable`] when the store
+    /// fails.
+    pub async fn create_key(&self, key: NewKey) -> Result<KeyInfo> {
+        key.validate()?;
+        let info = self
+            .inner
+            .store_call(key.key(), "create key", self.inner.store.create(&key))
+            .await?;
+        lock(&self.inner.misses).remove(key.key());
+        Ok(info)
+    }
+
+    /// Every key in the store, with the buffers of those this allocator has
+    /// served.
+    ///
+    /// # Errors
+    /// [`SegmentError::Unavailable`] when the store fails.
+    pub async fn keys(&self) -> Result<Vec<KeyStatus>> {
+        let stored = self
+            .inner
+            .store_call("*", "list keys", self.inner.store.list())
+            .await?;
+        let served = self.inner.keys.load();
+        Ok(stored
+            .into_iter()
+            .map(|info| match served.get(info.key.as_str()) {
+                Some(entry) => KeyStatus {
+                    stored: Some(info),
+                    ..entry.status()
+                },
+                None => KeyStatus {
+                    key: info.key.clone(),
+                    step: info.step,
+                    min_step: info.step,
+                    delta: info.delta,
+                    remainder: info.remainder,
+                    current: None,
+                    next: None,
+                    loading: false,
+                    last_error: None,
+                    stored: Some(info),
+                },
+            })
+            .collect())
+    }
+
+    /// The buffers of the keys this allocator has served, without asking the
+    /// store (for status pages while the store is down).
+    pub fn served_keys(&self) -> Vec<KeyStatus> {
+        let mut keys: Vec<KeyStatus> = self
+            .inner
+            .keys
+            .load()
+            .values()
+            .map(|entry| entry.status())
+            .collect();
+        keys.sort_by(|a, b| a.key.cmp(&b.key));
+        keys
+    }
+
+    /// Starts the background task that leases the next segment of a key once
+    /// its preload point is crossed. Stops when the guard is dropped.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn spawn_preloader(&self) -> PreloaderGuard {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *lock(&self.inner.preload) = Some(tx);
+        let task = tokio::spawn(preloader(Arc::downgrade(&self.inner), rx));
+        PreloaderGuard {
+            inner: Arc::downgrade(&self.inner),
+            task,
+        }
+    }
+}
+
+/// A handle on one key of a [`SegmentAllocator`]; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SegmentKey {
+    inner: Arc<Inner>,
+    entry: Arc<KeyEntry>,
+}
+
+impl SegmentKey {
+    /// The key.
+    pub fn name(&self) -> &str {
+        &self.entry.key
+    }
+
+    /// The next ID; see [`SegmentAllocator::next_id`].
+    ///
+    /// # Errors
+    /// As [`SegmentAllocator::next_id`].
+    pub async fn next_id(&self) -> Result<Id> {
+        match self.inner.take_one_fast(&self.entry) {
+            Ok(id) => Ok(id),
+            Err(first) => Box::pin(self.inner.next_id(&self.entry, first)).await,
+        }
+    }
+
+    /// `n` IDs; see [`SegmentAllocator::next_ids`].
+    ///
+    /// # Errors
+    /// As [`SegmentAllocator::next_ids`].
+    pub async fn next_ids(&self, n: u64) -> Result<IdBatch> {
+        self.inner.check_count(n)?;
+        self.inner.next_ids(&self.entry, n).await
+    }
+
+    /// The key's buffers and step.
+    pub fn status(&self) -> KeyStatus {
+        self.entry.status()
+    }
+}
+
+/// Owns the preloader task; dropping it stops the task (callers then lease
+/// on demand).
+#[derive(Debug)]
+pub struct PreloaderGuard {
+    inner: Weak<Inner>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PreloaderGuard {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            lock(&inner.preload).take();
+        }
+        self.task.abort();
+    }
+}
+
+/// Receives keys to preload and leases for each in its own task (a JoinSet the
+/// task owns, so aborting the preloader aborts them all).
+async fn preloader(inner: Weak<Inner>, mut rx: mpsc::UnboundedReceiver<Arc<KeyEntry>>) {
+    let mut loads = JoinSet::new();
+    loop {
+        tokio::select! {
+            entry = rx.recv() => {
+                let Some(entry) = entry else { break };
+                let inner = inner.clone();
+                loads.spawn(async move {
+                    let mut backoff = match inner.upgrade() {
+                        Some(inner) => inner.config.retry_after,
+                        None => return,
+                    };
+                    loop {
+                        let Some(strong) = inner.upgrade() else { return };
+                        match strong.preload(&entry).await {
+                            Ok(()) => return,
+                            Err(error) if error.is_transient() => {
+                                tracing::warn!(key = %entry.key, %error, retry_in = ?backoff,
+                                    "segment preload failed");
+                            }
+                            Err(error) => {
+                                tracing::error!(key = %entry.key, %error, "segment preload failed");
+                                return;
+                            }
+                        }
+                        drop(strong);
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(30));
+                    }
+                });
+            }
+            Some(_) = loads.join_next(), if !loads.is_empty() => {}
+        }
+    }
+}
+
+impl Inner {
+    fn check_count(&self, n: u64) -> Result<()> {
+        if n == 0 || n > self.config.max_batch {
+            return Err(SegmentError::InvalidCount {
+                count: n,
+                max: self.config.max_batch,
+            });
+        }
+        Ok(())
+    }
+
+    /// The hot path: one ID from the buffer, or what the slow path must
+    /// carry on from.
+    fn take_one_fast(&self, entry: &Arc<KeyEntry>) -> Result<Id, TakeOne> {
+        match entry.buffer.take_one() {
+            TakeOne::Id { id, preload } => {
+                if preload {
+                    self.request_preload(entry);
+                }
+                Ok(id)
+            }
+            other => Err(other),
+        }
+    }
+
+    fn request_preload(&self, entry: &Arc<KeyEntry>) {
+        if let Some(tx) = lock(&self.preload).as_ref() {
+            let _ = tx.send(entry.clone());
+        }
+    }
+
+    /// The slow path of one ID, carrying on from the fast path's `first`
+    /// take: a reservation is resolved (its index is this caller's ID, in
+    /// order), anything else takes again.
+    async fn next_id(&self, entry: &Arc<KeyEntry>, first: TakeOne) -> Result<Id> {
+        if let TakeOne::Reserved(mut reservation) = first {
+            let deadline = tokio::time::Instant::now() + self.config.wait;
+            let mut batch = IdBatch::new();
+            loop {
+                self.ensure(entry, reservation.needs_end(), 1, deadline)
+                    .await?;
+                match entry.buffer.resolve(reservation, &mut batch) {
+                    Ok(resolved) => {
+                        if resolved.preload {
+                            self.request_preload(entry);
+                        }
+                        if let Some(id) = batch.first() {
+                            return Ok(id);
+                        }
+                        break;
+                    }
+                    Err(still) => reservation = still,
+                }
+            }
+        }
+        let batch = self.next_ids(entry, 1).await?;
+        Ok(batch.first().expect("a batch of 1 holds an ID"))
+    }
+
+    /// The slow path: takes what is buffered, resolves reservations and
+    /// leases more until `n` IDs are in hand or the wait runs out.
+    async fn next_ids(&self, entry: &Arc<KeyEntry>, n: u64) -> Result<IdBatch> {
+        let deadline = tokio::time::Instant::now() + self.config.wait;
+        let mut batch = IdBatch::new();
+        let mut need = n;
+        while need > 0 {
+            let take = entry.buffer.take(need, &mut batch);
+            need -= take.taken;
+            let mut preload = take.preload;
+            let mut reserved = take.reserved;
+            while let Some(reservation) = reserved {
+                self.ensure(entry, reservation.needs_end(), need, deadline)
+                    .await?;
+                match entry.buffer.resolve(reservation, &mut batch) {
+                    Ok(resolved) => {
+                        need -= resolved.taken;
+                        preload |= resolved.preload;
+                        reserved = resolved.reserved;
+                    }
+                    Err(still) => reserved = Some(still),
+                }
+            }
+            if preload {
+                self.request_preload(entry);
+            }
+            if need > 0 && entry.buffer.remaining() == 0 {
+                let target = entry.buffer.handed_out() + 1;
+                self.ensure(entry, target, need, deadline).await?;
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Leases until the key's buffered end reaches `target`, asking for room
+    /// for `demand` IDs.
+    async fn ensure(
+        &self,
+        entry: &Arc<KeyEntry>,
+        target: u64,
+        demand: u64,
+        deadline: tokio::time::Instant,
+    ) -> Result<()> {
+        while entry.buffer.buffered_end() < target {
+            let Ok(mut loader) = tokio::time::timeout_at(deadline, entry.loader.lock()).await
+            else {
+                return Err(self.unavailable(
+                    entry,
+                    format!(
+                        "waited {:?} for another caller's lease to finish",
+                        self.config.wait
+                    ),
+                ));
+            };
+            if entry.buffer.buffered_end() >= target {
+                break;
+            }
+            self.lease(entry, &mut loader, demand, deadline).await?;
+        }
+        Ok(())
+    }
+
+    /// Background preload: leases the next segment unless one is buffered.
+    async fn preload(&self, entry: &Arc<KeyEntry>) -> Result<()> {
+        let mut loader = entry.loader.lock().await;
+        let deadline = tokio::time::Instant::now() + self.config.store_timeout;
+        self.lease(entry, &mut loader, 0, deadline).await
+    }
+
+    /// Leases one segment and installs it, under the key's loader lock. Does
+    /// nothing when a segment beyond the current one is buffered already.
+    async fn lease(
+        &self,
+        entry: &Arc<KeyEntry>,
+        loader: &mut Loader,
+        demand: u64,
+        deadline: tokio::time::Instant,
+    ) -> Result<()> {
+        if !entry.buffer.wants_next() {
+            return Ok(());
+        }
+        let now = self.clock.now_nanos();
+        let step = loader.next_step(now, &self.config);
+        let lease_step = step.max(demand.saturating_mul(loader.delta)).min(MAX_ID);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let timeout = self.config.store_timeout.min(left);
+        entry.loading.store(true, Ordering::Relaxed);
+        let fetched =
+            tokio::time::timeout(timeout, self.store.fetch(&entry.key, Some(lease_step))).await;
+        entry.loading.store(false, Ordering::Relaxed);
+        let grant = match fetched {
+            Ok(Ok(grant)) => grant,
+            Ok(Err(error)) if error.is_transient() => {
+                tracing::warn!(key = %entry.key, store = self.store.kind(), %error,
+                    "segment lease failed");
+                return Err(self.unavailable(entry, error.to_string()));
+            }
+            Ok(Err(error)) => {
+                entry.shown().last_error = Some(error.to_string());
+                return Err(error);
+            }
+            Err(_) => {
+                let reason = format!(
+                    "{} store: lease timed out after {timeout:?}",
+                    self.store.kind()
+                );
+                tracing::warn!(key = %entry.key, store = self.store.kind(), %reason,
+                    "segment lease failed");
+                return Err(self.unavailable(entry, reason));
+            }
+        };
+        if let Some(previous_end) = loader.last_end
+            && grant.start() < previous_end
+        {
+            let error = SegmentError::StoreWentBackwards {
+                store: self.store.kind(),
+                key: entry.key.to_string(),
+                start: grant.start(),
+                previous_end,
+            };
+            tracing::error!(key = %entry.key, %error, "segment refused");
+            entry.shown().last_error = Some(error.to_string());
+            return Err(error);
+        }
+        let segment =
+            Segment::from_range(grant.start(), grant.max_id, grant.delta, grant.remainder)?;
+        entry.buffer.install(segment)?;
+        loader.last_end = Some(grant.max_id);
+        loader.last_lease = Some(now);
+        loader.step = step;
+        loader.delta = grant.delta;
+        let mut shown = entry.shown();
+        shown.step = step;
+        shown.delta = grant.delta;
+        shown.remainder = grant.remainder;
+        shown.last_error = None;
+        tracing::debug!(key = %entry.key, first = %segment.first(), last = %segment.last(),
+            step = lease_step, "segment leased");
+        Ok(())
+    }
+
+    fn unavailable(&self, entry: &KeyEntry, reason: String) -> SegmentError {
+        entry.shown().last_error = Some(reason.clone());
+        SegmentError::Unavailable {
+            key: entry.key.to_string(),
+            reason,
+            retry_after: self.config.retry_after,
+        }
+    }
+
+    /// Runs a store call under the store timeout, mapping failures to
+    /// [`SegmentError::Unavailable`] (bad input and "not found" pass through).
+    async fn store_call<T>(
+        &self,
+        key: &str,
+        operation: &'static str,
+        call: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.config.store_timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) if error.is_transient() => Err(SegmentError::Unavailable {
+                key: key.to_owned(),
+                reason: error.to_string(),
+                retry_after: self.config.retry_after,
+            }),
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(SegmentError::Unavailable {
+                key: key.to_owned(),
+                reason: format!(
+                    "{} store: {operation} timed out after {:?}",
+                    self.store.kind(),
+                    self.config.store_timeout
+                ),
+                retry_after: self.config.retry_after,
+            }),
+        }
+    }
+
+    /// The key's entry, looking the key up in the store on first use.
+    async fn entry(&self, key: &str) -> Result<Arc<KeyEntry>> {
+        if let Some(entry) = self.keys.load().get(key) {
+            return Ok(entry.clone());
+        }
+        validate_key(key)?;
+        {
+            let mut misses = lock(&self.misses);
+            match misses.get(key) {
+                Some(until) if *until > Instant::now() => {
+                    return Err(SegmentError::NotFound {
+                        key: key.to_owned(),
+                    });
+                }
+                Some(_) => {
+                    misses.remove(key);
+                }
+                None => {}
+            }
+        }
+        let Some(info) = self
+            .store_call(key, "describe key", self.store.describe(key))
+            .await?
+        else {
+            let mut misses = lock(&self.misses);
+            // Bounded: a flood of made-up keys can't grow the map without end.
+            if misses.len() >= 10_000 {
+                let now = Instant::now();
+                misses.retain(|_, until| *until > now);
+                if misses.len() >= 10_000 {
+                    misses.clear();
+                }
+            }
+            misses.insert(key.to_owned(), Instant::now() + self.config.miss_ttl);
+            return Err(SegmentError::NotFound {
+                key: key.to_owned(),
+            });
+        };
+        let _insert = lock(&self.insert);
+        if let Some(entry) = self.keys.load().get(key) {
+            return Ok(entry.clone());
+        }
+        let entry = Arc::new(KeyEntry::new(&info, self.config.preload_share));
+        let mut keys = KeyMap::clone(&self.keys.load());
+        keys.insert(entry.key.clone(), entry.clone());
+        self.keys.store(Arc::new(keys));
+        Ok(entry)
+    }
+}
+
+impl KeyEntry {
+    fn new(info: &KeyInfo, preload_share: f64) -> KeyEntry {
+        KeyEntry {
+            key: Arc::from(info.key.as_str()),
+            buffer: SegmentBuffer::new(preload_share),
+            loader: tokio::sync::Mutex::new(Loader {
+                min_step: info.step,
+                step: info.step,
+                delta: info.delta,
+                last_lease: None,
+                last_end: None,
+            }),
+            loading: AtomicBool::new(false),
+            shown: Mutex::new(Shown {
+                step: info.step,
+                min_step: info.step,
+                delta: info.delta,
+                remainder: info.remainder,
+                last_error: None,
+            }),
+        }
+    }
+
+    fn shown(&self) -> std::sync::MutexGuard<'_, Shown> {
+        lock(&self.shown)
+    }
+
+    fn status(&self) -> KeyStatus {
+        let shown = self.shown().clone();
+        let buffer = self.buffer.status();
+        KeyStatus {
+            key: self.key.to_string(),
+            step: shown.step,
+            min_step: shown.min_step,
+            delta: shown.delta,
+            remainder: shown.remainder,
+            current: buffer
+                .current
+                .map(|(segment, left)| (segment.first(), segment.last(), left)),
+            next: buffer.next.map(|segment| (segment.first(), segment.last())),
+            loading: self.loading.load(Ordering::Relaxed),
+            last_error: shown.last_error,
+            stored: None,
+        }
+    }
+}
+
+/// Locks a std mutex, ignoring poisoning: no critical section here can leave
+/// its data inconsistent.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests;

@@ -20,6 +20,7 @@ pub mod redis;
 pub mod sql;
 mod store;
 
+pub use allocator::{KeyStatus, PreloaderGuard, SegmentAllocator, SegmentConfig, SegmentKey};
 pub use error::{Result, SegmentError};
 pub use memory::MemoryStore;
 pub use store::{KeyInfo, MAX_ID, MAX_KEY_LEN, NewKey, SegmentGrant, SegmentStore, validate_key};

@@ -13,7 +13,8 @@ use jiff::Timestamp;
 use crate::error::{Result, SegmentError};
 use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore};
 
-/// Segment keys in memory; see the [module docs](self).
+/// Segment keys in the process's memory: for tests and single processes;
+/// nothing survives the process, so never use it where IDs are stored.
 ///
 /// # Examples
 /// ```

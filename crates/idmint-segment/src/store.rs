@@ -209,9 +209,10 @@ pub struct SegmentGrant {
 }
 
 impl SegmentGrant {
-    /// The first raw number of the segment.
+    /// The first raw number of the segment (0 for a grant whose step passes
+    /// its `max_id`, which no correct store hands out).
     pub fn start(&self) -> u64 {
-        self.max_id - self.step
+        self.max_id.saturating_sub(self.step)
     }
 }
 

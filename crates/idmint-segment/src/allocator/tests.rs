@@ -1,0 +1,371 @@
+use std::collections::HashSet;
+use std::sync::atomic::AtomicU64;
+
+use async_trait::async_trait;
+use idmint_core::clock::ManualClock;
+
+use super::*;
+use crate::memory::MemoryStore;
+use crate::store::SegmentGrant;
+
+/// A memory store with switches: down (fails), hang (never answers), lose
+/// (leases, then never answers), a delay per lease, and counters.
+#[derive(Debug, Default)]
+struct FlakyStore {
+    store: MemoryStore,
+    down: AtomicBool,
+    hang: AtomicBool,
+    lose: AtomicBool,
+    delay_ms: AtomicU64,
+    fetches: AtomicU64,
+    steps: Mutex<Vec<u64>>,
+    /// Hands out this `max_id` on the next lease instead (to go backwards).
+    rewind_to: Mutex<Option<u64>>,
+}
+
+#[async_trait]
+impl SegmentStore for FlakyStore {
+    fn kind(&self) -> &'static str {
+        "flaky"
+    }
+
+    async fn fetch(&self, key: &str, step: Option<u64>) -> Result<SegmentGrant> {
+        let delay = self.delay_ms.load(Ordering::Relaxed);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if self.hang.load(Ordering::Relaxed) {
+            std::future::pending::<()>().await;
+        }
+        if self.down.load(Ordering::Relaxed) {
+            return Err(SegmentError::Backend {
+                store: "flaky",
+                operation: "fetch",
+                message: "connection refused".into(),
+            });
+        }
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        let mut grant = self.store.fetch(key, step).await?;
+        lock(&self.steps).push(grant.step);
+        if let Some(max_id) = lock(&self.rewind_to).take() {
+            grant.max_id = max_id;
+        }
+        if self.lose.load(Ordering::Relaxed) {
+            std::future::pending::<()>().await;
+        }
+        Ok(grant)
+    }
+
+    async fn describe(&self, key: &str) -> Result<Option<KeyInfo>> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(SegmentError::Backend {
+                store: "flaky",
+                operation: "describe",
+                message: "connection refused".into(),
+            });
+        }
+        self.store.describe(key).await
+    }
+
+    async fn create(&self, key: &NewKey) -> Result<KeyInfo> {
+        self.store.create(key).await
+    }
+
+    async fn list(&self) -> Result<Vec<KeyInfo>> {
+        self.store.list().await
+    }
+}
+
+fn config() -> SegmentConfig {
+    SegmentConfig::new()
+        .with_store_timeout(Duration::from_millis(200))
+        .with_wait(Duration::from_millis(500))
+        .with_retry_after(Duration::from_millis(50))
+}
+
+async fn allocator_with(
+    store: Arc<FlakyStore>,
+    config: SegmentConfig,
+    keys: &[NewKey],
+) -> (SegmentAllocator, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::at_millis(1_795_219_200_000));
+    let allocator = SegmentAllocator::with_clock(store, config, clock.clone()).unwrap();
+    for key in keys {
+        allocator.create_key(key.clone()).await.unwrap();
+    }
+    (allocator, clock)
+}
+
+fn ids(batch: &IdBatch) -> Vec<u64> {
+    batch.iter().map(Id::get).collect()
+}
+
+#[tokio::test]
+async fn one_caller_gets_every_id_in_order_across_segments() {
+    let store = Arc::new(FlakyStore::default());
+    let (allocator, _) = allocator_with(store.clone(), config(), &[NewKey::new("order", 10)]).await;
+    let _preloader = allocator.spawn_preloader();
+    let mut got = Vec::new();
+    for _ in 0..1000 {
+        got.push(allocator.next_id("order").await.unwrap().get());
+        tokio::task::yield_now().await;
+    }
+    // Dense: one caller skips nothing, whoever leased each segment.
+    assert_eq!(got, (1..=1000).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_big_batch_costs_one_lease_and_spans_segments() {
+    let store = Arc::new(FlakyStore::default());
+    let (allocator, _) =
+        allocator_with(store.clone(), config(), &[NewKey::new("order", 1000)]).await;
+    allocator.next_id("order").await.unwrap();
+    let before = store.fetches.load(Ordering::Relaxed);
+    let batch = allocator.next_ids("order", 100_000).await.unwrap();
+    assert_eq!(batch.len(), 100_000);
+    assert_eq!(
+        store.fetches.load(Ordering::Relaxed) - before,
+        1,
+        "one lease sized for the rest"
+    );
+    let got = ids(&batch);
+    assert_eq!(got.first(), Some(&2));
+    assert!(got.windows(2).all(|w| w[1] == w[0] + 1), "contiguous");
+    assert!(batch.runs().len() <= 2, "{} runs", batch.runs().len());
+    let next = allocator.next_id("order").await.unwrap().get();
+    assert!(next > *got.last().unwrap());
+}
+
+#[tokio::test]
+async fn counts_outside_the_range_are_refused() {
+    let store = Arc::new(FlakyStore::default());
+    let (allocator, _) = allocator_with(store.clone(), config(), &[NewKey::new("k", 10)]).await;
+    for n in [0, 1_000_001] {
+        let error = allocator.next_ids("k", n).await.unwrap_err();
+        assert!(
+            matches!(error, SegmentError::InvalidCount { .. }),
+            "{error}"
+        );
+        assert!(error.is_bad_input());
+    }
+    assert_eq!(
+        store.fetches.load(Ordering::Relaxed),
+        0,
+        "bad input changes nothing"
+    );
+    let error = allocator.next_id("no such key!").await.unwrap_err();
+    assert_eq!(error.code(), "invalid_key");
+}
+
+#[tokio::test]
+async fn the_step_doubles_when_segments_go_fast_and_halves_when_slow() {
+    let store = Arc::new(FlakyStore::default());
+    let config = config().with_max_step(80);
+    let (allocator, clock) = allocator_with(store.clone(), config, &[NewKey::new("k", 10)]).await;
+    let key = allocator.key("k").await.unwrap();
+    let minute = 60_000_000_000;
+    let mut last = 0;
+    for _ in 0..6 {
+        // Each segment used up in a minute: fast.
+        let status = key.status();
+        let left = status.current.map_or(0, |(_, _, left)| left);
+        let batch = key.next_ids(left + 1).await.unwrap();
+        last = batch.last().unwrap().get();
+        clock.set_nanos(clock.now_nanos() + minute);
+    }
+    assert_eq!(
+        *lock(&store.steps),
+        [10, 20, 40, 80, 80, 80],
+        "doubles, capped at 80"
+    );
+    for _ in 0..4 {
+        // Each segment lasting 31 minutes: slow.
+        clock.set_nanos(clock.now_nanos() + 31 * minute);
+        let left = key.status().current.map_or(0, |(_, _, left)| left);
+        let batch = key.next_ids(left + 1).await.unwrap();
+        assert!(batch.first().unwrap().get() > last);
+        last = batch.last().unwrap().get();
+    }
+    assert_eq!(
+        lock(&store.steps)[6..],
+        [40, 20, 10, 10],
+        "halves, never below the key's step"
+    );
+    assert_eq!(key.status().step, 10);
+}
+
+#[tokio::test]
+async fn delta_and_remainder_keep_ids_in_their_class() {
+    let store = Arc::new(FlakyStore::default());
+    let (allocator, _) = allocator_with(
+        store.clone(),
+        config(),
+        &[NewKey::new("a", 10).with_delta(3, 2)],
+    )
+    .await;
+    let batch = allocator.next_ids("a", 1000).await.unwrap();
+    let got = ids(&batch);
+    assert!(got.iter().all(|id| id % 3 == 2), "{:?}", &got[..10]);
+    assert!(got.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(&got[..4], [2, 5, 8, 11]);
+}
+
+#[tokio::test]
+async fn keys_created_anywhere_are_usable_at_once_and_unknown_keys_are_typed() {
+    let store = Arc::new(FlakyStore::default());
+    let config = config().with_miss_ttl(Duration::from_millis(30));
+    let (allocator, _) = allocator_with(store.clone(), config, &[]).await;
+    let error = allocator.next_id("late").await.unwrap_err();
+    assert!(matches!(error, SegmentError::NotFound { .. }), "{error}");
+    assert_eq!(error.code(), "key_not_found");
+    // Created through this allocator: usable on the next call.
+    allocator.create_key(NewKey::new("late", 5)).await.unwrap();
+    assert_eq!(allocator.next_id("late").await.unwrap().get(), 1);
+    // Created behind its back (another server, or SQL by hand): usable once
+    // the short miss memory lapses.
+    assert!(allocator.next_id("other").await.is_err());
+    store.store.create(&NewKey::new("other", 5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(allocator.next_id("other").await.unwrap().get(), 1);
+    let error = allocator
+        .create_key(NewKey::new("late", 5))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, SegmentError::KeyExists { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn a_store_outage_serves_the_buffer_then_fails_typed_then_recovers_above() {
+    let store = Arc::new(FlakyStore::default());
+    let (allocator, _) = allocator_with(store.clone(), config(), &[NewKey::new("k", 100)]).await;
+    let _preloader = allocator.spawn_preloader();
+    let mut issued = vec![allocator.next_id("k").await.unwrap().get()];
+    store.down.store(true, Ordering::Relaxed);
+    let mut failures = 0;
+    for _ in 0..300 {
+        match allocator.next_id("k").await {
+            Ok(id) => issued.push(id.get()),
+            Err(error) => {
+                assert_eq!(error.code(), "unavailable", "{error}");
+                assert_eq!(error.retry_after(), Some(Duration::from_millis(50)));
+                failures += 1;
+            }
+        }
+    }
+    assert_eq!(issued.len(), 100, "the buffered segment is served in full");
+    assert_eq!(failures, 201);
+    let status = allocator.served_keys().pop().unwrap();
+    assert!(status.last_error.unwrap().contains("connection refused"));
+    store.down.store(false, Ordering::Relaxed);
+    let after = allocator.next_ids("k", 500).await.unwrap();
+    assert!(after.first().unwrap().get() > *issued.last().unwrap());
+}
+
+#[tokio::test]
+async fn a_hanging_store_times_out_and_a_lost_lease_is_never_used() {
+    let store = Arc::new(FlakyStore::default());
+    let (allocator, _) = allocator_with(store.clone(), config(), &[NewKey::new("k", 10)]).await;
+    let first = allocator.next_ids("k", 10).await.unwrap();
+    store.hang.store(true, Ordering::Relaxed);
+    let started = tokio::time::Instant::now();
+    let error = allocator.next_id("k").await.unwrap_err();
+    assert_eq!(error.code(), "unavailable", "{error}");
+    assert!(error.to_string().contains("timed out"), "{error}");
+    assert!(started.elapsed() < Duration::from_millis(450));
+    store.hang.store(false, Ordering::Relaxed);
+    // The store leases [11, 21) but the answer never arrives.
+    store.lose.store(true, Ordering::Relaxed);
+    assert!(allocator.next_id("k").await.is_err());
+    store.lose.store(false, Ordering::Relaxed);
+    let next = allocator.next_id("k").await.unwrap().get();
+    assert!(next > first.last().unwrap().get());
+    let lost_step = lock(&store.steps)[1];
+    assert_eq!(
+        next,
+        11 + lost_step,
+        "the lost lease [11, {}) is skipped",
+        11 + lost_step
+    );
+}
+
+#[tokio::test]
+async fn a_store_that_goes_backwards_is_refused() {
+    let store = Arc::new(FlakyStore::default());
+    let (allocator, _) = allocator_with(store.clone(), config(), &[NewKey::new("k", 10)]).await;
+    let batch = allocator.next_ids("k", 10).await.unwrap();
+    // The next lease (step 20, the step doubled) ends at 25: starts at 5.
+    *lock(&store.rewind_to) = Some(25);
+    let error = allocator.next_id("k").await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            SegmentError::StoreWentBackwards {
+                start: 5,
+                previous_end: 11,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(batch.last().unwrap().get(), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_preloader_leases_ahead_so_the_switch_does_not_wait() {
+    let store = Arc::new(FlakyStore::default());
+    store.delay_ms.store(100, Ordering::Relaxed);
+    let config = config()
+        .with_store_timeout(Duration::from_secs(1))
+        .with_wait(Duration::from_secs(2));
+    let (allocator, _) = allocator_with(store.clone(), config, &[NewKey::new("k", 100)]).await;
+    let _preloader = allocator.spawn_preloader();
+    let key = allocator.key("k").await.unwrap();
+    key.next_ids(11).await.unwrap();
+    assert!(
+        key.status().next.is_none(),
+        "the preload runs in the background"
+    );
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(key.status().next.map(|(first, _)| first.get()), Some(101));
+    key.next_ids(89).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let id = key.next_id().await.unwrap();
+    assert_eq!(id.get(), 101);
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "the switch took no store time"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_tasks_never_share_an_id_and_each_sees_them_increase() {
+    let store = Arc::new(FlakyStore::default());
+    let (allocator, _) = allocator_with(store.clone(), config(), &[NewKey::new("k", 100)]).await;
+    let _preloader = allocator.spawn_preloader();
+    let tasks: Vec<_> = (0..8u64)
+        .map(|t| {
+            let allocator = allocator.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::with_capacity(40_000);
+                while got.len() < 40_000 {
+                    if t % 2 == 0 {
+                        got.push(allocator.next_id("k").await.unwrap().get());
+                    } else {
+                        let batch = allocator.next_ids("k", 1 + t * 13).await.unwrap();
+                        got.extend(batch.iter().map(Id::get));
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    for task in tasks {
+        let got = task.await.unwrap();
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "a task's IDs increase");
+        for id in got {
+            assert!(seen.insert(id), "ID {id} twice");
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! [`RedisSegmentStore`]: segment keys in Redis hashes, for the segment
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use redis::Script;
+
+use super::{
+    DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT, KIND, RedisConnection, bad_reply, check_key_prefix,
+    check_timeout,
+};
+use crate::error::{Result, SegmentError};
+use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore, validate_key};
+
+/// KEYS[1]: the key's hash. ARGV[1]: the step ('' for the key's own);
+/// ARGV[2]: now, in Unix ms.
+/// Returns `{0}` not found, `{1, max_id, step, delta, remainder}` leased,
+/// `{2, max_id, step, error}` `HINCRBY` refused, `{3, step}` a stored step
+/// below 1.
+const FETCH_LUA: &str = r"
+local row = redis.call('HMGET', KEYS[1], 'max_id', 'step', 'delta', 'remainder')
+if not row[1] then
+  return {0}
+end
+local step = ARGV[1]
+if step == '' then
+  step = row[2]
+  if (not step) or (tonumber(step) or 0) < 1 then
+    return {3, tostring(step)}
+  end
+end
+local r = redis.pcall('HINCRBY', KEYS[1], 'max_id', step)
+if type(r) == 'table' and r.err then
+  return {2, row[1], step, r.err}
+end
+redis.call('HSET', KEYS[1], 'updated', ARGV[2])
+return {1, redis.call('HGET', KEYS[1], 'max_id'), step, row[3] or '1', row[4] or '0'}
+";
+
+/// KEYS[1]: the key's hash; KEYS[2]: the index set. ARGV: key, max_id, step,
+/// delta, remainder, description, updated (Unix ms).
+/// Returns 1 created, 0 exists.
+const CREATE_LUA: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'max_id', ARGV[2], 'step', ARGV[3], 'delta', ARGV[4],
+  'remainder', ARGV[5], 'description', ARGV[6], 'updated', ARGV[7])
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1
+";
+
+/// Configuration of a [`RedisSegmentStore`] (builder-lite:
+/// [`RedisStoreConfig::new`] plus `with_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisStoreConfig {
+    key_prefix: Cow<'static, str>,
+    timeout: Duration,
+}
+
+impl RedisStoreConfig {
+    /// The defaults: key prefix [`DEFAULT_KEY_PREFIX`], timeout
+    /// [`DEFAULT_TIMEOUT`].
+    pub const fn new() -> RedisStoreConfig {
+        RedisStoreConfig {
+            key_prefix: Cow::Borrowed(DEFAULT_KEY_PREFIX),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Keys go under `prefix`.
+    #[must_use]
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> RedisStoreConfig {
+        self.key_prefix = Cow::Owned(prefix.into());
+        self
+    }
+
+    /// How long each call may take before it fails with
+    /// [`SegmentError::Timeout`].
+    #[must_use]
+    pub const fn with_timeout(mut self, timeout: Duration) -> RedisStoreConfig {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The key prefix.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// The timeout of each call.
+    pub const fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn validate(&self) -> Result<()> {
+        check_key_prefix(&self.key_prefix)?;
+        check_timeout(self.timeout)
+    }
+}
+
+impl Default for RedisStoreConfig {
+    fn default() -> RedisStoreConfig {
+        RedisStoreConfig::new()
+    }
+}
+
+/// A [`SegmentStore`] on Redis.
+///
+/// - **Atomic fetch**: each [`SegmentStore::fetch`] is one Lua script, so
+///   fetches of one key from any number of clients get disjoint segments, each
+///   above every one before it (in Redis's order).
+/// - **Never past 2^63 − 1**: a fetch that would pass it fails with
+///   [`SegmentError::Exhausted`] and changes nothing.
+/// - **Redis down or slow**: calls fail with [`SegmentError::Timeout`] or
+///   [`SegmentError::Backend`] within the configured timeout; the allocator
+///   keeps serving from its buffers.
+/// - **Clocks** play no part (`updated` is informational, from this process).
+/// - **Durability** is Redis's: a Redis that loses a fetch's write (restart
+///   without persistence, failover to a lagging replica) hands that segment out
+///   again; run it with `appendonly yes`.
+///
+/// allocator.
+///
+/// Each key is a hash `{prefix}segment:{key}` with the fields of Leaf's
+/// `leaf_alloc` row and Tinyid's additions: `max_id`, `step`, `delta`,
+/// `remainder`, `description` and `updated` (Unix milliseconds). The set
+/// `{prefix}segments` holds the key names, for [`SegmentStore::list`]. A hash
+/// written by hand (`HSET {prefix}segment:order max_id 1 step 1000`) is usable
+/// at once; `delta` and `remainder` default to 1 and 0, and it is listed once
+/// its name is added to the set.
+///
+/// # Scripts, and why each is atomic
+///
+/// - **fetch** (`FETCH_LUA`) reads the row, answers "not found" when it has no
+///   `max_id`, and `HINCRBY`s `max_id` by the step, all in one script: no other
+///   fetch can run between the read and the increment, so two fetches never get
+///   overlapping segments. `HINCRBY` is exact 64-bit arithmetic and refuses to
+///   pass 2^63 − 1, which the script reports as exhausted.
+/// - **create** (`CREATE_LUA`) checks that the hash does not exist and writes
+///   it and its index entry in one script, so of two concurrent creates of a
+///   key exactly one succeeds.
+///
+/// # Examples
+///
+/// ```no_run
+/// use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
+/// use idmint_segment::{NewKey, SegmentStore};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisSegmentStore::connect("redis://127.0.0.1:6379/", RedisStoreConfig::new()).await?;
+/// store.create(&NewKey::new("order", 1000)).await?;
+/// let grant = store.fetch("order", None).await?;
+/// assert_eq!((grant.start(), grant.max_id), (1, 1001));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct RedisSegmentStore {
+    conn: RedisConnection,
+    config: RedisStoreConfig,
+    fetch_script: Script,
+    create_script: Script,
+}
+
+impl RedisSegmentStore {
+    /// A store on `conn`. Does no I/O.
+    ///
+    /// # Errors
+    /// [`SegmentError::Config`] for a bad key prefix or timeout.
+    pub fn new(conn: RedisConnection, config: RedisStoreConfig) -> Result<RedisSegmentStore> {
+        config.validate()?;
+        Ok(RedisSegmentStore {
+            conn,
+            config,
+            fetch_script: Script::new(FETCH_LUA),
+            create_script: Script::new(CREATE_LUA),
+        })
+    }
+
+    /// Connects to `url` (within the config's timeout) and makes a store.
+    ///
+    /// # Errors
+    /// Those of [`RedisConnection::connect`] and [`RedisSegmentStore::new`].
+    pub async fn connect(url: &str, config: RedisStoreConfig) -> Result<RedisSegmentStore> {
+        config.validate()?;
+        let conn = RedisConnection::connect(url, config.timeout).await?;
+        RedisSegmentStore::new(conn, config)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RedisStoreConfig {
+        &self.config
+    }
+
+    /// The Redis hash holding `key`.
+    pub fn redis_key(&self, key: &str) -> String {
+        format!("{}segment:{key}", self.config.key_prefix)
+    }
+
+    /// The Redis set holding every key name.
+    pub fn index_key(&self) -> String {
+        format!("{}segments", self.config.key_prefix)
+    }
+
+    async fn read_row(&self, key: &str) -> Result<Option<KeyInfo>> {
+        let redis_key = self.redis_key(key);
+        let fields: HashMap<String, String> = self
+            .conn
+            .call("describe", self.config.timeout, |mut conn| async move {
+                redis::cmd("HGETALL")
+                    .arg(&redis_key)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        parse_row(key, &fields)
+    }
+}
+
+/// A key's hash as a [`KeyInfo`]; `None` for an empty hash (no key).
+fn parse_row(key: &str, fields: &HashMap<String, String>) -> Result<Option<KeyInfo>> {
+    if fields.is_empty() {
+        return Ok(None);
+    }
+    let number = |field: &'static str, default: Option<u64>| -> Result<u64> {
+        match fields.get(field) {
+            Some(text) => text.parse::<u64>().ok().filter(|&v| v <= MAX_ID).ok_or_else(|| {
+                bad_reply(
+                    "describe",
+                    format!("key {key:?}: field {field} holds {text:?}, not an integer in 0..=2^63-1"),
+                )
+            }),
+            None => default.ok_or_else(|| {
+                bad_reply("describe", format!("key {key:?}: field {field} is missing"))
+            }),
+        }
+    };
+    let updated = fields
+        .get("updated")
+        .and_then(|ms| ms.parse::<i64>().ok())
+        .and_then(|ms| Timestamp::from_millisecond(ms).ok());
+    Ok(Some(KeyInfo {
+        key: key.to_owned(),
+        max_id: number("max_id", None)?,
+        step: number("step", None)?,
+        delta: number("delta", Some(1))?,
+        remainder: number("remainder", Some(0))?,
+        description: fields.get("description").cloned().unwrap_or_default(),
+        updated,
+    }))
+}
+
+/// A number from a script's reply.
+fn reply_number(operation: &'static str, what: &str, text: &str) -> Result<u64> {
+    text.parse::<u64>()
+        .ok()
+        .filter(|&v| v <= MAX_ID)
+        .ok_or_else(|| {
+            bad_reply(
+                operation,
+                format!("{what} is {text:?}, not an integer in 0..=2^63-1"),
+            )
+        })
+}
+
+#[async_trait]
+impl SegmentStore for RedisSegmentStore {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn fetch(&self, key: &str, step: Option<u64>) -> Result<SegmentGrant> {
+        validate_key(key)?;
+        if let Some(step) = step
+            && !(1..=MAX_ID).contains(&step)
+        {
+            return Err(SegmentError::InvalidSpec {
+                field: "step",
+                reason: format!("{step} is not in 1..={MAX_ID}"),
+            });
+        }
+        let redis_key = self.redis_key(key);
+        let step_arg = step.map(|s| s.to_string()).unwrap_or_default();
+        let now_ms = Timestamp::now().as_millisecond();
+        let reply: Vec<String> = self
+            .conn
+            .call("fetch", self.config.timeout, |mut conn| {
+                let mut invocation = self.fetch_script.prepare_invoke();
+                invocation.key(&redis_key).arg(&step_arg).arg(now_ms);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        let field = |i: usize| reply.get(i).map(String::as_str).unwrap_or("");
+        match field(0) {
+            "0" => Err(SegmentError::NotFound {
+                key: key.to_owned(),
+            }),
+            "1" => {
+                let max_id = reply_number("fetch", "max_id", field(1))?;
+                let step = reply_number("fetch", "step", field(2))?;
+                let delta = reply_number("fetch", "delta", field(3))?;
+                let remainder = reply_number("fetch", "remainder", field(4))?;
+                if max_id < step || delta == 0 || remainder >= delta {
+                    return Err(bad_reply(
+                        "fetch",
+                        format!(
+                            "key {key:?} holds max_id {max_id}, step {step}, delta {delta}, \
+                             remainder {remainder}, which is not a segment"
+                        ),
+                    ));
+                }
+                Ok(SegmentGrant {
+                    max_id,
+                    step,
+                    delta,
+                    remainder,
+                })
+            }
+            "2" if field(3).contains("overflow") => Err(SegmentError::Exhausted {
+                key: key.to_owned(),
+                max_id: field(1).parse().unwrap_or(MAX_ID),
+                step: field(2).parse().unwrap_or(MAX_ID),
+            }),
+            "2" => Err(bad_reply("fetch", format!("key {key:?}: {}", field(3)))),
+            "3" => Err(bad_reply(
+                "fetch",
+                format!(
+                    "key {key:?} has step {:?}, not a positive integer",
+                    field(1)
+                ),
+            )),
+            other => Err(bad_reply(
+                "fetch",
+                format!("unexpected script reply {other:?}"),
+            )),
+        }
+    }
+
+    async fn describe(&self, key: &str) -> Result<Option<KeyInfo>> {
+        validate_key(key)?;
+        self.read_row(key).await
+    }
+
+    async fn create(&self, key: &NewKey) -> Result<KeyInfo> {
+        key.validate()?;
+        let now = Timestamp::now();
+        let info = KeyInfo {
+            key: key.key().to_owned(),
+            max_id: key.start(),
+            step: key.step(),
+            delta: key.delta(),
+            remainder: key.remainder(),
+            description: key.description().to_owned(),
+            updated: Timestamp::from_millisecond(now.as_millisecond()).ok(),
+        };
+        let redis_key = self.redis_key(key.key());
+        let index_key = self.index_key();
+        let created: i64 = self
+            .conn
+            .call("create", self.config.timeout, |mut conn| {
+                let mut invocation = self.create_script.prepare_invoke();
+                invocation
+                    .key(&redis_key)
+                    .key(&index_key)
+                    .arg(&info.key)
+                    .arg(info.max_id)
+                    .arg(info.step)
+                    .arg(info.delta)
+                    .arg(info.remainder)
+                    .arg(&info.description)
+                    .arg(now.as_millisecond());
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        if created != 1 {
+            return Err(SegmentError::KeyExists { key: info.key });
+        }
+        Ok(info)
+    }
+
+    async fn list(&self) -> Result<Vec<KeyInfo>> {
+        let index_key = self.index_key();
+        let mut names: Vec<String> = self
+            .conn
+            .call("list", self.config.timeout, |mut conn| async move {
+                redis::cmd("SMEMBERS")
+                    .arg(&index_key)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        // Names that are not keys (written by hand) are skipped, not errors.
+        names.retain(|name| validate_key(name).is_ok());
+        names.sort();
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for name in &names {
+            pipe.cmd("HGETALL").arg(self.redis_key(name));
+        }
+        let rows: Vec<HashMap<String, String>> = self
+            .conn
+            .call("list", self.config.timeout, |mut conn| async move {
+                pipe.query_async(&mut conn).await
+            })
+            .await?;
+        let mut keys = Vec::with_capacity(names.len());
+        for (name, fields) in names.iter().zip(&rows) {
+            // A name whose hash was deleted by hand is not a key any more.
+            if let Some(info) = parse_row(name, fields)? {
+                keys.push(info);
+            }
+        }
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_parse_with_tinyid_defaults() {
+        let fields: HashMap<String, String> = [("max_id", "11"), ("step", "10")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let info = parse_row("order", &fields).unwrap().unwrap();
+        assert_eq!(
+            (info.max_id, info.step, info.delta, info.remainder),
+            (11, 10, 1, 0)
+        );
+        assert_eq!(info.updated, None);
+        assert!(parse_row("order", &HashMap::new()).unwrap().is_none());
+    }
+
+    #[test]
+    fn rows_with_bad_numbers_are_backend_errors() {
+        let fields: HashMap<String, String> = [("max_id", "-3"), ("step", "10")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let err = parse_row("order", &fields).unwrap_err();
+        assert_eq!(err.code(), "store_error");
+        assert!(err.to_string().contains("max_id"), "{err}");
+    }
+}

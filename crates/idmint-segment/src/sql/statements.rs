@@ -1,0 +1,242 @@
+//! The SQL text of the segment store, per dialect and table schema, built once
+//! per store (the table name comes from configuration).
+
+use idmint_sql::{Dialect, Identifier, MigrationSet};
+
+use super::TableSchema;
+
+/// The columns of Leaf's `leaf_alloc`, which both schemas have.
+pub(super) const LEAF_COLUMNS: [&str; 5] =
+    ["biz_tag", "max_id", "step", "description", "update_time"];
+
+/// The store's migrations for `table` on `dialect` (the idmint schema only;
+/// a Leaf table is never migrated).
+pub(super) fn migrations(dialect: Dialect, table: &Identifier) -> MigrationSet {
+    let t = dialect.quote(table);
+    // Leaf's columns with Leaf's names, BIGINT step (Leaf's INT caps a
+    // dynamic step at 2^31 − 1), plus Tinyid's delta/remainder. CHECKs keep
+    // rows typed in by hand from ever making the fetch statement misbehave.
+    let create = match dialect {
+        Dialect::Postgres => format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+                biz_tag VARCHAR(128) NOT NULL PRIMARY KEY,
+                max_id BIGINT NOT NULL DEFAULT 1 CHECK (max_id >= 0),
+                step BIGINT NOT NULL CHECK (step > 0),
+                description VARCHAR(256) NULL,
+                update_time TIMESTAMPTZ NOT NULL DEFAULT now(),
+                delta BIGINT NOT NULL DEFAULT 1,
+                remainder BIGINT NOT NULL DEFAULT 0,
+                CHECK (delta > 0 AND remainder >= 0 AND remainder < delta)
+            )"
+        ),
+        // ascii_bin: keys are ASCII and compare byte by byte, so `Order` and
+        // `order` are two keys, as on the other databases (MySQL's default
+        // collations are case-insensitive). DATETIME(6) holds UTC (written
+        // with UTC_TIMESTAMP); Leaf's TIMESTAMP ends in 2038.
+        Dialect::MySql => format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+                biz_tag VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+                max_id BIGINT NOT NULL DEFAULT 1,
+                step BIGINT NOT NULL,
+                description VARCHAR(256) NULL DEFAULT NULL,
+                update_time DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+                delta BIGINT NOT NULL DEFAULT 1,
+                remainder BIGINT NOT NULL DEFAULT 0,
+                PRIMARY KEY (biz_tag),
+                CHECK (max_id >= 0),
+                CHECK (step > 0),
+                CHECK (delta > 0 AND remainder >= 0 AND remainder < delta)
+            ) ENGINE=InnoDB"
+        ),
+        // STRICT: a value of the wrong type is an error, never stored. SQLite
+        // turns an overflowing integer sum into a REAL; a strict INTEGER
+        // column refuses it instead of storing 9.2e18.
+        Dialect::Sqlite => format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+                biz_tag TEXT NOT NULL PRIMARY KEY,
+                max_id INTEGER NOT NULL DEFAULT 1 CHECK (max_id >= 0),
+                step INTEGER NOT NULL CHECK (step > 0),
+                description TEXT NULL,
+                update_time TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+                delta INTEGER NOT NULL DEFAULT 1,
+                remainder INTEGER NOT NULL DEFAULT 0,
+                CHECK (delta > 0 AND remainder >= 0 AND remainder < delta)
+            ) STRICT"
+        ),
+    };
+    MigrationSet::new(super::component(table)).with_migration(
+        1,
+        "create the segment table (Leaf's leaf_alloc columns plus delta, remainder)",
+        [create],
+    )
+}
+
+/// Every statement of one store. Written with `?`; numbered for PostgreSQL.
+#[derive(Debug)]
+pub(super) struct Statements {
+    /// `max_id += ?` (a given step), guarded; binds step, key, limit.
+    /// Returns the grant row on PostgreSQL and SQLite.
+    pub fetch_given: String,
+    /// `max_id += step` (the row's step), guarded; binds key, `MAX_ID`.
+    /// Returns the grant row on PostgreSQL and SQLite.
+    pub fetch_own: String,
+    /// The grant row (`max_id, step, delta, remainder`); binds key.
+    pub read_grant: String,
+    /// A key's full row; binds key.
+    pub describe: String,
+    /// Every full row.
+    pub list: String,
+    /// A new row; binds key, max_id, step, description (then delta and
+    /// remainder for the idmint schema).
+    pub insert: String,
+    /// The columns the table has; binds the table name.
+    pub columns: String,
+}
+
+impl Statements {
+    pub(super) fn new(dialect: Dialect, table: &Identifier, schema: TableSchema) -> Statements {
+        let t = dialect.quote(table);
+        let now = dialect.now();
+        // Integers decode as i64: PostgreSQL decodes strictly by type, and
+        // Leaf's `step` is INT there when a Leaf table was adapted by hand.
+        let (step, delta, remainder) = match (dialect, schema) {
+            (Dialect::Postgres, TableSchema::Idmint) => ("step", "delta", "remainder"),
+            (Dialect::Postgres, TableSchema::Leaf) => (
+                "CAST(step AS BIGINT)",
+                "CAST(1 AS BIGINT)",
+                "CAST(0 AS BIGINT)",
+            ),
+            (_, TableSchema::Idmint) => ("step", "delta", "remainder"),
+            (_, TableSchema::Leaf) => ("step", "1", "0"),
+        };
+        // `update_time` as microseconds since the Unix epoch, NULL if unreadable.
+        let updated_us = match dialect {
+            Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM update_time) * 1000000 AS BIGINT)",
+            // Sessions run in UTC (sqlx sets time_zone = '+00:00'), so this
+            // reads Leaf's TIMESTAMP and idmint's UTC DATETIME(6) alike.
+            Dialect::MySql => "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', update_time)",
+            Dialect::Sqlite => {
+                "CAST((julianday(update_time) - 2440587.5) * 86400000000.0 AS INTEGER)"
+            }
+        };
+        // MySQL reads binary-collated text as bytes; give sqlx plain text.
+        let key = match dialect {
+            Dialect::MySql => "CAST(biz_tag AS CHAR(128))",
+            _ => "biz_tag",
+        };
+        let grant_columns = format!("max_id, {step}, {delta}, {remainder}");
+        let returning = match dialect {
+            Dialect::Postgres | Dialect::Sqlite => format!(" RETURNING {grant_columns}"),
+            // MariaDB and MySQL have no UPDATE … RETURNING: read in the
+            // same transaction instead.
+            Dialect::MySql => String::new(),
+        };
+        let row_columns =
+            format!("{key}, max_id, {step}, {delta}, {remainder}, description, {updated_us}");
+        let s = |sql: String| dialect.placeholders(&sql);
+        let insert = match schema {
+            TableSchema::Idmint => format!(
+                "INSERT INTO {t} (biz_tag, max_id, step, description, update_time, delta, \
+                 remainder) VALUES (?, ?, ?, ?, {now}, ?, ?)"
+            ),
+            TableSchema::Leaf => format!(
+                "INSERT INTO {t} (biz_tag, max_id, step, description, update_time) \
+                 VALUES (?, ?, ?, ?, {now})"
+            ),
+        };
+        let columns = match dialect {
+            Dialect::Postgres => {
+                "SELECT CAST(column_name AS TEXT) FROM information_schema.columns \
+                                  WHERE table_schema = current_schema() AND table_name = ?"
+                    .to_owned()
+            }
+            Dialect::MySql => {
+                "SELECT CAST(column_name AS CHAR(64)) FROM information_schema.columns \
+                               WHERE table_schema = DATABASE() AND table_name = ?"
+                    .to_owned()
+            }
+            Dialect::Sqlite => "SELECT name FROM pragma_table_info(?)".to_owned(),
+        };
+        Statements {
+            // The guards keep `max_id + step` within 2^63 − 1 without ever
+            // computing a sum that overflows: the limit `MAX_ID − step` is
+            // computed in Rust (given step) or in SQL only for a positive step
+            // (the CASE; SQL does not promise to evaluate AND left to right).
+            // Overflow matters most on SQLite, which would silently turn the
+            // sum into a REAL.
+            fetch_given: s(format!(
+                "UPDATE {t} SET max_id = max_id + ?, update_time = {now} \
+                 WHERE biz_tag = ? AND max_id >= 0 AND max_id <= ?{returning}"
+            )),
+            fetch_own: s(format!(
+                "UPDATE {t} SET max_id = max_id + step, update_time = {now} \
+                 WHERE biz_tag = ? AND max_id >= 0 \
+                 AND CASE WHEN step > 0 THEN max_id <= ? - step ELSE 1 = 0 END{returning}"
+            )),
+            read_grant: s(format!("SELECT {grant_columns} FROM {t} WHERE biz_tag = ?")),
+            describe: s(format!("SELECT {row_columns} FROM {t} WHERE biz_tag = ?")),
+            list: format!("SELECT {row_columns} FROM {t}"),
+            insert: s(insert),
+            columns: s(columns),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all() -> Vec<(Dialect, TableSchema, Statements)> {
+        let t = Identifier::new("leaf_alloc").unwrap();
+        let mut out = Vec::new();
+        for d in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
+            for schema in [TableSchema::Idmint, TableSchema::Leaf] {
+                out.push((d, schema, Statements::new(d, &t, schema)));
+            }
+        }
+        out
+    }
+
+    /// Placeholders per statement match what the store binds.
+    #[test]
+    fn every_statement_binds_what_the_store_binds() {
+        for (d, schema, s) in all() {
+            let count = |sql: &str| match d {
+                Dialect::Postgres => sql.matches('$').count(),
+                _ => sql.matches('?').count(),
+            };
+            assert_eq!(count(&s.fetch_given), 3, "{d} {schema:?}");
+            assert_eq!(count(&s.fetch_own), 2, "{d} {schema:?}");
+            assert_eq!(count(&s.read_grant), 1, "{d} {schema:?}");
+            assert_eq!(count(&s.describe), 1, "{d} {schema:?}");
+            assert_eq!(count(&s.list), 0, "{d} {schema:?}");
+            let insert = match schema {
+                TableSchema::Idmint => 6,
+                TableSchema::Leaf => 4,
+            };
+            assert_eq!(count(&s.insert), insert, "{d} {schema:?}");
+            assert_eq!(count(&s.columns), 1, "{d} {schema:?}");
+        }
+    }
+
+    #[test]
+    fn fetch_is_one_returning_statement_except_on_mysql() {
+        for (d, _, s) in all() {
+            let returning =
+                s.fetch_given.contains("RETURNING") && s.fetch_own.contains("RETURNING");
+            assert_eq!(returning, d != Dialect::MySql, "{d}");
+        }
+    }
+
+    #[test]
+    fn the_table_name_is_quoted() {
+        let t = Identifier::new("Order").unwrap();
+        let s = Statements::new(Dialect::Postgres, &t, TableSchema::Idmint);
+        assert!(s.describe.contains("FROM \"Order\""), "{}", s.describe);
+        let s = Statements::new(Dialect::MySql, &t, TableSchema::Idmint);
+        assert!(s.describe.contains("FROM `Order`"), "{}", s.describe);
+        let m = migrations(Dialect::Sqlite, &t);
+        assert_eq!(m.component(), "segment:Order");
+        m.validate().unwrap();
+    }
+}
