@@ -55,6 +55,40 @@ pub enum RegistryError {
         reason: String,
     },
 
+    /// A worker ID this node was given or derived itself (`static`, `host`, `k8s`,
+    /// `file`) is held by another node in the shared registry it is registered in:
+    /// two nodes would issue the same IDs.
+    #[error(
+        "{registry} registry: worker {worker}{} of node {node} is already held by node {holder}; \
+         two nodes were configured with or derived the same worker ID: give each node its own",
+        origin.as_deref().map(|o| format!(" ({o})")).unwrap_or_default()
+    )]
+    WorkerTaken {
+        /// The shared registry's kind.
+        registry: &'static str,
+        /// The worker ID.
+        worker: u32,
+        /// The node that asked for it.
+        node: String,
+        /// The node that holds it, as the registry knows it.
+        holder: String,
+        /// Where this node's worker ID came from (`host registry, from address
+        /// 10.1.2.3`), when a fixed registry asked.
+        origin: Option<String>,
+    },
+
+    /// The registry can't do what was asked (claiming a given worker ID in a
+    /// registry that assigns IDs itself, for one).
+    #[error("{registry} registry: {operation} is not supported{}", reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())]
+    Unsupported {
+        /// The registry kind.
+        registry: &'static str,
+        /// What was asked.
+        operation: &'static str,
+        /// Why not, when there is more to say.
+        reason: Option<String>,
+    },
+
     /// The local clock is behind the worker's stored high-water mark by more than allowed.
     #[error(
         "clock reads {now}, {behind:?} behind worker {worker}'s stored high-water mark {mark} \
@@ -110,6 +144,8 @@ impl RegistryError {
             RegistryError::Timeout { .. } => "registry_timeout",
             RegistryError::Backend { .. } => "registry_backend",
             RegistryError::LeaseLost { .. } => "lease_lost",
+            RegistryError::WorkerTaken { .. } => "worker_taken",
+            RegistryError::Unsupported { .. } => "registry_unsupported",
             RegistryError::ClockBehindMark { .. } => "clock_behind_mark",
             RegistryError::ClockSkew { .. } => "clock_skew",
             RegistryError::Config { .. } => "registry_config",

@@ -37,6 +37,9 @@
 //!   the highest mark any earlier holder persisted. The claim's token is the
 //!   lease ID and the key's create revision: both assigned by etcd and never
 //!   reused for another holding.
+//! - **claim a given ID** ([`WorkerRegistry::claim_worker`], the collision
+//!   check of the fixed registries): the same transaction on that one ID, with
+//!   an `else` branch that reads `workers/<id>` to name the holder.
 //! - **renew**: a `LeaseKeepAlive` on the claim's lease. A lease that expired or
 //!   was revoked answers with a TTL of 0 and is [`RegistryError::LeaseLost`];
 //!   once expired, a lease never comes back, so a renewal can't resurrect a
@@ -78,9 +81,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
@@ -90,7 +91,8 @@ use etcd_client::{
 use jiff::Timestamp;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker};
+use crate::util::{ceil_ms, random_u64};
 
 /// The registry kind, as in config and in errors.
 const KIND: &str = "etcd";
@@ -392,56 +394,118 @@ impl EtcdRegistry {
     ) -> Result<(u32, i64, Option<Timestamp>)> {
         let held = self.held_workers(range).await?;
         let mut in_use = held.len() as u64;
-        let value = format!(
-            "host={} address={} port={} lease={lease_id:x}",
-            node.host, node.address, node.port
-        );
         let start = u32::try_from(random_u64() % u64::from(range)).expect("below a u32 range");
-        let mut client = self.client.clone();
         for i in 0..range {
             let worker = ((u64::from(start) + u64::from(i)) % u64::from(range)) as u32;
             if held.contains(&worker) {
                 continue;
             }
-            let key = self.key("workers/", worker);
-            let txn = Txn::new()
-                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-                .and_then([
-                    TxnOp::put(
-                        key.as_str(),
-                        value.as_str(),
-                        Some(PutOptions::new().with_lease(lease_id)),
-                    ),
-                    TxnOp::get(self.key("marks/", worker), None),
-                ]);
-            let resp = self.call("claim", client.txn(txn)).await?;
-            if !resp.succeeded() {
+            match self.take(node, worker, lease_id).await? {
+                Ok((revision, mark)) => return Ok((worker, revision, mark)),
                 // Taken since the read: held now, so it counts as in use.
-                in_use += 1;
-                continue;
+                Err(_holder) => in_use += 1,
             }
-            // The key was created by this transaction: its create revision is
-            // the transaction's revision.
-            let revision = resp.header().map(|h| h.revision()).ok_or_else(|| {
-                backend_msg("claim", "transaction answer has no header".to_owned())
-            })?;
-            let mark = resp
-                .op_responses()
-                .into_iter()
-                .find_map(|op| match op {
-                    TxnOpResponse::Get(get) => Some(get),
-                    _ => None,
-                })
-                .and_then(|get| get.kvs().first().map(|kv| kv.value().to_vec()))
-                .map(|raw| parse_ms("claim", worker, &raw))
-                .transpose()?;
-            return Ok((worker, revision, mark));
         }
         Err(RegistryError::Exhausted {
             registry: KIND,
             in_use,
             range: u64::from(range),
         })
+    }
+
+    /// One claim transaction on `worker`:
+    /// `if create_revision(workers/<id>) == 0 then put workers/<id> (lease), get marks/<id>
+    /// else get workers/<id>`. Returns the key's create revision and the stored
+    /// mark, or the holding key's value when someone holds the worker.
+    async fn take(
+        &self,
+        node: &NodeIdentity,
+        worker: u32,
+        lease_id: i64,
+    ) -> Result<std::result::Result<(i64, Option<Timestamp>), Option<Vec<u8>>>> {
+        let value = format!(
+            "host={} address={} port={} lease={lease_id:x}",
+            node.host, node.address, node.port
+        );
+        let key = self.key("workers/", worker);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(
+                    key.as_str(),
+                    value.as_str(),
+                    Some(PutOptions::new().with_lease(lease_id)),
+                ),
+                TxnOp::get(self.key("marks/", worker), None),
+            ])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        let mut client = self.client.clone();
+        let resp = self.call("claim", client.txn(txn)).await?;
+        let got = resp
+            .op_responses()
+            .into_iter()
+            .find_map(|op| match op {
+                TxnOpResponse::Get(get) => Some(get),
+                _ => None,
+            })
+            .and_then(|get| get.kvs().first().map(|kv| kv.value().to_vec()));
+        if !resp.succeeded() {
+            return Ok(Err(got));
+        }
+        // The key was created by this transaction: its create revision is the
+        // transaction's revision.
+        let revision = resp
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| backend_msg("claim", "transaction answer has no header".to_owned()))?;
+        let mark = got.map(|raw| parse_ms("claim", worker, &raw)).transpose()?;
+        Ok(Ok((revision, mark)))
+    }
+
+    /// Grants a lease, runs `claim` under it, and revokes the lease again when
+    /// the claim fails (nothing is attached to it then).
+    async fn claim_under_new_lease<F, Fut>(&self, claim: F) -> Result<Claim>
+    where
+        F: FnOnce(i64) -> Fut,
+        Fut: Future<Output = Result<(u32, i64, Option<Timestamp>)>>,
+    {
+        let ttl_secs = i64::try_from(self.config.lease_ttl.as_secs()).unwrap_or(i64::MAX);
+        let mut client = self.client.clone();
+        // Before the grant request: the lease is valid until at most this plus
+        // the TTL, whenever etcd started counting.
+        let before = Instant::now();
+        let grant = self
+            .call("claim", client.lease_grant(ttl_secs, None))
+            .await?;
+        if grant.ttl() <= 0 {
+            return Err(backend_msg(
+                "claim",
+                format!(
+                    "etcd granted lease {:x} a ttl of {}s",
+                    grant.id(),
+                    grant.ttl()
+                ),
+            ));
+        }
+        let lease_id = grant.id();
+        let ttl = Duration::from_secs(grant.ttl().unsigned_abs());
+        match claim(lease_id).await {
+            Ok((worker, create_revision, stored_mark)) => Ok(Claim {
+                worker,
+                stored_mark,
+                lease: Some(Lease {
+                    ttl,
+                    valid_until: before + ttl,
+                }),
+                token: format!("{lease_id:x}/{create_revision}"),
+            }),
+            Err(e) => {
+                if let Err(revoke_err) = self.revoke("claim", lease_id).await {
+                    tracing::warn!(lease = lease_id, error = %revoke_err, "could not revoke an unused etcd lease");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Revokes a lease, ignoring a lease that is already gone.
@@ -524,45 +588,28 @@ impl WorkerRegistry for EtcdRegistry {
                 "worker range 0 has no IDs to claim".to_owned(),
             ));
         }
-        let ttl_secs = i64::try_from(self.config.lease_ttl.as_secs()).unwrap_or(i64::MAX);
-        let mut client = self.client.clone();
-        // Before the grant request: the lease is valid until at most this plus
-        // the TTL, whenever etcd started counting.
-        let before = Instant::now();
-        let grant = self
-            .call("claim", client.lease_grant(ttl_secs, None))
-            .await?;
-        if grant.ttl() <= 0 {
-            return Err(backend_msg(
-                "claim",
-                format!(
-                    "etcd granted lease {:x} a ttl of {}s",
-                    grant.id(),
-                    grant.ttl()
-                ),
-            ));
-        }
-        let lease_id = grant.id();
-        let ttl = Duration::from_secs(grant.ttl().unsigned_abs());
-        match self.claim_with_lease(node, range, lease_id).await {
-            Ok((worker, create_revision, stored_mark)) => Ok(Claim {
-                worker,
-                stored_mark,
-                lease: Some(Lease {
-                    ttl,
-                    valid_until: before + ttl,
+        self.claim_under_new_lease(|lease_id| self.claim_with_lease(node, range, lease_id))
+            .await
+    }
+
+    async fn claim_worker(&self, node: &NodeIdentity, worker: u32, range: u32) -> Result<Claim> {
+        check_given_worker(KIND, worker, range)?;
+        self.claim_under_new_lease(|lease_id| async move {
+            match self.take(node, worker, lease_id).await? {
+                Ok((revision, mark)) => Ok((worker, revision, mark)),
+                Err(holder) => Err(RegistryError::WorkerTaken {
+                    registry: KIND,
+                    worker,
+                    node: node.to_string(),
+                    holder: holder.map_or_else(
+                        || "another node (its lease ended just now; try again)".to_owned(),
+                        |raw| describe_holder(&raw),
+                    ),
+                    origin: None,
                 }),
-                token: format!("{lease_id:x}/{create_revision}"),
-            }),
-            Err(e) => {
-                // Nothing is attached to the lease unless the claim committed,
-                // and then it did not fail; revoke so it doesn't linger a TTL.
-                if let Err(revoke_err) = self.revoke("claim", lease_id).await {
-                    tracing::warn!(lease = lease_id, error = %revoke_err, "could not revoke an unused etcd lease");
-                }
-                Err(e)
             }
-        }
+        })
+        .await
     }
 
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
@@ -765,6 +812,19 @@ fn worker_of(kv: &KeyValue, prefix: &[u8]) -> Option<u32> {
     std::str::from_utf8(rest).ok()?.parse().ok()
 }
 
+/// The node a holding key's value names (`host (address:port)`).
+fn describe_holder(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    let field = |name: &str| {
+        text.split(' ')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+    };
+    match (field("host"), field("address"), field("port")) {
+        (Some(host), Some(address), Some(port)) => format!("{host} ({address}:{port})"),
+        _ => format!("{text:?}"),
+    }
+}
+
 /// The lease ID and create revision a claim's token holds.
 fn parse_token(claim: &Claim) -> Result<(i64, i64)> {
     claim
@@ -784,14 +844,6 @@ fn parse_token(claim: &Claim) -> Result<(i64, i64)> {
         })
 }
 
-/// `ts` in Unix milliseconds, rounded up: a stored mark never understates what
-/// the node promised not to pass.
-fn ceil_ms(ts: Timestamp) -> i64 {
-    let ns = ts.as_nanosecond();
-    let ms = ns.div_euclid(1_000_000) + i128::from(ns.rem_euclid(1_000_000) > 0);
-    i64::try_from(ms).expect("a jiff timestamp in milliseconds fits an i64")
-}
-
 fn parse_ms(operation: &'static str, worker: u32, raw: &[u8]) -> Result<Timestamp> {
     std::str::from_utf8(raw)
         .ok()
@@ -806,21 +858,6 @@ fn parse_ms(operation: &'static str, worker: u32, raw: &[u8]) -> Result<Timestam
                 ),
             )
         })
-}
-
-/// 64 random bits for claim start offsets, without a random number crate:
-/// std's `RandomState` is seeded from the OS per thread and perturbed per
-/// instance; the clock and a counter make each call distinct. Offsets need
-/// spread, not secrecy.
-fn random_u64() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = RandomState::new().build_hasher();
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    hasher.write_u128(nanos);
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.finish()
 }
 
 #[cfg(test)]
@@ -843,16 +880,6 @@ mod tests {
         let err = parse_token(&claim_with_token("redis-token")).unwrap_err();
         assert_eq!(err.code(), "registry_config");
         assert!(err.to_string().contains("\"redis-token\""), "{err}");
-    }
-
-    #[test]
-    fn marks_round_up_to_the_millisecond() {
-        let exact = Timestamp::from_millisecond(1_700_000_000_123).unwrap();
-        assert_eq!(ceil_ms(exact), 1_700_000_000_123);
-        let past = exact + jiff::SignedDuration::from_nanos(1);
-        assert_eq!(ceil_ms(past), 1_700_000_000_124);
-        let before_epoch = Timestamp::from_nanosecond(-1_500_000).unwrap();
-        assert_eq!(ceil_ms(before_epoch), -1);
     }
 
     #[test]

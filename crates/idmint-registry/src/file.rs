@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use jiff::Timestamp;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease};
+use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
 
 /// The lock file's name inside the data directory.
 const LOCK_NAME: &str = "idmint.lock";
@@ -281,11 +281,19 @@ pub(crate) enum WorkerSource {
 /// The shared machinery of the registries that need no coordinator (`file`,
 /// `static`, `host`, `k8s`): one worker ID, claimed once at a time in this process,
 /// with marks in a [`LeaseFile`] or, without one, in memory.
+///
+/// With a shared registry ([`LocalWorker::with_shared`]) the worker ID is also
+/// claimed there with [`WorkerRegistry::claim_worker`] (the collision check):
+/// a second node with the same ID fails its claim with
+/// [`RegistryError::WorkerTaken`]. The shared claim's lease is this claim's
+/// lease; marks are persisted to both stores and a claim starts above the
+/// higher of the two; peers are the shared registry's.
 #[derive(Debug)]
 pub(crate) struct LocalWorker {
     kind: &'static str,
     source: WorkerSource,
     inner: Arc<Mutex<LocalInner>>,
+    shared: Option<Arc<dyn WorkerRegistry>>,
 }
 
 #[derive(Debug)]
@@ -296,6 +304,8 @@ struct LocalInner {
     reported: Option<Timestamp>,
     /// The token of the claim held now.
     token: Option<String>,
+    /// The claim in the shared registry that goes with it.
+    shared_claim: Option<Claim>,
     claims: u64,
 }
 
@@ -304,18 +314,64 @@ fn lock(m: &Mutex<LocalInner>) -> MutexGuard<'_, LocalInner> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Gives a local claim back unless disarmed: a claim whose shared half failed,
+/// or whose caller gave up waiting (a timeout drops the future mid-claim), must
+/// not keep the one-claim-at-a-time slot taken.
+struct PendingClaim<'a> {
+    inner: &'a Mutex<LocalInner>,
+    token: Option<String>,
+}
+
+impl PendingClaim<'_> {
+    fn disarm(mut self, shared_claim: Claim) {
+        let mut inner = lock(self.inner);
+        if inner.token == self.token {
+            inner.shared_claim = Some(shared_claim);
+        }
+        self.token = None;
+    }
+}
+
+impl Drop for PendingClaim<'_> {
+    fn drop(&mut self) {
+        if let Some(token) = self.token.take() {
+            let mut inner = lock(self.inner);
+            if inner.token.as_deref() == Some(token.as_str()) {
+                inner.token = None;
+                inner.shared_claim = None;
+            }
+        }
+    }
+}
+
 impl LocalWorker {
-    pub(crate) fn new(kind: &'static str, source: WorkerSource, file: Option<LeaseFile>) -> Self {
+    pub(crate) fn new(kind: &'static str, source: WorkerSource) -> Self {
         LocalWorker {
             kind,
             source,
             inner: Arc::new(Mutex::new(LocalInner {
-                file,
+                file: None,
                 mark: None,
                 reported: None,
                 token: None,
+                shared_claim: None,
                 claims: 0,
             })),
+            shared: None,
+        }
+    }
+
+    /// Keeps the marks in `file` too.
+    pub(crate) fn with_file(self, file: LeaseFile) -> Self {
+        lock(&self.inner).file = Some(file);
+        self
+    }
+
+    /// Registers the worker ID in `shared` at every claim.
+    pub(crate) fn with_shared(self, shared: Arc<dyn WorkerRegistry>) -> Self {
+        LocalWorker {
+            shared: Some(shared),
+            ..self
         }
     }
 
@@ -324,21 +380,32 @@ impl LocalWorker {
     }
 
     pub(crate) fn worker_for(&self, range: u32) -> Result<u32> {
-        let (worker, what) = match self.source {
-            WorkerSource::Fixed(w) => (w, String::new()),
+        let worker = match self.source {
+            WorkerSource::Fixed(w) => w,
             WorkerSource::Ipv4(ip) => {
                 if range == 0 {
                     return Err(self.config("worker range 0..0 is empty".to_owned()));
                 }
-                (u32::from(ip) % range, format!(" (from address {ip})"))
+                u32::from(ip) % range
             }
         };
         if worker >= range {
             return Err(self.config(format!(
-                "worker {worker}{what} is out of range 0..{range} for this layout"
+                "worker {worker}{} is out of range 0..{range} for this layout",
+                self.derived_from()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
             )));
         }
         Ok(worker)
+    }
+
+    /// How the worker ID was derived, when it was (`from address 10.1.2.3`).
+    fn derived_from(&self) -> Option<String> {
+        match self.source {
+            WorkerSource::Fixed(_) => None,
+            WorkerSource::Ipv4(ip) => Some(format!("from address {ip}")),
+        }
     }
 
     fn config(&self, message: String) -> RegistryError {
@@ -380,8 +447,62 @@ impl LocalWorker {
         Ok(())
     }
 
-    pub(crate) async fn claim(&self, range: u32) -> Result<Claim> {
+    /// The shared claim that goes with `claim`, after checking `claim` is held.
+    fn shared_claim(&self, claim: &Claim) -> Result<Option<Claim>> {
+        let inner = lock(&self.inner);
+        Self::check_token(self.kind, &inner, claim)?;
+        Ok(inner.shared_claim.clone())
+    }
+
+    /// The shared registry says the claim is gone: so is the local one, and the
+    /// keeper's next claim may take the slot again.
+    fn forget(&self, claim: &Claim) {
+        let mut inner = lock(&self.inner);
+        if inner.token.as_deref() == Some(claim.token.as_str()) {
+            inner.token = None;
+            inner.shared_claim = None;
+        }
+    }
+
+    pub(crate) async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         let worker = self.worker_for(range)?;
+        let mut claim = self.claim_local(worker).await?;
+        let Some(shared) = &self.shared else {
+            return Ok(claim);
+        };
+        let pending = PendingClaim {
+            inner: &self.inner,
+            token: Some(claim.token.clone()),
+        };
+        let held = shared
+            .claim_worker(node, worker, range)
+            .await
+            .map_err(|e| match e {
+                RegistryError::WorkerTaken {
+                    registry,
+                    worker,
+                    node,
+                    holder,
+                    origin: None,
+                } => RegistryError::WorkerTaken {
+                    registry,
+                    worker,
+                    node,
+                    holder,
+                    origin: Some(match self.derived_from() {
+                        Some(d) => format!("{} registry, {d}", self.kind),
+                        None => format!("{} registry", self.kind),
+                    }),
+                },
+                e => e,
+            })?;
+        claim.stored_mark = claim.stored_mark.max(held.stored_mark);
+        claim.lease = held.lease;
+        pending.disarm(held);
+        Ok(claim)
+    }
+
+    async fn claim_local(&self, worker: u32) -> Result<Claim> {
         let kind = self.kind;
         self.with_inner("claim", move |inner| {
             if inner.token.is_some() {
@@ -409,6 +530,7 @@ impl LocalWorker {
             inner.claims += 1;
             let token = format!("{kind}-{}-{}", std::process::id(), inner.claims);
             inner.token = Some(token.clone());
+            inner.shared_claim = None;
             Ok(Claim {
                 worker,
                 stored_mark: inner.mark,
@@ -420,8 +542,17 @@ impl LocalWorker {
     }
 
     pub(crate) async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
-        Self::check_token(self.kind, &lock(&self.inner), claim)?;
-        Ok(None)
+        let held = self.shared_claim(claim)?;
+        match (&self.shared, held) {
+            (Some(shared), Some(held)) => {
+                let renewed = shared.renew(&held).await;
+                if let Err(RegistryError::LeaseLost { .. }) = &renewed {
+                    self.forget(claim);
+                }
+                renewed
+            }
+            _ => Ok(None),
+        }
     }
 
     pub(crate) async fn persist_mark(
@@ -431,11 +562,11 @@ impl LocalWorker {
         reported: Timestamp,
     ) -> Result<()> {
         let kind = self.kind;
-        let claim = claim.clone();
+        let local = claim.clone();
         self.with_inner("persist mark", move |inner| {
-            Self::check_token(kind, inner, &claim)?;
+            Self::check_token(kind, inner, &local)?;
             let record = LeaseRecord {
-                worker: claim.worker,
+                worker: local.worker,
                 mark: inner.mark.max(Some(mark)),
                 reported: inner.reported.max(Some(reported)),
             };
@@ -446,15 +577,39 @@ impl LocalWorker {
             inner.reported = record.reported;
             Ok(())
         })
-        .await
+        .await?;
+        // Both stores must hold the mark before it counts: the file for this
+        // node's restarts, the shared registry for whoever holds the ID next.
+        if let (Some(shared), Some(held)) = (&self.shared, self.shared_claim(claim)?) {
+            let persisted = shared.persist_mark(&held, mark, reported).await;
+            if let Err(RegistryError::LeaseLost { .. }) = &persisted {
+                self.forget(claim);
+            }
+            persisted?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
+        match (&self.shared, self.shared_claim(claim)?) {
+            (Some(shared), Some(held)) => shared.peers(&held).await,
+            _ => Ok(Vec::new()),
+        }
     }
 
     pub(crate) async fn release(&self, claim: &Claim) -> Result<()> {
-        let mut inner = lock(&self.inner);
-        if inner.token.as_deref() == Some(claim.token.as_str()) {
+        let held = {
+            let mut inner = lock(&self.inner);
+            if inner.token.as_deref() != Some(claim.token.as_str()) {
+                return Ok(());
+            }
             inner.token = None;
+            inner.shared_claim.take()
+        };
+        match (&self.shared, held) {
+            (Some(shared), Some(held)) => shared.release(&held).await,
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -462,8 +617,11 @@ impl LocalWorker {
 /// directory's lease file, the directory locked for this process.
 ///
 /// - No leases: the lock is the exclusion, and it lasts as long as the registry.
+///   With a shared registry ([`FileRegistry::with_shared_registry`]) the worker
+///   ID is also claimed there, leased, so two nodes configured with one worker
+///   ID can't both run.
 /// - No peers: it is a single-node registry, so the clock check at start compares
-///   only against the stored mark.
+///   only against the stored mark (and the shared registry's peers, with one).
 ///
 /// # Examples
 ///
@@ -496,16 +654,39 @@ impl FileRegistry {
     /// A registry over an already opened lease file.
     pub fn with_file(file: LeaseFile, worker: u32) -> FileRegistry {
         FileRegistry {
-            local: LocalWorker::new("file", WorkerSource::Fixed(worker), Some(file)),
+            local: LocalWorker::new("file", WorkerSource::Fixed(worker)).with_file(file),
         }
     }
 }
 
 /// Implements [`WorkerRegistry`] for a registry whose claims, marks and releases
-/// are all its `local: LocalWorker`'s: the file registry and the fixed ones
-/// (`static`, `host`, `k8s`). They have no peers to report.
+/// are all its `local: LocalWorker`'s (the file registry and the fixed ones:
+/// `static`, `host`, `k8s`), and gives it `with_shared_registry`.
 macro_rules! local_worker_registry {
     ($name:ident) => {
+        impl $name {
+            /// Also claims the worker ID in `shared`, a registry other nodes use
+            /// too (Redis, etcd, SQL): the collision check. A second node with the
+            /// same worker ID then fails at start with
+            /// [`RegistryError::WorkerTaken`](crate::RegistryError::WorkerTaken),
+            /// naming both nodes, instead of issuing the first one's IDs.
+            ///
+            /// The claim takes the shared registry's lease (the keeper renews it and
+            /// stops issuing when it runs out), marks go to both stores, a claim
+            /// starts above the higher of the two, and the clock check at start
+            /// compares with the shared registry's live peers. A shared registry
+            /// that can't claim a given ID fails the claim with
+            /// [`RegistryError::Unsupported`](crate::RegistryError::Unsupported).
+            pub fn with_shared_registry(
+                self,
+                shared: std::sync::Arc<dyn crate::registry::WorkerRegistry>,
+            ) -> $name {
+                $name {
+                    local: self.local.with_shared(shared),
+                }
+            }
+        }
+
         #[async_trait::async_trait]
         impl crate::registry::WorkerRegistry for $name {
             fn kind(&self) -> &'static str {
@@ -514,10 +695,10 @@ macro_rules! local_worker_registry {
 
             async fn claim(
                 &self,
-                _node: &crate::registry::NodeIdentity,
+                node: &crate::registry::NodeIdentity,
                 range: u32,
             ) -> crate::error::Result<crate::registry::Claim> {
-                self.local.claim(range).await
+                self.local.claim(node, range).await
             }
 
             async fn renew(
@@ -538,9 +719,9 @@ macro_rules! local_worker_registry {
 
             async fn peers(
                 &self,
-                _claim: &crate::registry::Claim,
+                claim: &crate::registry::Claim,
             ) -> crate::error::Result<Vec<crate::registry::PeerReport>> {
-                Ok(Vec::new())
+                self.local.peers(claim).await
             }
 
             async fn release(&self, claim: &crate::registry::Claim) -> crate::error::Result<()> {

@@ -3,9 +3,17 @@
 //! sonyflake's scheme), or from a Kubernetes StatefulSet ordinal ([`K8sRegistry`]).
 //!
 //! Why they exist: many fleets already give each node a unique number, and a
-//! coordinator is one more thing to run. What they can't do: see each other.
-//! Nothing stops two nodes configured with the same number; the operator's
-//! assignment is the exclusion. So they have no leases and report no peers.
+//! coordinator is one more thing to run. What they can't do alone: see each
+//! other. Nothing stops two nodes configured with (or deriving) the same number;
+//! the operator's assignment is the exclusion, so alone they have no leases and
+//! report no peers.
+//!
+//! The collision check: where a shared registry is reachable too (Redis, etcd,
+//! SQL), `with_shared_registry` registers the worker ID there at every claim
+//! ([`WorkerRegistry::claim_worker`](crate::WorkerRegistry::claim_worker)). A
+//! second node with the same ID then fails at start with
+//! [`RegistryError::WorkerTaken`] naming both nodes; the claim gets the shared
+//! registry's lease, marks and peers.
 //!
 //! Marks: each takes an optional [`LeaseFile`] (the `file` registry's lease file,
 //! in the node's data directory) with `with_mark_file`. With it, the mark
@@ -26,8 +34,7 @@ macro_rules! local_registry {
             /// file), so they survive restarts.
             pub fn with_mark_file(self, file: LeaseFile) -> $name {
                 $name {
-                    local: LocalWorker::new(self.local.kind(), self.source, Some(file)),
-                    ..self
+                    local: self.local.with_file(file),
                 }
             }
         }
@@ -56,17 +63,14 @@ macro_rules! local_registry {
 /// ```
 #[derive(Debug)]
 pub struct StaticRegistry {
-    source: WorkerSource,
     local: LocalWorker,
 }
 
 impl StaticRegistry {
     /// A registry that hands out `worker`, marks in memory.
     pub fn new(worker: u32) -> StaticRegistry {
-        let source = WorkerSource::Fixed(worker);
         StaticRegistry {
-            source,
-            local: LocalWorker::new("static", source, None),
+            local: LocalWorker::new("static", WorkerSource::Fixed(worker)),
         }
     }
 }
@@ -79,13 +83,14 @@ local_registry!(StaticRegistry);
 /// The worker is the address modulo the range (for the power-of-two ranges of
 /// layouts, exactly its low bits). Two hosts whose addresses agree in those bits
 /// collide: use it only where the subnet is no larger than the range (a /16 for
-/// 16 worker bits), or use a shared registry.
+/// 16 worker bits), or add a shared registry
+/// ([`HostRegistry::with_shared_registry`]), which turns a collision into an
+/// error at start.
 ///
 /// It never looks at the network itself: the address comes from the caller (config)
 /// or from resolving the host name ([`HostRegistry::from_hostname`]).
 #[derive(Debug)]
 pub struct HostRegistry {
-    source: WorkerSource,
     local: LocalWorker,
 }
 
@@ -106,10 +111,8 @@ impl HostRegistry {
                 ),
             });
         }
-        let source = WorkerSource::Ipv4(address);
         Ok(HostRegistry {
-            source,
-            local: LocalWorker::new("host", source, None),
+            local: LocalWorker::new("host", WorkerSource::Ipv4(address)),
         })
     }
 
@@ -184,7 +187,6 @@ fn local_hostname(registry: &'static str) -> Result<String> {
 /// for the data directory's mark file so marks survive rescheduling.
 #[derive(Debug)]
 pub struct K8sRegistry {
-    source: WorkerSource,
     local: LocalWorker,
 }
 
@@ -196,10 +198,8 @@ impl K8sRegistry {
     ///
     /// [`RegistryError::Config`] when the name doesn't end in `-<ordinal>`.
     pub fn from_hostname(hostname: &str) -> Result<K8sRegistry> {
-        let source = WorkerSource::Fixed(parse_ordinal(hostname)?);
         Ok(K8sRegistry {
-            source,
-            local: LocalWorker::new("k8s", source, None),
+            local: LocalWorker::new("k8s", WorkerSource::Fixed(parse_ordinal(hostname)?)),
         })
     }
 

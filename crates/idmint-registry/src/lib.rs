@@ -20,6 +20,7 @@ pub mod keeper;
 pub mod redis_registry;
 mod registry;
 pub mod sql;
+mod util;
 pub mod zookeeper_registry;
 
 pub use error::{RegistryError, Result};

@@ -34,6 +34,10 @@
 //!   exactly). Windows bound how long one script blocks Redis when the range is
 //!   huge (baidu's layout has 2^22 workers). The random start spreads concurrent
 //!   claimers over the range so they rarely contend for the same IDs.
+//! - **claim a given ID** ([`WorkerRegistry::claim_worker`], the collision
+//!   check of the fixed registries): the claim script on a window of that one
+//!   ID; when it is held, the lease key's token (`host@address:port/…`) names
+//!   the holder.
 //! - **renew**: `PEXPIRE` only if the lease key still holds our token.
 //! - **persist**: raises `mark:<id>` only if the lease key holds our token and the
 //!   new mark is higher, and records the reported time.
@@ -73,9 +77,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use jiff::Timestamp;
@@ -84,7 +86,8 @@ use redis::{RedisResult, Script};
 use tokio::sync::Mutex;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker};
+use crate::util::{ceil_ms, random_u64};
 
 /// The registry kind, as in config and in errors.
 const KIND: &str = "redis";
@@ -432,6 +435,59 @@ impl RedisRegistry {
         Ok(conn)
     }
 
+    /// Runs the claim script over `count` IDs from `start` (modulo `range`) and
+    /// turns a win into a claim; `Ok(Err(held))` counts the held IDs it met.
+    async fn claim_window(
+        &self,
+        token: &str,
+        start: u64,
+        count: u32,
+        range: u32,
+    ) -> Result<std::result::Result<Claim, u64>> {
+        let ttl_ms = ttl_ms(self.config.lease_ttl);
+        // Taken before the request: the lease ends no later than Redis's expiry.
+        let before = Instant::now();
+        let (won, value, mark): (i64, i64, String) = self
+            .call("claim", |mut conn| {
+                let mut invocation = self.claim_script.prepare_invoke();
+                invocation
+                    .arg(self.config.prefix.as_ref())
+                    .arg(start)
+                    .arg(count)
+                    .arg(range)
+                    .arg(token)
+                    .arg(ttl_ms);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        if won != 1 {
+            return Ok(Err(u64::try_from(value).unwrap_or(0)));
+        }
+        let worker = u32::try_from(value)
+            .ok()
+            .filter(|w| *w < range)
+            .ok_or_else(|| RegistryError::Backend {
+                registry: KIND,
+                operation: "claim",
+                message: format!("script returned worker {value}, outside 0..{range}"),
+            })?;
+        let stored_mark = if mark.is_empty() {
+            None
+        } else {
+            Some(parse_ms("claim", worker, &mark)?)
+        };
+        tracing::info!(worker, ?stored_mark, prefix = %self.config.prefix, "claimed worker ID on redis");
+        Ok(Ok(Claim {
+            worker,
+            stored_mark,
+            lease: Some(Lease {
+                ttl: self.config.lease_ttl,
+                valid_until: before + self.config.lease_ttl,
+            }),
+            token: token.to_owned(),
+        }))
+    }
+
     fn lease_lost(&self, worker: u32, code: i64, doing: &str) -> RegistryError {
         let reason = if code < 0 {
             format!("{doing}: worker {worker} is held by another node's lease")
@@ -458,68 +514,64 @@ impl WorkerRegistry for RedisRegistry {
                 "worker range 0..0 has no worker IDs".to_owned(),
             ));
         }
-        let token = format!(
-            "{}:{}/{}/{:016x}{:016x}",
-            node.host,
-            node.port,
-            std::process::id(),
-            random_u64(),
-            random_u64()
-        );
-        let ttl_ms = ttl_ms(self.config.lease_ttl);
-        let start = u32::try_from(random_u64() % u64::from(range)).expect("below a u32 range");
+        let token = new_token(node);
+        let start = random_u64() % u64::from(range);
         let mut in_use = 0u64;
         let mut covered = 0u32;
         while covered < range {
             let count = CLAIM_WINDOW.min(range - covered);
-            let window_start = (u64::from(start) + u64::from(covered)) % u64::from(range);
-            // Taken before the request: the lease ends no later than Redis's expiry.
-            let before = Instant::now();
-            let (won, value, mark): (i64, i64, String) = self
-                .call("claim", |mut conn| {
-                    let mut invocation = self.claim_script.prepare_invoke();
-                    invocation
-                        .arg(self.config.prefix.as_ref())
-                        .arg(window_start)
-                        .arg(count)
-                        .arg(range)
-                        .arg(&token)
-                        .arg(ttl_ms);
-                    async move { invocation.invoke_async(&mut conn).await }
-                })
-                .await?;
-            if won == 1 {
-                let worker = u32::try_from(value)
-                    .ok()
-                    .filter(|w| *w < range)
-                    .ok_or_else(|| RegistryError::Backend {
-                        registry: KIND,
-                        operation: "claim",
-                        message: format!("script returned worker {value}, outside 0..{range}"),
-                    })?;
-                let stored_mark = if mark.is_empty() {
-                    None
-                } else {
-                    Some(parse_ms("claim", worker, &mark)?)
-                };
-                tracing::info!(worker, ?stored_mark, prefix = %self.config.prefix, "claimed worker ID on redis");
-                return Ok(Claim {
-                    worker,
-                    stored_mark,
-                    lease: Some(Lease {
-                        ttl: self.config.lease_ttl,
-                        valid_until: before + self.config.lease_ttl,
-                    }),
-                    token,
-                });
+            let window_start = (start + u64::from(covered)) % u64::from(range);
+            match self
+                .claim_window(&token, window_start, count, range)
+                .await?
+            {
+                Ok(claim) => return Ok(claim),
+                Err(held) => in_use += held,
             }
-            in_use += u64::try_from(value).unwrap_or(0);
             covered += count;
         }
         Err(RegistryError::Exhausted {
             registry: KIND,
             in_use,
             range: u64::from(range),
+        })
+    }
+
+    async fn claim_worker(&self, node: &NodeIdentity, worker: u32, range: u32) -> Result<Claim> {
+        check_given_worker(KIND, worker, range)?;
+        let token = new_token(node);
+        let key = self.key("worker:", worker);
+        // The holder is read after a failed claim; if its lease ended in between,
+        // the worker is free and the claim is tried again.
+        for _ in 0..3 {
+            if let Ok(claim) = self
+                .claim_window(&token, u64::from(worker), 1, range)
+                .await?
+            {
+                return Ok(claim);
+            }
+            let holder: Option<String> = self
+                .call("claim", |mut conn| {
+                    let key = key.clone();
+                    async move { redis::cmd("GET").arg(&key).query_async(&mut conn).await }
+                })
+                .await?;
+            if let Some(holder) = holder {
+                return Err(RegistryError::WorkerTaken {
+                    registry: KIND,
+                    worker,
+                    node: node.to_string(),
+                    holder: describe_holder(&holder),
+                    origin: None,
+                });
+            }
+        }
+        Err(RegistryError::WorkerTaken {
+            registry: KIND,
+            worker,
+            node: node.to_string(),
+            holder: "another node (its lease came and went while this claim looked)".to_owned(),
+            origin: None,
         })
     }
 
@@ -623,6 +675,31 @@ impl WorkerRegistry for RedisRegistry {
     }
 }
 
+/// A fresh lease token: who holds the worker (`host@address:port`, for the
+/// holder named in [`RegistryError::WorkerTaken`]), the process, and 128
+/// random bits that make it unique.
+fn new_token(node: &NodeIdentity) -> String {
+    format!(
+        "{}@{}:{}/{}/{:016x}{:016x}",
+        node.host,
+        node.address,
+        node.port,
+        std::process::id(),
+        random_u64(),
+        random_u64()
+    )
+}
+
+/// The node a lease token names (`host (address:port)`), or the token itself
+/// when it was written by something else.
+fn describe_holder(token: &str) -> String {
+    let who = token.split('/').next().unwrap_or(token);
+    match who.rsplit_once('@') {
+        Some((host, at)) if !host.is_empty() && token.contains('/') => format!("{host} ({at})"),
+        _ => format!("{token:?}"),
+    }
+}
+
 fn config_error(message: String) -> RegistryError {
     RegistryError::Config {
         registry: KIND,
@@ -633,14 +710,6 @@ fn config_error(message: String) -> RegistryError {
 /// The lease TTL in whole milliseconds for `PX`/`PEXPIRE` (validated ≥ 1 ms).
 fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// `ts` in Unix milliseconds, rounded up: a stored mark never understates what
-/// the node promised not to pass.
-fn ceil_ms(ts: Timestamp) -> i64 {
-    let ns = ts.as_nanosecond();
-    let ms = ns / 1_000_000 + i128::from(ns % 1_000_000 > 0);
-    i64::try_from(ms).expect("a jiff timestamp in milliseconds fits an i64")
 }
 
 fn parse_ms(operation: &'static str, worker: u32, raw: &str) -> Result<Timestamp> {
@@ -654,35 +723,9 @@ fn parse_ms(operation: &'static str, worker: u32, raw: &str) -> Result<Timestamp
         })
 }
 
-/// 64 random bits for lease tokens and claim start offsets, without a random
-/// number crate: std's `RandomState` is seeded from the OS per thread and
-/// perturbed per instance; the clock and a counter make each call distinct.
-/// Tokens need uniqueness, not secrecy: a collision would let a stale node pass
-/// for the new holder, and 128 such bits make that negligible.
-fn random_u64() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = RandomState::new().build_hasher();
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    hasher.write_u128(nanos);
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn marks_round_up_to_the_millisecond() {
-        let exact = Timestamp::from_millisecond(1_700_000_000_123).unwrap();
-        assert_eq!(ceil_ms(exact), 1_700_000_000_123);
-        let past = exact + jiff::SignedDuration::from_nanos(1);
-        assert_eq!(ceil_ms(past), 1_700_000_000_124);
-        let before_epoch = Timestamp::from_nanosecond(-1_500_000).unwrap();
-        assert_eq!(ceil_ms(before_epoch), -1);
-    }
 
     #[test]
     fn config_defaults_and_setters() {
@@ -712,12 +755,16 @@ mod tests {
     }
 
     #[test]
-    fn random_bits_differ_between_calls() {
-        let a: Vec<u64> = (0..64).map(|_| random_u64()).collect();
-        let mut b = a.clone();
-        b.sort_unstable();
-        b.dedup();
-        assert_eq!(b.len(), a.len());
+    fn tokens_name_their_holder() {
+        let node = NodeIdentity {
+            host: "web-1".into(),
+            address: "10.0.0.7".into(),
+            port: 8080,
+        };
+        let token = new_token(&node);
+        assert!(token.starts_with("web-1@10.0.0.7:8080/"), "{token}");
+        assert_eq!(describe_holder(&token), "web-1 (10.0.0.7:8080)");
+        assert_eq!(describe_holder("someone-else"), "\"someone-else\"");
     }
 
     #[test]

@@ -20,6 +20,13 @@ pub struct NodeIdentity {
     pub port: u16,
 }
 
+impl fmt::Display for NodeIdentity {
+    /// `host (address:port)`, as errors name nodes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}:{})", self.host, self.address, self.port)
+    }
+}
+
 /// A lease on a worker ID: valid until `valid_until` on the monotonic clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
@@ -88,6 +95,32 @@ pub trait WorkerRegistry: Send + Sync + fmt::Debug {
     /// Claims a worker ID in `0..range` for `node`.
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim>;
 
+    /// Claims exactly `worker` (below `range`) for `node`.
+    ///
+    /// This is how a worker ID that a node was configured with or derived itself
+    /// (the `static`, `host`, `k8s` and `file` registries) is registered in a
+    /// shared registry: a second node with the same ID then fails at start
+    /// instead of issuing the first one's IDs. The claim is exclusive, fenced and
+    /// leased like one from [`WorkerRegistry::claim`], and starts above the
+    /// worker's stored mark.
+    ///
+    /// # Errors
+    ///
+    /// - [`RegistryError::WorkerTaken`](crate::RegistryError::WorkerTaken) naming
+    ///   the holder while another claim holds `worker`;
+    /// - [`RegistryError::Config`](crate::RegistryError::Config) when `worker` is
+    ///   not below `range`;
+    /// - [`RegistryError::Unsupported`](crate::RegistryError::Unsupported), the
+    ///   default, for registries that only hand out IDs of their own choosing.
+    async fn claim_worker(&self, node: &NodeIdentity, worker: u32, range: u32) -> Result<Claim> {
+        let _ = (node, worker, range);
+        Err(crate::RegistryError::Unsupported {
+            registry: self.kind(),
+            operation: "claiming a given worker ID",
+            reason: Some("this registry assigns worker IDs itself".to_owned()),
+        })
+    }
+
     /// Renews the claim's lease; returns the new lease (or `None` for registries
     /// without leases).
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>>;
@@ -102,4 +135,15 @@ pub trait WorkerRegistry: Send + Sync + fmt::Debug {
 
     /// Gives the worker ID back. The stored mark stays.
     async fn release(&self, claim: &Claim) -> Result<()>;
+}
+
+/// The range check of [`WorkerRegistry::claim_worker`]: `worker` must lie in `0..range`.
+pub(crate) fn check_given_worker(registry: &'static str, worker: u32, range: u32) -> Result<()> {
+    if worker >= range {
+        return Err(crate::RegistryError::Config {
+            registry,
+            message: format!("worker {worker} is out of range 0..{range} for this layout"),
+        });
+    }
+    Ok(())
 }

@@ -46,6 +46,11 @@
 //! node's monotonic clock from *before* the granting statement was sent, so the
 //! node always believes its lease ends no later than the database does.
 //!
+//! A given worker ID ([`WorkerRegistry::claim_worker`], the collision check of
+//! the fixed registries; lease mode only) is claimed with the same two
+//! statements on that one ID; when it is held, the row's `HOST_NAME`, `ADDRESS`
+//! and `PORT` name the holder.
+//!
 //! # Fencing
 //! `renew`, `persist_mark` and `release` carry the claim's random token in their
 //! `WHERE` clause (`renew` and `persist_mark` also require an unexpired lease), so
@@ -81,7 +86,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker};
+use crate::util::{bounded, random_u64};
 
 const REGISTRY: &str = "sql";
 
@@ -435,7 +441,7 @@ impl SqlRegistry {
             };
             Ok(pools)
         };
-        let pools = with_timeout("connect", timeout, fut).await?;
+        let pools = bounded(REGISTRY, "connect", timeout, fut).await?;
         Ok(SqlRegistry {
             pools,
             backend,
@@ -466,7 +472,7 @@ impl SqlRegistry {
         operation: &'static str,
         fut: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        with_timeout(operation, self.config.timeout, fut).await
+        bounded(REGISTRY, operation, self.config.timeout, fut).await
     }
 
     fn ttl_us(&self) -> i64 {
@@ -541,6 +547,23 @@ impl SqlRegistry {
         })
     }
 
+    async fn fetch_texts3(
+        &self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> std::result::Result<Option<(String, String, String)>, sqlx::Error> {
+        on_pool!(&self.pools, p => {
+            let mut q = sqlx::query_as::<_, (String, String, String)>(sql);
+            for b in binds {
+                q = match *b {
+                    Bind::Int(v) => q.bind(v),
+                    Bind::Text(v) => q.bind(v),
+                };
+            }
+            q.fetch_optional(p).await
+        })
+    }
+
     /// Inserts a disposable row and returns its `ID`.
     async fn insert_disposable(&self, binds: &[Bind<'_>]) -> std::result::Result<i64, sqlx::Error> {
         match &self.pools {
@@ -566,8 +589,6 @@ impl SqlRegistry {
     async fn claim_lease(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         const OP: &str = "claim";
         let cluster = self.config.cluster.as_str();
-        let port = node.port.to_string();
-        let ttl_us = self.ttl_us();
         let range_i = i64::from(range);
         loop {
             let candidates = self
@@ -593,50 +614,9 @@ impl SqlRegistry {
                 (random_u64() % candidates.len() as u64) as usize
             };
             for &worker in candidates[start..].iter().chain(&candidates[..start]) {
-                let token = new_token();
-                let before = Instant::now();
-                let taken = self
-                    .exec_rows(
-                        &self.sql.lease_take,
-                        &[
-                            Bind::Text(&token),
-                            Bind::Int(ttl_us),
-                            Bind::Text(&node.host),
-                            Bind::Text(&port),
-                            Bind::Text(&node.address),
-                            Bind::Text(cluster),
-                            Bind::Int(worker),
-                        ],
-                    )
-                    .await;
-                match taken {
-                    Ok(1) => {}
-                    Ok(_) => continue,
-                    Err(e) if self.is_transient(&e) => continue,
-                    Err(e) => return Err(backend_error(OP)(e)),
+                if let Some(claim) = self.take_row(node, worker).await? {
+                    return Ok(claim);
                 }
-                // The row is ours and only the token holder can change its mark,
-                // so this read sees the mark every earlier holder left.
-                let mark = self
-                    .fetch_opt_int(
-                        &self.sql.lease_mark,
-                        &[Bind::Text(cluster), Bind::Int(worker), Bind::Text(&token)],
-                    )
-                    .await
-                    .map_err(backend_error(OP))?;
-                let Some(mark_us) = mark else {
-                    // Lost again already (a TTL shorter than a round trip).
-                    continue;
-                };
-                return Ok(Claim {
-                    worker: worker_u32(worker)?,
-                    stored_mark: mark_us.map(timestamp_from_us).transpose()?,
-                    lease: Some(Lease {
-                        ttl: self.config.lease_ttl,
-                        valid_until: before + self.config.lease_ttl,
-                    }),
-                    token,
-                });
             }
             if !candidates.is_empty() {
                 // Every candidate went to someone else; look again.
@@ -665,39 +645,135 @@ impl SqlRegistry {
                     range: u64::from(range),
                 });
             }
-            let token = new_token();
-            let before = Instant::now();
-            let inserted = self
-                .exec_rows(
-                    &self.sql.lease_insert,
-                    &[
-                        Bind::Text(cluster),
-                        Bind::Int(next),
-                        Bind::Text(&node.host),
-                        Bind::Text(&port),
-                        Bind::Text(&node.address),
-                        Bind::Int(NODE_TYPE_ACTUAL),
-                        Bind::Text(&token),
-                        Bind::Int(ttl_us),
-                    ],
-                )
-                .await;
-            match inserted {
-                Ok(_) => {
-                    return Ok(Claim {
-                        worker: worker_u32(next)?,
-                        stored_mark: None,
-                        lease: Some(Lease {
-                            ttl: self.config.lease_ttl,
-                            valid_until: before + self.config.lease_ttl,
-                        }),
-                        token,
-                    });
-                }
-                // Someone else created this number first: look again.
-                Err(e) if is_unique_violation(&e) || self.is_transient(&e) => continue,
-                Err(e) => return Err(backend_error(OP)(e)),
+            if let Some(claim) = self.insert_row(node, next).await? {
+                return Ok(claim);
             }
+            // Someone else created this number first: look again.
+        }
+    }
+
+    /// One compare-and-set takeover of `worker`'s row, whose lease must be free
+    /// or expired. `None`: not taken (held, or lost again at once, or a
+    /// transient error): look again.
+    async fn take_row(&self, node: &NodeIdentity, worker: i64) -> Result<Option<Claim>> {
+        const OP: &str = "claim";
+        let cluster = self.config.cluster.as_str();
+        let token = new_token();
+        let before = Instant::now();
+        let taken = self
+            .exec_rows(
+                &self.sql.lease_take,
+                &[
+                    Bind::Text(&token),
+                    Bind::Int(self.ttl_us()),
+                    Bind::Text(&node.host),
+                    Bind::Text(&node.port.to_string()),
+                    Bind::Text(&node.address),
+                    Bind::Text(cluster),
+                    Bind::Int(worker),
+                ],
+            )
+            .await;
+        match taken {
+            Ok(1) => {}
+            Ok(_) => return Ok(None),
+            Err(e) if self.is_transient(&e) => return Ok(None),
+            Err(e) => return Err(backend_error(OP)(e)),
+        }
+        // The row is ours and only the token holder can change its mark, so
+        // this read sees the mark every earlier holder left.
+        let mark = self
+            .fetch_opt_int(
+                &self.sql.lease_mark,
+                &[Bind::Text(cluster), Bind::Int(worker), Bind::Text(&token)],
+            )
+            .await
+            .map_err(backend_error(OP))?;
+        // `None`: lost again already (a TTL shorter than a round trip).
+        let Some(mark_us) = mark else {
+            return Ok(None);
+        };
+        Ok(Some(Claim {
+            worker: worker_u32(worker)?,
+            stored_mark: mark_us.map(timestamp_from_us).transpose()?,
+            lease: Some(self.lease_from(before)),
+            token,
+        }))
+    }
+
+    /// Creates `worker`'s row, held by `node`. `None`: the row exists (someone
+    /// created it first) or a transient error: look again.
+    async fn insert_row(&self, node: &NodeIdentity, worker: i64) -> Result<Option<Claim>> {
+        let token = new_token();
+        let before = Instant::now();
+        let inserted = self
+            .exec_rows(
+                &self.sql.lease_insert,
+                &[
+                    Bind::Text(&self.config.cluster),
+                    Bind::Int(worker),
+                    Bind::Text(&node.host),
+                    Bind::Text(&node.port.to_string()),
+                    Bind::Text(&node.address),
+                    Bind::Int(NODE_TYPE_ACTUAL),
+                    Bind::Text(&token),
+                    Bind::Int(self.ttl_us()),
+                ],
+            )
+            .await;
+        match inserted {
+            Ok(_) => Ok(Some(Claim {
+                worker: worker_u32(worker)?,
+                stored_mark: None,
+                lease: Some(self.lease_from(before)),
+                token,
+            })),
+            Err(e) if is_unique_violation(&e) || self.is_transient(&e) => Ok(None),
+            Err(e) => Err(backend_error("claim")(e)),
+        }
+    }
+
+    /// A lease granted by a statement sent at `before`.
+    fn lease_from(&self, before: Instant) -> Lease {
+        Lease {
+            ttl: self.config.lease_ttl,
+            valid_until: before + self.config.lease_ttl,
+        }
+    }
+
+    /// Takes `worker`'s row if its lease is free, or creates it if there is none;
+    /// names the holder when it is held.
+    async fn claim_given(&self, node: &NodeIdentity, worker: u32) -> Result<Claim> {
+        let worker_i = i64::from(worker);
+        loop {
+            if let Some(claim) = self.take_row(node, worker_i).await? {
+                return Ok(claim);
+            }
+            // Not taken: held by someone, or there is no row yet.
+            let holder = match self
+                .fetch_texts3(
+                    &self.sql.lease_holder,
+                    &[Bind::Text(&self.config.cluster), Bind::Int(worker_i)],
+                )
+                .await
+            {
+                Ok(h) => h,
+                Err(e) if self.is_transient(&e) => continue,
+                Err(e) => return Err(backend_error("claim")(e)),
+            };
+            if let Some((host, address, port)) = holder {
+                return Err(RegistryError::WorkerTaken {
+                    registry: REGISTRY,
+                    worker,
+                    node: node.to_string(),
+                    holder: format!("{host} ({address}:{port})"),
+                    origin: None,
+                });
+            }
+            if let Some(claim) = self.insert_row(node, worker_i).await? {
+                return Ok(claim);
+            }
+            // The row appeared or was freed meanwhile: look again.
         }
     }
 
@@ -790,6 +866,22 @@ impl WorkerRegistry for SqlRegistry {
         }
     }
 
+    /// Lease mode only: disposable worker IDs are row IDs, never chosen. A
+    /// cluster should use either this or [`WorkerRegistry::claim`]: a claim
+    /// creates new rows above the highest worker number in the table, so given
+    /// IDs leave the numbers below them unused by claims.
+    async fn claim_worker(&self, node: &NodeIdentity, worker: u32, range: u32) -> Result<Claim> {
+        check_given_worker(REGISTRY, worker, range)?;
+        match self.config.mode {
+            SqlMode::Lease => self.timed("claim", self.claim_given(node, worker)).await,
+            SqlMode::Disposable => Err(RegistryError::Unsupported {
+                registry: REGISTRY,
+                operation: "claiming a given worker ID",
+                reason: Some("in disposable mode worker IDs are row IDs".to_owned()),
+            }),
+        }
+    }
+
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
         const OP: &str = "renew";
         let before = Instant::now();
@@ -833,10 +925,7 @@ impl WorkerRegistry for SqlRegistry {
             ));
         }
         Ok(match self.config.mode {
-            SqlMode::Lease => Some(Lease {
-                ttl: self.config.lease_ttl,
-                valid_until: before + self.config.lease_ttl,
-            }),
+            SqlMode::Lease => Some(self.lease_from(before)),
             SqlMode::Disposable => None,
         })
     }
@@ -981,6 +1070,7 @@ struct Statements {
     lease_max: String,
     lease_insert: String,
     lease_in_use: String,
+    lease_holder: String,
     lease_renew: String,
     lease_persist: String,
     lease_peers: String,
@@ -1106,6 +1196,10 @@ impl Statements {
                 "SELECT COUNT(*) FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL AND WORKER < ? \
                  AND TOKEN IS NOT NULL AND LEASE_EXPIRES > {now}"
             )),
+            lease_holder: s(format!(
+                "SELECT HOST_NAME, ADDRESS, PORT FROM {t} WHERE CLUSTER = ? AND WORKER = ? \
+                 AND TOKEN IS NOT NULL AND LEASE_EXPIRES > {now}"
+            )),
             lease_renew: s(format!(
                 "UPDATE {t} SET LEASE_EXPIRES = {expires_in}, MODIFIED = {wall} \
                  WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now}"
@@ -1177,20 +1271,6 @@ fn placeholders(backend: SqlBackend, sql: &str) -> String {
     out
 }
 
-async fn with_timeout<T>(
-    operation: &'static str,
-    after: Duration,
-    fut: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    tokio::time::timeout(after, fut)
-        .await
-        .unwrap_or(Err(RegistryError::Timeout {
-            registry: REGISTRY,
-            operation,
-            after,
-        }))
-}
-
 fn backend_error(operation: &'static str) -> impl Fn(sqlx::Error) -> RegistryError {
     move |e| RegistryError::Backend {
         registry: REGISTRY,
@@ -1260,10 +1340,6 @@ fn new_token() -> String {
         (nanos, n, std::process::id()),
     );
     format!("{a:016x}{b:016x}")
-}
-
-fn random_u64() -> u64 {
-    std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8)
 }
 
 /// The URL with its password (in the authority or a `password=` parameter)
@@ -1341,6 +1417,7 @@ mod tests {
         assert_eq!(count(&s.lease_candidates), 3);
         assert_eq!(count(&s.lease_take), 7);
         assert_eq!(count(&s.lease_insert), 8);
+        assert_eq!(count(&s.lease_holder), 2);
         assert_eq!(count(&s.lease_renew), 4);
         assert_eq!(count(&s.lease_persist), 6);
         assert_eq!(count(&s.lease_peers), 2);

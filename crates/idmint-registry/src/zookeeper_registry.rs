@@ -45,6 +45,13 @@
 //! requests of an expired session), and a new holder's node has a different
 //! owner, so a stale holder can never raise the mark a new holder started from.
 //!
+//! **Sessions end; registries don't.** A session that expired (ZooKeeper was
+//! unreachable for longer than its timeout) or was closed is replaced by a new
+//! one at the next claim (and the next call that needs no claim, such as
+//! listing peers). Claims made on the old session stay lost: their token names
+//! it, so renewing or persisting them fails with [`RegistryError::LeaseLost`],
+//! and the keeper claims again.
+//!
 //! # Limits
 //!
 //! - **Session timeout vs lease.** ZooKeeper bounds the session timeout between
@@ -56,6 +63,9 @@
 //!   the range bounds how many identities a cluster ever has.
 //! - **The cache is local.** It helps only a node restarting on the same data
 //!   directory; a node without a cache entry can't start while ZooKeeper is down.
+//! - **No given worker IDs.** [`WorkerRegistry::claim_worker`] is not
+//!   implemented (the default `Unsupported` error): the fixed registries'
+//!   collision check needs another shared registry.
 //! - **Ephemeral nodes are deleted only by their session.** An operator deleting
 //!   a holder's node by hand breaks the fence for that holder.
 //!
@@ -67,7 +77,6 @@ use std::borrow::Cow;
 use std::fmt;
 use std::fs;
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher, RandomState};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -79,6 +88,7 @@ use zookeeper_client as zk;
 
 use crate::error::{RegistryError, Result};
 use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+use crate::util::{bounded, ceil_ms, random_u64};
 
 /// The registry kind, as in config and in errors.
 const KIND: &str = "zookeeper";
@@ -292,29 +302,7 @@ impl ZooKeeperRegistry {
     /// - [`RegistryError::Backend`] when connecting or creating nodes fails.
     pub async fn connect(connect_string: &str, config: ZooKeeperConfig) -> Result<Self> {
         config.validate()?;
-        let connecting = async {
-            let client = zk::Client::connector()
-                .with_session_timeout(config.session_timeout)
-                .with_connection_timeout(config.timeout)
-                .with_fail_eagerly()
-                .connect(connect_string)
-                .await
-                .map_err(|e| backend("connect", &e))?;
-            let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-            let root = config.root();
-            let dirs: &[&str] = match config.mode {
-                ZooKeeperMode::Forever => &["forever"],
-                ZooKeeperMode::Ephemeral => &["workers", "marks"],
-            };
-            for dir in dirs {
-                client
-                    .mkdir(&format!("{root}/{dir}"), &options)
-                    .await
-                    .map_err(|e| backend("create parent nodes", &e))?;
-            }
-            Ok(client)
-        };
-        let connected = bounded(config.timeout, "connect", connecting).await;
+        let connected = open_session(connect_string, &config).await;
         let (client, offline_reason) = match connected {
             Ok(client) => (Some(client), None),
             Err(e) if config.mode == ZooKeeperMode::Forever && config.cache_dir.is_some() => {
@@ -349,9 +337,9 @@ impl ZooKeeperRegistry {
 
     /// Closes the session without releasing anything: ZooKeeper deletes this
     /// session's ephemeral nodes at once (as it would after the session
-    /// timeout if the process died). Later calls fail: Ephemeral claims with
-    /// [`RegistryError::LeaseLost`], anything else with
-    /// [`RegistryError::Backend`].
+    /// timeout if the process died). Renewing, persisting or releasing a claim
+    /// made on it fails with [`RegistryError::LeaseLost`] (or does nothing, for
+    /// a release); a later claim opens a new session, as a restarted node would.
     pub fn close_session(&self) {
         let client = self.client.lock().unwrap_or_else(|e| e.into_inner()).take();
         drop(client);
@@ -363,7 +351,7 @@ impl ZooKeeperRegistry {
     /// # Errors
     /// [`RegistryError::Timeout`] or [`RegistryError::Backend`] when ZooKeeper fails.
     pub async fn stored_mark(&self, worker: u32) -> Result<Option<Timestamp>> {
-        let client = self.require_client("read mark")?;
+        let client = self.live_client("read mark").await?;
         let path = self.mark_path(worker);
         self.call("read mark", async {
             match client.get_data(&path).await {
@@ -382,15 +370,36 @@ impl ZooKeeperRegistry {
             .clone()
     }
 
-    fn require_client(&self, operation: &'static str) -> Result<zk::Client> {
-        self.client().ok_or_else(|| RegistryError::Backend {
-            registry: KIND,
-            operation,
-            message: match &self.offline_reason {
-                Some(reason) => format!("zookeeper was unreachable at connect: {reason}"),
-                None => "the session was closed".to_owned(),
-            },
-        })
+    /// A live session: the current one, or a new one when it ended (expired
+    /// while ZooKeeper was unreachable for longer than the session timeout, or
+    /// closed by [`ZooKeeperRegistry::close_session`]). Without this, a registry
+    /// whose session expired could never claim again.
+    ///
+    /// Claims made on an ended session stay lost: their token names that
+    /// session, and renewing or persisting them never opens a new one.
+    async fn live_client(&self, operation: &'static str) -> Result<zk::Client> {
+        if let Some(reason) = &self.offline_reason {
+            return Err(RegistryError::Backend {
+                registry: KIND,
+                operation,
+                message: format!("zookeeper was unreachable at connect: {reason}"),
+            });
+        }
+        if let Some(client) = self.client().filter(|c| !c.state().is_terminated()) {
+            return Ok(client);
+        }
+        let fresh = open_session(&self.connect_string, &self.config).await?;
+        let mut slot = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(current) = slot.as_ref().filter(|c| !c.state().is_terminated()) {
+            // Another call opened one meanwhile: use it, drop ours (closing it).
+            return Ok(current.clone());
+        }
+        tracing::info!(
+            session = %format!("{:#x}", fresh.session_id().0),
+            "zookeeper session ended; opened a new one"
+        );
+        *slot = Some(fresh.clone());
+        Ok(fresh)
     }
 
     async fn call<T>(
@@ -398,7 +407,7 @@ impl ZooKeeperRegistry {
         operation: &'static str,
         fut: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        bounded(self.config.timeout, operation, fut).await
+        bounded(KIND, operation, self.config.timeout, fut).await
     }
 
     fn worker_path(&self, worker: u32) -> String {
@@ -425,9 +434,10 @@ impl ZooKeeperRegistry {
 
     async fn claim_forever(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         let address = node_address(node);
-        let Some(client) = self.client() else {
+        if self.is_offline() {
             return self.claim_from_cache(&address);
-        };
+        }
+        let client = self.live_client("claim").await?;
         let dir = self.forever_dir();
         let prefix = format!("{address}-");
         let (path, worker, data) = self
@@ -546,7 +556,7 @@ impl ZooKeeperRegistry {
         if claim.token.starts_with(OFFLINE) {
             return Ok(());
         }
-        let client = self.require_client("persist mark")?;
+        let client = self.live_client("persist mark").await?;
         let path = claim.token.clone();
         self.call("persist mark", async {
             for _ in 0..CAS_ATTEMPTS {
@@ -578,10 +588,11 @@ impl ZooKeeperRegistry {
     }
 
     async fn peers_forever(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
-        let Some(client) = self.client() else {
+        if self.is_offline() {
             tracing::warn!("zookeeper unreachable: no peers to check the clock against");
             return Ok(Vec::new());
-        };
+        }
+        let client = self.live_client("list peers").await?;
         let dir = self.forever_dir();
         let nodes = self
             .call("list peers", async {
@@ -625,7 +636,7 @@ impl ZooKeeperRegistry {
     // ---- Ephemeral ----
 
     async fn claim_ephemeral(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
-        let client = self.require_client("claim")?;
+        let client = self.live_client("claim").await?;
         let address = node_address(node);
         let dir = format!("{}/workers", self.config.root());
         let session = client.session_id().0;
@@ -651,7 +662,7 @@ impl ZooKeeperRegistry {
                     .map(|i| ((u64::from(start) + u64::from(i)) % u64::from(range)) as u32)
                     .filter(|w| !held.contains(w));
                 for worker in free {
-                    let data = render_ephemeral(&address, Timestamp::now());
+                    let data = render_ephemeral(&address);
                     let before = Instant::now();
                     match client.create(&self.worker_path(worker), data.as_bytes(), &options).await {
                         Ok(_) => {
@@ -796,7 +807,7 @@ impl ZooKeeperRegistry {
     }
 
     async fn peers_ephemeral(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
-        let client = self.require_client("list peers")?;
+        let client = self.live_client("list peers").await?;
         let dir = format!("{}/workers", self.config.root());
         self.call("list peers", async {
             let children = client
@@ -1029,11 +1040,11 @@ fn render_forever(address: &str, reported: Timestamp, mark: Option<Timestamp>) -
     s
 }
 
-fn render_ephemeral(address: &str, reported: Timestamp) -> String {
-    format!(
-        "address={address}\nreported={}\n",
-        reported.as_millisecond()
-    )
+/// A new ephemeral node's data: who holds it. No `reported=` line: a holder
+/// reports with its first persisted mark, by its generator's clock, and until
+/// then is no peer to compare clocks with.
+fn render_ephemeral(address: &str) -> String {
+    format!("address={address}\n")
 }
 
 fn render_ephemeral_reported(reported: Timestamp) -> String {
@@ -1112,26 +1123,32 @@ fn zk_seq(seq: i64) -> String {
     }
 }
 
-/// `ts` in Unix milliseconds, rounded up: a stored mark never understates.
-fn ceil_ms(ts: Timestamp) -> i64 {
-    let ns = ts.as_nanosecond();
-    let ms = ns / 1_000_000 + i128::from(ns % 1_000_000 > 0);
-    i64::try_from(ms).expect("a jiff timestamp in milliseconds fits an i64")
-}
-
-async fn bounded<T>(
-    after: Duration,
-    operation: &'static str,
-    fut: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    match tokio::time::timeout(after, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(RegistryError::Timeout {
-            registry: KIND,
-            operation,
-            after,
-        }),
-    }
+/// Establishes a session on `connect_string` and creates the cluster's parent
+/// nodes, within the configured timeout.
+async fn open_session(connect_string: &str, config: &ZooKeeperConfig) -> Result<zk::Client> {
+    let connecting = async {
+        let client = zk::Client::connector()
+            .with_session_timeout(config.session_timeout)
+            .with_connection_timeout(config.timeout)
+            .with_fail_eagerly()
+            .connect(connect_string)
+            .await
+            .map_err(|e| backend("connect", &e))?;
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let root = config.root();
+        let dirs: &[&str] = match config.mode {
+            ZooKeeperMode::Forever => &["forever"],
+            ZooKeeperMode::Ephemeral => &["workers", "marks"],
+        };
+        for dir in dirs {
+            client
+                .mkdir(&format!("{root}/{dir}"), &options)
+                .await
+                .map_err(|e| backend("create parent nodes", &e))?;
+        }
+        Ok(client)
+    };
+    bounded(KIND, "connect", config.timeout, connecting).await
 }
 
 fn backend(operation: &'static str, e: &zk::Error) -> RegistryError {
@@ -1155,17 +1172,6 @@ fn cache_error(message: String) -> RegistryError {
         operation: "local cache",
         message,
     }
-}
-
-/// Random bits for the claim start offset (no random-number crate needed).
-fn random_u64() -> u64 {
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    hasher.finish()
 }
 
 #[cfg(test)]

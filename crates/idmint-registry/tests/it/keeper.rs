@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use idmint_core::clock::ManualClock;
 use idmint_core::{ClockBehind, Error as CoreError, Id, Layout};
+use idmint_registry::fixed::StaticRegistry;
 use idmint_registry::keeper::{
     GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, WorkerKeeper,
 };
@@ -318,4 +319,101 @@ async fn shutdown_stops_issuing_reports_and_releases() {
     assert!(h.next_id().is_err(), "stops at once");
     tick(&c, MS).await;
     assert!(!reg.is_held(0));
+}
+
+// ---- A fixed worker ID registered in a shared registry ----
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_worker_held_in_a_shared_registry_is_claimed_again_after_its_lease_is_lost() {
+    let c = clock();
+    let shared = Arc::new(MemRegistry::with_ttl(Duration::from_secs(6)));
+    let fixed = StaticRegistry::new(3).with_shared_registry(shared.clone());
+    let guard = start(Arc::new(fixed), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap();
+    let h = guard.handle().clone();
+    assert_eq!(h.worker(), 3);
+    assert!(shared.is_held(3), "registered in the shared registry");
+    assert!(
+        h.status().lease_left.is_some(),
+        "the shared registry's lease"
+    );
+    let before = h.next_id().unwrap();
+    let stored = shared
+        .mark(3)
+        .expect("the mark goes to the shared registry");
+
+    // A second node configured with worker 3 is refused, naming both nodes.
+    let other = StaticRegistry::new(3).with_shared_registry(shared.clone());
+    let err = WorkerKeeper::start(
+        Arc::new(other),
+        node("b"),
+        settings(&c),
+        KeeperConfig::new(),
+    )
+    .await
+    .unwrap_err();
+    match &err {
+        RegistryError::WorkerTaken {
+            registry: "mem",
+            worker: 3,
+            node: who,
+            holder,
+            origin,
+        } => {
+            assert_eq!(who, "b (127.0.0.1:7000)");
+            assert_eq!(holder, "a (127.0.0.1:7000)");
+            assert_eq!(origin.as_deref(), Some("static registry"));
+        }
+        other => panic!("expected worker taken, got {other}"),
+    }
+
+    // The shared registry loses the holding (an expiry it saw); the keeper
+    // learns it at the next renewal, stops, and claims worker 3 again.
+    shared.revoke(3);
+    for _ in 0..60 {
+        if h.status().generation == 2 {
+            break;
+        }
+        tick(&c, Duration::from_millis(100)).await;
+    }
+    let st = h.status();
+    assert_eq!((st.generation, st.lease), (2, LeaseState::Held), "{st:?}");
+    assert_eq!(h.worker(), 3);
+    let after = h.next_id().unwrap();
+    assert!(after > before);
+    assert!(id_time(&LAYOUT, after) > stored);
+    guard.shutdown().await;
+    assert!(!shared.is_held(3), "released in the shared registry too");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shared_registry_that_cannot_claim_a_given_worker_fails_the_start_typed() {
+    let c = clock();
+    // The local registries assign no IDs but their own.
+    let shared = Arc::new(StaticRegistry::new(0));
+    let fixed = Arc::new(StaticRegistry::new(3).with_shared_registry(shared));
+    let err = start(fixed.clone(), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RegistryError::Unsupported {
+                registry: "static",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "static registry: claiming a given worker ID is not supported \
+         (this registry assigns worker IDs itself)"
+    );
+    // The failed claim left nothing held: the registry can claim again.
+    let err = start(fixed, settings(&c), KeeperConfig::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "registry_unsupported");
 }

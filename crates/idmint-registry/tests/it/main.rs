@@ -1,11 +1,21 @@
 //! The one integration-test binary of `idmint-registry`: each registry against
 //! the real service it talks to, with shared helpers in `support`.
+//!
+//! - `contract`: the registry contract, written once; each backend's module
+//!   (`etcd`, `redis`, `sql`, `zookeeper`) runs it and adds what only that
+//!   backend does.
+//! - `outage`: lease loss while running, against private instances of each
+//!   service (`services`) that the tests stop and start again.
+//! - `file` and `keeper`: the embedded default and the keeper, against files
+//!   and an in-memory registry.
 
+mod contract;
 mod etcd;
 mod file;
 mod keeper;
+mod outage;
 mod redis;
-mod redis_outage;
+mod services;
 mod sql;
 mod support;
 mod zookeeper;

@@ -79,6 +79,8 @@ pub struct MemRegistry {
 #[derive(Debug, Default)]
 struct MemState {
     holders: HashMap<u32, (String, Option<Instant>)>,
+    /// Who holds each worker, as `NodeIdentity`'s display.
+    names: HashMap<u32, String>,
     marks: HashMap<u32, Timestamp>,
     reports: HashMap<u32, Timestamp>,
     claims: u64,
@@ -145,6 +147,29 @@ impl MemRegistry {
         })
     }
 
+    /// Hands `worker` to `node`: a new token, a lease, the stored mark.
+    fn hold(&self, s: &mut MemState, worker: u32, node: &NodeIdentity) -> Claim {
+        s.claims += 1;
+        let token = format!("t{}", s.claims);
+        let lease = self.lease();
+        s.holders
+            .insert(worker, (token.clone(), lease.map(|l| l.valid_until)));
+        s.names.insert(worker, node.to_string());
+        Claim {
+            worker,
+            stored_mark: s.marks.get(&worker).copied(),
+            lease,
+            token,
+        }
+    }
+
+    /// Forgets holders whose lease ran out.
+    fn expire(s: &mut MemState) {
+        let now = mono();
+        s.holders
+            .retain(|_, (_, until)| until.is_none_or(|u| now < u));
+    }
+
     fn check(&self, s: &MemState, claim: &Claim) -> Result<(), RegistryError> {
         match s.holders.get(&claim.worker) {
             Some((token, until)) if *token == claim.token && until.is_none_or(|u| mono() < u) => {
@@ -165,12 +190,10 @@ impl WorkerRegistry for MemRegistry {
         "mem"
     }
 
-    async fn claim(&self, _node: &NodeIdentity, range: u32) -> Result<Claim, RegistryError> {
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim, RegistryError> {
         self.maybe_hang().await;
         let mut s = self.state();
-        let now = mono();
-        s.holders
-            .retain(|_, (_, until)| until.is_none_or(|u| now < u));
+        Self::expire(&mut s);
         let worker =
             (0..range)
                 .find(|w| !s.holders.contains_key(w))
@@ -179,17 +202,34 @@ impl WorkerRegistry for MemRegistry {
                     in_use: s.holders.len() as u64,
                     range: u64::from(range),
                 })?;
-        s.claims += 1;
-        let token = format!("t{}", s.claims);
-        let lease = self.lease();
-        s.holders
-            .insert(worker, (token.clone(), lease.map(|l| l.valid_until)));
-        Ok(Claim {
-            worker,
-            stored_mark: s.marks.get(&worker).copied(),
-            lease,
-            token,
-        })
+        Ok(self.hold(&mut s, worker, node))
+    }
+
+    async fn claim_worker(
+        &self,
+        node: &NodeIdentity,
+        worker: u32,
+        range: u32,
+    ) -> Result<Claim, RegistryError> {
+        self.maybe_hang().await;
+        if worker >= range {
+            return Err(RegistryError::Config {
+                registry: "mem",
+                message: format!("worker {worker} is out of range 0..{range}"),
+            });
+        }
+        let mut s = self.state();
+        Self::expire(&mut s);
+        if s.holders.contains_key(&worker) {
+            return Err(RegistryError::WorkerTaken {
+                registry: "mem",
+                worker,
+                node: node.to_string(),
+                holder: s.names.get(&worker).cloned().unwrap_or_default(),
+                origin: None,
+            });
+        }
+        Ok(self.hold(&mut s, worker, node))
     }
 
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>, RegistryError> {
@@ -273,3 +313,151 @@ pub fn shared<R: WorkerRegistry + 'static>(r: &Arc<R>) -> Arc<dyn WorkerRegistry
 /// data directory hold `read()` for their whole run; the spawning test holds
 /// `write()` while it spawns.
 pub static FORK_GUARD: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+// ---- Shared by the backend, contract and outage tests ----
+
+/// A node identity for shared-registry tests: `node-N` at `10.0.X.Y:7000+N`,
+/// distinct for every `n` (ZooKeeper's forever mode keys workers by it).
+pub fn identity(n: usize) -> NodeIdentity {
+    NodeIdentity {
+        host: format!("node-{n}"),
+        address: format!("10.0.{}.{}", n / 256, n % 256),
+        port: 7000 + u16::try_from(n).unwrap(),
+    }
+}
+
+/// A timestamp from Unix milliseconds.
+pub fn ms(ms: i64) -> Timestamp {
+    Timestamp::from_millisecond(ms).unwrap()
+}
+
+/// Claims with `registry` for `node` every 50 ms until it succeeds or `within`
+/// passes (waiting for a dead holder's lease to run out).
+pub async fn claim_eventually(
+    registry: &dyn WorkerRegistry,
+    node: &NodeIdentity,
+    range: u32,
+    within: Duration,
+) -> Claim {
+    let deadline = Instant::now() + within;
+    loop {
+        match registry.claim(node, range).await {
+            Ok(claim) => return claim,
+            Err(RegistryError::Exhausted { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("claim did not succeed within {within:?}: {e}"),
+        }
+    }
+}
+
+/// A registry whose connection can be cut, as a crash or a network partition
+/// would: after [`Severable::sever`] every call fails and the real registry
+/// (its connections, pool or session) is dropped, so nothing more reaches the
+/// store: no renewal, no final report, no release.
+#[derive(Debug)]
+pub struct Severable {
+    kind: &'static str,
+    inner: Mutex<Option<Arc<dyn WorkerRegistry>>>,
+}
+
+impl Severable {
+    pub fn new(inner: Arc<dyn WorkerRegistry>) -> Arc<Severable> {
+        Arc::new(Severable {
+            kind: inner.kind(),
+            inner: Mutex::new(Some(inner)),
+        })
+    }
+
+    /// Cuts the connection for good.
+    pub fn sever(&self) {
+        let inner = self.inner.lock().unwrap().take();
+        drop(inner);
+    }
+
+    fn get(&self, operation: &'static str) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
+        self.inner
+            .lock()
+            .unwrap()
+            .clone()
+            .ok_or_else(|| RegistryError::Backend {
+                registry: self.kind,
+                operation,
+                message: "severed: this node is dead".to_owned(),
+            })
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for Severable {
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim, RegistryError> {
+        self.get("claim")?.claim(node, range).await
+    }
+
+    async fn claim_worker(
+        &self,
+        node: &NodeIdentity,
+        worker: u32,
+        range: u32,
+    ) -> Result<Claim, RegistryError> {
+        self.get("claim")?.claim_worker(node, worker, range).await
+    }
+
+    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>, RegistryError> {
+        self.get("renew")?.renew(claim).await
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<(), RegistryError> {
+        self.get("persist mark")?
+            .persist_mark(claim, mark, reported)
+            .await
+    }
+
+    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>, RegistryError> {
+        self.get("list peers")?.peers(claim).await
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), RegistryError> {
+        self.get("release")?.release(claim).await
+    }
+}
+
+/// Runs `f` with its own current-thread runtime on a thread of its own and
+/// waits for it: for cleanups in `Drop`, which may run while the test's
+/// runtime is panicking or gone.
+pub fn block_on_side<T: Send + 'static>(
+    f: impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>> + Send + 'static,
+) -> Option<T> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        Some(rt.block_on(f()))
+    })
+    .join()
+    .ok()
+    .flatten()
+}
+
+/// A unique name per test and process, for key prefixes, clusters and tables.
+pub fn unique_name(test: &str) -> String {
+    use std::sync::atomic::AtomicU32;
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        % 1_000_000_000_000;
+    format!("{test}-{}-{nanos}-{seq}", std::process::id())
+}

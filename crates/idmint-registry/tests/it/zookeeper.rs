@@ -1,38 +1,36 @@
 //! The `zookeeper` registry against a real ZooKeeper started by
-//! `scripts/zookeeper start DIR` (`IDMINT_TEST_ZOOKEEPER=127.0.0.1:PORT`).
+//! `scripts/zookeeper start DIR` (`IDMINT_TEST_ZOOKEEPER=127.0.0.1:PORT`): the
+//! registry contract (`crate::contract`) in both modes, and what only
+//! ZooKeeper does (sessions as leases, Leaf's identities and local cache).
 //!
 //! Each test works under its own cluster name, so tests run in parallel without
 //! seeing each other. Session timeouts are short (the script's `tickTime=500`
 //! allows 1 s and up) to keep takeovers fast.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use idmint_core::Layout;
 use idmint_registry::keeper::{GeneratorSettings, KeeperConfig, WorkerKeeper};
 use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
 use idmint_registry::{NodeIdentity, RegistryError, WorkerRegistry};
 use jiff::Timestamp;
 
-use crate::support::{T0_MS, clock, require_service};
+use crate::contract::{Backend, Holding, ReadsMarks};
+use crate::support::{T0_MS, claim_eventually, clock, ms, require_service, unique_name};
 
 const SESSION: Duration = Duration::from_secs(2);
 
 /// The ensemble's address, or `None` (after a loud SKIPPED line) outside CI.
 fn zk_addr() -> Option<String> {
-    let addr = std::env::var("IDMINT_TEST_ZOOKEEPER").ok();
+    let addr = std::env::var("IDMINT_TEST_ZOOKEEPER")
+        .ok()
+        .filter(|a| !a.is_empty());
     if !require_service("zookeeper (IDMINT_TEST_ZOOKEEPER)", addr.is_some()) {
         return None;
     }
     addr
-}
-
-fn unique_cluster(test: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("test-{test}-{}-{nanos}", std::process::id())
 }
 
 fn config(mode: ZooKeeperMode, cluster: &str) -> ZooKeeperConfig {
@@ -56,10 +54,6 @@ fn ident(port: u16) -> NodeIdentity {
     }
 }
 
-fn ms(ms: i64) -> Timestamp {
-    Timestamp::from_millisecond(ms).unwrap()
-}
-
 /// A port nothing listens on: bound, then closed.
 fn closed_port() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -68,112 +62,131 @@ fn closed_port() -> String {
     addr.to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn ephemeral_sixteen_concurrent_claimers_get_distinct_ids() {
-    let Some(addr) = zk_addr() else { return };
-    let cluster = unique_cluster("eph16");
-    let mut tasks = Vec::new();
-    for i in 0..16u16 {
-        let (addr, cluster) = (addr.clone(), cluster.clone());
-        tasks.push(tokio::spawn(async move {
-            let reg = connect(&addr, config(ZooKeeperMode::Ephemeral, &cluster)).await;
-            let claim = reg.claim(&ident(7000 + i), 1024).await.unwrap();
-            (reg, claim)
-        }));
-    }
-    let mut held = Vec::new();
-    for t in tasks {
-        held.push(t.await.unwrap());
-    }
-    let mut workers: Vec<u32> = held.iter().map(|(_, c)| c.worker).collect();
-    workers.sort_unstable();
-    workers.dedup();
-    assert_eq!(workers.len(), 16, "{workers:?}");
-    for (reg, claim) in &held {
-        assert!(claim.lease.is_some());
-        assert!(reg.renew(claim).await.unwrap().is_some());
-        reg.release(claim).await.unwrap();
+/// A test's cluster on the shared ZooKeeper, in one mode. Its nodes stay in
+/// the throwaway ensemble (`scripts/test` starts a fresh one every run).
+pub struct ZooKeeperBackend {
+    addr: String,
+    cluster: String,
+    mode: ZooKeeperMode,
+}
+
+impl ZooKeeperBackend {
+    fn new(mode: ZooKeeperMode, test: &str) -> Option<ZooKeeperBackend> {
+        Some(ZooKeeperBackend {
+            addr: zk_addr()?,
+            cluster: format!("test-{}", unique_name(test)),
+            mode,
+        })
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn ephemeral_range_of_eight_lets_exactly_eight_claim() {
-    let Some(addr) = zk_addr() else { return };
-    let cluster = unique_cluster("eph8");
-    let mut tasks = Vec::new();
-    for i in 0..16u16 {
-        let (addr, cluster) = (addr.clone(), cluster.clone());
-        tasks.push(tokio::spawn(async move {
-            let reg = connect(&addr, config(ZooKeeperMode::Ephemeral, &cluster)).await;
-            let result = reg.claim(&ident(7000 + i), 8).await;
-            (reg, result)
-        }));
+#[async_trait]
+impl Backend for ZooKeeperBackend {
+    fn kind(&self) -> &'static str {
+        "zookeeper"
     }
-    let mut won = Vec::new();
-    let mut exhausted = 0;
-    let mut keep = Vec::new();
-    for t in tasks {
-        let (reg, result) = t.await.unwrap();
-        match result {
-            Ok(claim) => won.push(claim.worker),
-            Err(RegistryError::Exhausted { in_use, range, .. }) => {
-                assert_eq!((in_use, range), (8, 8));
-                exhausted += 1;
-            }
-            Err(e) => panic!("unexpected error: {e}"),
+
+    fn holding(&self) -> Holding {
+        match self.mode {
+            ZooKeeperMode::Ephemeral => Holding::Session,
+            ZooKeeperMode::Forever => Holding::Forever,
         }
-        keep.push(reg);
     }
-    won.sort_unstable();
-    assert_eq!(won, (0..8).collect::<Vec<_>>());
-    assert_eq!(exhausted, 8);
+
+    fn short_ttl(&self) -> Duration {
+        SESSION
+    }
+
+    fn claims_given_workers(&self) -> bool {
+        false
+    }
+
+    /// The lease is the session: its timeout is asked for as `ttl` (the
+    /// ensemble clamps it to 1..=10 s).
+    async fn node(&self, ttl: Duration) -> Arc<dyn WorkerRegistry> {
+        let config = config(self.mode, &self.cluster).with_session_timeout(ttl);
+        Arc::new(connect(&self.addr, config).await)
+    }
+}
+
+/// Twitter's scheme: an ephemeral node per worker ID, the session as the lease.
+mod ephemeral {
+    fn backend(test: &str) -> Option<super::ZooKeeperBackend> {
+        super::ZooKeeperBackend::new(super::ZooKeeperMode::Ephemeral, test)
+    }
+
+    crate::contract::contract_suite!(backend);
+}
+
+/// Leaf's scheme: a worker ID per `ip:port` identity, for good. No leases, so
+/// no scenario about expiry, release or takeover applies.
+mod forever {
+    fn backend(test: &str) -> Option<super::ZooKeeperBackend> {
+        super::ZooKeeperBackend::new(super::ZooKeeperMode::Forever, test)
+    }
+
+    crate::contract::contract_suite!(backend:
+        sixteen_concurrent_claimers_get_distinct_workers,
+        a_range_of_eight_admits_exactly_eight_and_exhausts_the_rest_typed,
+        range_zero_is_a_config_error,
+        persisting_only_ever_raises_the_mark,
+        a_restart_with_the_clock_behind_issues_above_every_earlier_id,
+        a_given_worker_is_claimed_once_and_the_holder_is_named,
+        a_second_node_deriving_the_same_worker_fails_at_start_naming_both,
+    );
+}
+
+#[async_trait]
+impl ReadsMarks for ZooKeeperRegistry {
+    async fn stored(&self, worker: u32) -> Option<Timestamp> {
+        self.stored_mark(worker).await.unwrap()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ephemeral_takeover_starts_above_the_dead_holders_mark_and_fences_it() {
+async fn ephemeral_marks_read_back_rounded_up_to_the_millisecond() {
     let Some(addr) = zk_addr() else { return };
-    let cluster = unique_cluster("takeover");
+    let cluster = unique_name("marks");
+    let registry = connect(&addr, config(ZooKeeperMode::Ephemeral, &cluster)).await;
+    crate::contract::marks_read_back_rounded_up_to_the_millisecond(&registry).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ephemeral_claims_work_only_on_the_session_that_made_them() {
+    let Some(addr) = zk_addr() else { return };
+    let cluster = unique_name("session");
     let a = connect(&addr, config(ZooKeeperMode::Ephemeral, &cluster)).await;
     let claim_a = a.claim(&ident(1), 1).await.unwrap();
-    assert_eq!(claim_a.stored_mark, None);
+    let lease = claim_a.lease.expect("the session is the lease");
+    assert!(lease.ttl <= SESSION * 2, "{lease:?}");
     let mark_a = ms(T0_MS + 3_000);
     a.persist_mark(&claim_a, mark_a, ms(T0_MS)).await.unwrap();
-    // A lower mark never lowers it.
-    a.persist_mark(&claim_a, ms(T0_MS), ms(T0_MS))
-        .await
-        .unwrap();
     assert_eq!(a.stored_mark(0).await.unwrap(), Some(mark_a));
 
-    // The range of 1 is full while A lives.
-    let b = connect(&addr, config(ZooKeeperMode::Ephemeral, &cluster)).await;
-    assert!(matches!(
-        b.claim(&ident(2), 1).await,
-        Err(RegistryError::Exhausted { in_use: 1, .. })
-    ));
-
-    // A's session ends without a release; B takes worker 0 above A's mark.
-    // Dropping the client closes the session in the background: ZooKeeper
-    // deletes A's ephemeral node a moment later (at the latest when the session
-    // times out), so B retries until then.
-    a.close_session();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let claim_b = loop {
-        match b.claim(&ident(2), 1).await {
-            Ok(claim) => break claim,
-            Err(RegistryError::Exhausted { .. }) if std::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("B could not claim after A's session ended: {e}"),
-        }
-    };
-    assert_eq!(claim_b.worker, claim_a.worker);
+    // Another live session presenting A's claim is refused, and can't release it.
+    let c = connect(&addr, config(ZooKeeperMode::Ephemeral, &cluster)).await;
+    let foreign = c
+        .persist_mark(&claim_a, ms(T0_MS + 60_000), ms(T0_MS))
+        .await;
     assert!(
-        claim_b.stored_mark >= Some(mark_a),
-        "{:?}",
-        claim_b.stored_mark
+        matches!(foreign, Err(RegistryError::LeaseLost { .. })),
+        "{foreign:?}"
     );
+    assert!(matches!(
+        c.renew(&claim_a).await,
+        Err(RegistryError::LeaseLost { .. })
+    ));
+    c.release(&claim_a).await.unwrap();
+    a.renew(&claim_a).await.expect("A still holds worker 0");
+    assert_eq!(c.stored_mark(0).await.unwrap(), Some(mark_a));
 
-    // A's stale writes are refused and leave B's mark alone.
+    // A closes its session: its claim is gone for good, and a new claim opens a
+    // new session (as a restarted node would) and starts above the mark.
+    a.close_session();
+    assert!(matches!(
+        a.renew(&claim_a).await,
+        Err(RegistryError::LeaseLost { .. })
+    ));
     let stale = a
         .persist_mark(&claim_a, ms(T0_MS + 60_000), ms(T0_MS))
         .await;
@@ -181,75 +194,63 @@ async fn ephemeral_takeover_starts_above_the_dead_holders_mark_and_fences_it() {
         matches!(stale, Err(RegistryError::LeaseLost { .. })),
         "{stale:?}"
     );
-    assert!(matches!(
-        a.renew(&claim_a).await,
-        Err(RegistryError::LeaseLost { .. })
-    ));
-    assert_eq!(b.stored_mark(0).await.unwrap(), Some(mark_a));
-
-    // Even a live session that is not the holder is refused (a claim from
-    // another registry presented here).
-    let c = connect(&addr, config(ZooKeeperMode::Ephemeral, &cluster)).await;
-    let foreign = c
-        .persist_mark(&claim_b, ms(T0_MS + 60_000), ms(T0_MS))
-        .await;
-    assert!(
-        matches!(foreign, Err(RegistryError::LeaseLost { .. })),
-        "{foreign:?}"
-    );
-
-    // B's lease is the negotiated session; renew extends it.
-    let lease = b.renew(&claim_b).await.unwrap().unwrap();
-    assert!(lease.valid_until > Instant::now());
-    assert!(lease.ttl <= SESSION * 2);
-    let mark_b = ms(T0_MS + 9_000);
-    b.persist_mark(&claim_b, mark_b, ms(T0_MS)).await.unwrap();
-
-    // Release frees the ID and keeps the mark.
-    b.release(&claim_b).await.unwrap();
-    let claim_c = c.claim(&ident(3), 1).await.unwrap();
-    assert_eq!(claim_c.stored_mark, Some(mark_b));
-    // The old holder's release is a no-op for the new holder.
-    b.release(&claim_b).await.unwrap();
-    assert!(c.renew(&claim_c).await.is_ok());
+    let again = claim_eventually(&a, &ident(1), 1, Duration::from_secs(5)).await;
+    assert_eq!((again.worker, again.stored_mark), (0, Some(mark_a)));
+    assert_ne!(again.token, claim_a.token, "a new session");
+    a.renew(&again).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ephemeral_session_expiry_frees_the_id_after_the_timeout() {
+async fn a_crashed_node_frees_its_worker_only_when_its_session_times_out() {
     let Some(addr) = zk_addr() else { return };
-    let cluster = unique_cluster("expiry");
-    let a = connect(&addr, config(ZooKeeperMode::Ephemeral, &cluster)).await;
-    let claim_a = a.claim(&ident(1), 1).await.unwrap();
+    let cluster = unique_name("crash");
+    // Node A lives on a runtime of its own; dropping that runtime kills its
+    // connection without closing the session, as a crash would.
+    let (a, claim_a, crashed) = {
+        let (addr, cluster) = (addr.clone(), cluster.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let (a, claim) = rt.block_on(async {
+                let a = connect(&addr, config(ZooKeeperMode::Ephemeral, &cluster)).await;
+                let claim = a.claim(&ident(1), 1).await.unwrap();
+                a.persist_mark(&claim, ms(T0_MS + 3_000), ms(T0_MS))
+                    .await
+                    .unwrap();
+                (a, claim)
+            });
+            drop(rt);
+            (a, claim, Instant::now())
+        })
+        .join()
+        .unwrap()
+    };
     let b = connect(&addr, config(ZooKeeperMode::Ephemeral, &cluster)).await;
-    // Peers see A's report.
     let probe = b.claim(&ident(2), 2).await.unwrap();
     let peers = b.peers(&probe).await.unwrap();
     assert_eq!(
         peers.iter().map(|p| p.worker).collect::<Vec<_>>(),
-        vec![claim_a.worker]
+        vec![claim_a.worker],
+        "the dead node looks alive until its session times out"
     );
     b.release(&probe).await.unwrap();
-    // A dies (its whole registry dropped): the session closes and frees worker 0.
+    let claim_b = claim_eventually(&b, &ident(2), 1, SESSION * 4).await;
+    let took = crashed.elapsed();
+    assert_eq!(claim_b.worker, claim_a.worker);
+    assert_eq!(claim_b.stored_mark, Some(ms(T0_MS + 3_000)));
+    assert!(
+        took >= SESSION / 2,
+        "worker freed {took:?} after the crash, before the session could time out"
+    );
     drop(a);
-    let started = Instant::now();
-    loop {
-        match b.claim(&ident(2), 1).await {
-            Ok(claim) => {
-                assert_eq!(claim.worker, 0);
-                break;
-            }
-            Err(RegistryError::Exhausted { .. }) if started.elapsed() < SESSION * 4 => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("worker 0 never freed: {e}"),
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forever_same_identity_keeps_its_worker_and_mark_across_restarts() {
     let Some(addr) = zk_addr() else { return };
-    let cluster = unique_cluster("forever");
+    let cluster = unique_name("forever");
     let reg = connect(&addr, config(ZooKeeperMode::Forever, &cluster)).await;
     let a = reg.claim(&ident(8080), 1024).await.unwrap();
     assert_eq!((a.lease, a.stored_mark), (None, None));
@@ -275,9 +276,9 @@ async fn forever_same_identity_keeps_its_worker_and_mark_across_restarts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forever_range_exhaustion_is_typed() {
+async fn forever_identities_keep_their_ids_when_the_range_is_full() {
     let Some(addr) = zk_addr() else { return };
-    let cluster = unique_cluster("forever-range");
+    let cluster = unique_name("forever-range");
     let reg = connect(&addr, config(ZooKeeperMode::Forever, &cluster)).await;
     let mut workers = Vec::new();
     for port in 0..4 {
@@ -303,7 +304,7 @@ async fn forever_range_exhaustion_is_typed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forever_cache_starts_without_zookeeper_and_never_skips_the_clock_check() {
     let Some(addr) = zk_addr() else { return };
-    let cluster = unique_cluster("cache");
+    let cluster = unique_name("cache");
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(ZooKeeperMode::Forever, &cluster).with_cache_dir(dir.path());
     let reg = connect(&addr, cfg.clone()).await;
@@ -351,7 +352,7 @@ async fn forever_cache_starts_without_zookeeper_and_never_skips_the_clock_check(
         .unwrap();
     assert_eq!(guard.handle().worker(), claim.worker);
     let id = guard.handle().next_id().unwrap();
-    let t = Layout::TWITTER.decode(id.get()).unwrap().time;
+    let t: Timestamp = Layout::TWITTER.decode(id.get()).unwrap().time;
     assert!(t > mark, "{t} <= {mark}");
     guard.shutdown().await;
 

@@ -1,0 +1,381 @@
+//! Lease loss while running: a keeper-backed generator issues IDs from a
+//! private etcd, ZooKeeper, PostgreSQL, MariaDB or Redis (`crate::services`,
+//! started by the project's scripts on a free port), and the test stops the
+//! service mid-run and starts it again. One scenario,
+//! [`lease_loss_while_running`], for every service; what must hold:
+//! - issuing stops before the lease could run out: every ID handed out after
+//!   the service began to stop was handed out before the latest lease end the
+//!   keeper knew of (measured from before the request that granted it, so the
+//!   service's own expiry is later still);
+//! - once refused, no ID while the service is down, every refusal a typed
+//!   `MarkReached`, and the status not ready, saying why;
+//! - when the service is back the keeper resumes on its own (renewing, or
+//!   claiming again), and every ID after is above every ID before.
+//!
+//! A service whose software is missing skips the test loudly, or fails it
+//! under `CI=true`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use idmint_core::{Error as CoreError, Id, Layout};
+use idmint_registry::WorkerRegistry;
+use idmint_registry::etcd_registry::{EtcdConfig, EtcdRegistry};
+use idmint_registry::keeper::{
+    GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, WorkerHandle, WorkerKeeper,
+    WorkerStatus,
+};
+use idmint_registry::redis_registry::{RedisConfig, RedisRegistry};
+use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
+use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
+
+use crate::services::{PrivateService, Service};
+use crate::support::{id_time, identity};
+
+const LAYOUT: Layout = Layout::TWITTER;
+
+/// One attempt to issue: when it returned, what it returned, and the lease end
+/// the keeper knew of just before.
+struct Attempt {
+    at: Instant,
+    result: Result<u64, CoreError>,
+    lease_end: Option<Instant>,
+}
+
+/// Issues IDs on a thread of its own, one every 200 µs, until stopped, noting
+/// the keeper's lease end before each.
+struct Issuer {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Attempt>>,
+}
+
+impl Issuer {
+    fn start(handle: WorkerHandle) -> Issuer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut log = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let lease_end = handle
+                    .status()
+                    .lease_left
+                    .filter(|left| !left.is_zero())
+                    .map(|left| Instant::now() + left);
+                let result = handle.next_id().map(Id::get);
+                log.push(Attempt {
+                    at: Instant::now(),
+                    result,
+                    lease_end,
+                });
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            log
+        });
+        Issuer { stop, thread }
+    }
+
+    fn finish(self) -> Vec<Attempt> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .expect("the issuing thread does not panic")
+    }
+}
+
+/// What an outage run saw, for checks of one backend's own.
+struct Outage {
+    /// IDs issued before the service was started again.
+    before: Vec<u64>,
+    /// IDs issued after.
+    after: Vec<u64>,
+    /// The status once the keeper resumed.
+    resumed: WorkerStatus,
+}
+
+/// The scenario (see the module docs). `run` is how long the keeper issues
+/// before the stop: a few renewals.
+async fn lease_loss_while_running(
+    service: &PrivateService,
+    registry: Arc<dyn WorkerRegistry>,
+    keeper: KeeperConfig,
+    run: Duration,
+) -> (KeeperGuard, Outage) {
+    let kind = service.name();
+    let guard = WorkerKeeper::start(
+        registry,
+        identity(1),
+        GeneratorSettings::new(LAYOUT),
+        keeper,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{kind}: the keeper starts on the private service: {e}"));
+    let handle = guard.handle().clone();
+    let issuer = Issuer::start(handle.clone());
+    tokio::time::sleep(run).await;
+    assert!(handle.status().is_ready(), "{:?}", handle.status());
+
+    // The service goes away.
+    let stopping = Instant::now();
+    tokio::task::block_in_place(|| service.stop());
+    let stopped = Instant::now();
+    // Issuing stops, and the keeper says why.
+    let deadline = stopped + Duration::from_secs(10);
+    loop {
+        let status = handle.status();
+        if matches!(status.lease, LeaseState::Expired | LeaseState::Lost) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{kind}: still {:?} 10s after the service stopped",
+            status
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let down = handle.status();
+    assert!(!down.is_ready(), "{kind}: {down:?}");
+    assert!(down.not_ready_reason().is_some());
+    assert!(down.last_error.is_some(), "{kind}: {down:?}");
+    // Down for a while longer: nothing is issued.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(matches!(
+        handle.next_id(),
+        Err(CoreError::MarkReached { .. })
+    ));
+
+    // The service comes back on the same port.
+    let restarting = Instant::now();
+    tokio::task::block_in_place(|| service.restart());
+    let restarted = Instant::now();
+    let deadline = restarted + Duration::from_secs(20);
+    while handle.next_id().is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{kind}: did not resume within 20s of the service returning: {:?}",
+            handle.status()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let resumed_after = restarted.elapsed();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = issuer.finish();
+    let resumed = handle.status();
+
+    // Every ID, across the outage and the re-claim, above every earlier one.
+    let ids: Vec<u64> = log
+        .iter()
+        .filter_map(|a| a.result.as_ref().ok().copied())
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "{kind}: the IDs did not keep increasing across the outage"
+    );
+    // Nothing issued past the lease's end, once the service was stopping.
+    let mut lease_end: Option<Instant> = None;
+    let mut last_ok_while_down = None;
+    let mut first_refusal = None;
+    for a in log.iter().filter(|a| a.at < restarting) {
+        lease_end = lease_end.max(a.lease_end);
+        if a.at < stopping {
+            continue;
+        }
+        match &a.result {
+            Ok(id) => {
+                let end = lease_end.expect("a lease while issuing");
+                assert!(
+                    a.at < end,
+                    "{kind}: issued {id} {:?} after the lease's end",
+                    a.at - end
+                );
+                assert!(
+                    first_refusal.is_none(),
+                    "{kind}: issued {id} after a refusal while the service was down"
+                );
+                last_ok_while_down = Some(a.at);
+            }
+            Err(CoreError::MarkReached { .. }) => {
+                first_refusal.get_or_insert(a.at);
+            }
+            Err(e) => panic!("{kind}: expected MarkReached while down, got {e}"),
+        }
+    }
+    let first_refusal = first_refusal.expect("issuing stopped while the service was down");
+    let before: Vec<u64> = log
+        .iter()
+        .filter(|a| a.at < restarting)
+        .filter_map(|a| a.result.as_ref().ok().copied())
+        .collect();
+    let after: Vec<u64> = log
+        .iter()
+        .filter(|a| a.at >= restarting)
+        .filter_map(|a| a.result.as_ref().ok().copied())
+        .collect();
+    assert!(before.len() > 100, "{kind}: {} IDs before", before.len());
+    assert!(!after.is_empty(), "{kind}: no ID after the restart");
+    let (max_before, min_after) = (before[before.len() - 1], after[0]);
+    assert!(
+        min_after > max_before,
+        "{kind}: after the restart {min_after} (at {}) is not above {max_before} (at {})",
+        id_time(&LAYOUT, Id::new(min_after).unwrap()),
+        id_time(&LAYOUT, Id::new(max_before).unwrap()),
+    );
+    assert!(resumed.is_ready(), "{kind}: {resumed:?}");
+    assert_eq!(resumed.lease, LeaseState::Held);
+    eprintln!(
+        "{kind} outage: stop took {:?}; last ID {:?} and first refusal {:?} after the stop \
+         began (lease ended {:?} after it); resumed {resumed_after:?} after the restart, \
+         generation {}; {} IDs before, {} after",
+        stopped - stopping,
+        last_ok_while_down.map(|t: Instant| t - stopping),
+        first_refusal - stopping,
+        lease_end.map(|e| e.saturating_duration_since(stopping)),
+        resumed.generation,
+        before.len(),
+        after.len(),
+    );
+    (
+        guard,
+        Outage {
+            before,
+            after,
+            resumed,
+        },
+    )
+}
+
+/// A 2 s lease (etcd's least), renewed every 2/3 s; issuing stops 0.5 s before
+/// it ends.
+fn keeper_config() -> KeeperConfig {
+    KeeperConfig::new()
+        .with_lease_margin(Duration::from_millis(500))
+        .with_call_timeout(Duration::from_secs(1))
+        .with_retry_interval(Duration::from_millis(250))
+        .with_check_interval(Duration::from_millis(50))
+        .with_report_interval(Duration::from_millis(500))
+}
+
+const TTL: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_stopped_mid_run() {
+    let Some(etcd) = PrivateService::start(Service::Etcd) else {
+        return;
+    };
+    let config = EtcdConfig::new()
+        .with_cluster("outage")
+        .with_lease_ttl(TTL)
+        .with_timeout(Duration::from_millis(500));
+    let registry = EtcdRegistry::connect(&[etcd.address()], config)
+        .await
+        .unwrap();
+    let (guard, _) =
+        lease_loss_while_running(&etcd, Arc::new(registry), keeper_config(), TTL).await;
+    guard.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_stopped_mid_run() {
+    let Some(zk) = PrivateService::start(Service::ZooKeeper) else {
+        return;
+    };
+    let config = ZooKeeperConfig::new(ZooKeeperMode::Ephemeral)
+        .with_cluster("outage")
+        .with_session_timeout(TTL)
+        .with_timeout(Duration::from_secs(1));
+    let registry = ZooKeeperRegistry::connect(zk.address(), config)
+        .await
+        .unwrap();
+    // Down longer than the session's timeout: the session expires, and the
+    // registry must open a new one to claim again.
+    let (guard, outage) =
+        lease_loss_while_running(&zk, Arc::new(registry), keeper_config(), TTL).await;
+    assert!(outage.resumed.generation >= 1);
+    guard.shutdown().await;
+}
+
+fn sql_config() -> SqlConfig {
+    SqlConfig::new(SqlMode::Lease)
+        .with_cluster("outage")
+        .with_lease_ttl(TTL)
+        .with_timeout(Duration::from_secs(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stopped_mid_run() {
+    let Some(pg) = PrivateService::start(Service::Postgres) else {
+        return;
+    };
+    let registry = SqlRegistry::connect(pg.address(), sql_config())
+        .await
+        .unwrap();
+    let (guard, _) = lease_loss_while_running(&pg, Arc::new(registry), keeper_config(), TTL).await;
+    guard.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_stopped_mid_run() {
+    let Some(maria) = PrivateService::start(Service::MariaDb) else {
+        return;
+    };
+    let registry = SqlRegistry::connect(maria.address(), sql_config())
+        .await
+        .unwrap();
+    let (guard, _) =
+        lease_loss_while_running(&maria, Arc::new(registry), keeper_config(), TTL).await;
+    guard.shutdown().await;
+}
+
+/// Redis without persistence comes back empty: the lease and the worker's mark
+/// are gone (the documented limit of the `redis` registry). The keeper finds
+/// its lease lost, claims again, and starts above the last mark it persisted
+/// itself; the fresh Redis then holds a mark above every ID issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_mid_run_comes_back_empty() {
+    let Some(redis) = PrivateService::start(Service::Redis) else {
+        return;
+    };
+    let ttl = Duration::from_secs(1);
+    let config = RedisConfig::new()
+        .with_cluster("outage")
+        .with_lease_ttl(ttl)
+        .with_timeout(Duration::from_millis(200));
+    let registry = Arc::new(
+        RedisRegistry::connect(redis.address(), config)
+            .await
+            .unwrap(),
+    );
+    let keeper = KeeperConfig::new()
+        .with_window(Duration::from_millis(600))
+        .with_check_interval(Duration::from_millis(50))
+        .with_report_interval(Duration::from_millis(500))
+        .with_lease_margin(Duration::from_millis(250))
+        .with_call_timeout(Duration::from_millis(300))
+        .with_retry_interval(Duration::from_millis(100));
+    let (guard, outage) =
+        lease_loss_while_running(&redis, registry.clone(), keeper, Duration::from_millis(800))
+            .await;
+    assert_eq!(
+        outage.resumed.generation, 2,
+        "one re-claim: {:?}",
+        outage.resumed
+    );
+    let max_after = *outage.after.last().unwrap();
+    let stored = registry
+        .stored_mark(guard.handle().worker())
+        .await
+        .expect("the restarted redis answers")
+        .expect("the keeper persisted a mark in the fresh redis");
+    assert!(stored >= id_time(&LAYOUT, Id::new(max_after).unwrap()));
+    assert!(outage.before.len() > 100);
+    guard.shutdown().await;
+    // Released: the lease key is gone.
+    let mut conn = redis::Client::open(redis.address())
+        .and_then(|c| c.get_connection())
+        .unwrap();
+    let leases: Vec<String> = redis::cmd("KEYS")
+        .arg("idmint:{outage}:worker:*")
+        .query(&mut conn)
+        .unwrap();
+    assert!(leases.is_empty(), "{leases:?}");
+}
