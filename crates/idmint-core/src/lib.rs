@@ -55,8 +55,3 @@ pub use segment::{BufferStatus, Reservation, Segment, SegmentBuffer, Take, TakeO
 pub use snowflake::{
     ClockBehind, SequenceExhausted, SequenceStart, Snowflake, SnowflakeBuilder, SnowflakeStats,
 };
-
-/// The README's Rust examples, run as doctests so they can't rot.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;

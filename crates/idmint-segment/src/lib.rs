@@ -24,3 +24,9 @@ pub use allocator::{KeyStatus, PreloaderGuard, SegmentAllocator, SegmentConfig, 
 pub use error::{Result, SegmentError};
 pub use memory::MemoryStore;
 pub use store::{KeyInfo, MAX_ID, MAX_KEY_LEN, NewKey, SegmentGrant, SegmentStore, validate_key};
+
+/// The README's Rust examples, run as doctests so they can't rot (here, the
+/// crate that can see both `idmint_core` and `idmint_segment`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
