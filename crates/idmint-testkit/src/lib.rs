@@ -1,0 +1,215 @@
+//! What idmint's integration tests share, so each crate's `tests/it/` doesn't
+//! carry its own copy:
+//!
+//! - [`require_service`]: a test that needs a service fails under `CI=true`
+//!   when it is missing, and elsewhere prints a loud SKIPPED line.
+//! - [`PrivateService`]: a private instance of etcd, ZooKeeper, PostgreSQL,
+//!   MariaDB or Redis, started by the project's own script (`scripts/<name>
+//!   check|start|stop|restart DIR`) in a temporary directory on a free loopback
+//!   port and stopped on drop, for tests that stop a service mid-run. The
+//!   shared instances other tests use are never touched.
+//! - The shared instances' addresses ([`POSTGRES_URL`], [`MYSQL_URL`],
+//!   [`REDIS_URL`]).
+//! - [`FORK_GUARD`]: serializes spawning child processes against tests that
+//!   drop `flock`ed files.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The machine's PostgreSQL, for tests.
+pub const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+/// The machine's MariaDB, for tests.
+pub const MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
+/// The machine's Redis, for tests.
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379/";
+
+/// Whether a test that needs `name` should run: `true` when `reachable`.
+///
+/// When the service is down, under `CI=true` this panics (CI must have every
+/// service), and elsewhere it prints a loud SKIPPED line and returns `false`,
+/// so a laptop without the service still runs the rest.
+///
+/// # Panics
+/// Under `CI=true` when `reachable` is `false`.
+pub fn require_service(name: &str, reachable: bool) -> bool {
+    if reachable {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{name} is not reachable and CI=true: start {name} before running the tests");
+    }
+    // Written to the real stderr, not through `eprintln!`, which the test
+    // harness captures and hides for passing tests: a skip must be seen.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: {name} is not reachable; this test did not run (set CI=true to fail instead)"
+    );
+    false
+}
+
+/// Serializes spawning a child process against tests that drop data-directory
+/// locks: a forked child holds a copy of every open file (with the `flock` on
+/// it) until it execs, so a lock dropped by another test in that window stays
+/// held a moment longer and that test's next open fails. Tests that reopen a
+/// data directory hold `read()` for their whole run; the spawning test holds
+/// `write()` while it spawns.
+pub static FORK_GUARD: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// One of the services a script under `scripts/` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// etcd (`scripts/etcd`).
+    Etcd,
+    /// ZooKeeper (`scripts/zookeeper`).
+    ZooKeeper,
+    /// PostgreSQL (`scripts/postgres`).
+    Postgres,
+    /// MariaDB (`scripts/mariadb`).
+    MariaDb,
+    /// Redis (`scripts/redis`).
+    Redis,
+}
+
+impl Service {
+    /// The script's name under `scripts/`.
+    fn script(self) -> &'static str {
+        match self {
+            Service::Etcd => "etcd",
+            Service::ZooKeeper => "zookeeper",
+            Service::Postgres => "postgres",
+            Service::MariaDb => "mariadb",
+            Service::Redis => "redis",
+        }
+    }
+
+    /// The variable `DIR/<name>.env` sets.
+    fn variable(self) -> &'static str {
+        match self {
+            Service::Etcd => "IDMINT_TEST_ETCD_ENDPOINT",
+            Service::ZooKeeper => "IDMINT_TEST_ZOOKEEPER",
+            Service::Postgres => "IDMINT_TEST_POSTGRES_URL",
+            Service::MariaDb => "IDMINT_TEST_MYSQL_URL",
+            Service::Redis => "IDMINT_TEST_REDIS_URL",
+        }
+    }
+}
+
+fn script_path(service: Service) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(service.script())
+}
+
+/// Runs `scripts/<service> <action> <dir>`; the output, or the error text.
+fn run_script(service: Service, action: &str, dir: &Path) -> Result<String, String> {
+    let out = {
+        // A forked child holds copies of the test binary's open files until it
+        // execs; see `FORK_GUARD`.
+        let _fork = FORK_GUARD.write().unwrap_or_else(|p| p.into_inner());
+        Command::new(script_path(service))
+            .arg(action)
+            .arg(dir)
+            .output()
+            .map_err(|e| format!("scripts/{} does not run: {e}", service.script()))?
+    };
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(format!(
+            "scripts/{} {action} failed ({}): {}",
+            service.script(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A private instance of a service, stopped (by its script) on drop.
+#[derive(Debug)]
+pub struct PrivateService {
+    service: Service,
+    dir: tempfile::TempDir,
+    address: String,
+}
+
+impl PrivateService {
+    /// Starts a private instance, or returns `None` after a loud SKIPPED line when
+    /// its software is not installed (under `CI=true` that panics instead).
+    ///
+    /// # Panics
+    /// When the software is installed but the instance does not start.
+    pub fn start(service: Service) -> Option<PrivateService> {
+        let check = run_script(service, "check", Path::new("."));
+        let name = format!("{} (scripts/{} check)", service.script(), service.script());
+        if let Err(why) = &check {
+            eprintln!("{why}");
+        }
+        if !require_service(&name, check.is_ok()) {
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("idmint-{}-", service.script()))
+            .tempdir()
+            .unwrap();
+        let mut instance = PrivateService {
+            service,
+            dir,
+            address: String::new(),
+        };
+        instance.run("start");
+        instance.address = instance.read_env();
+        Some(instance)
+    }
+
+    /// The service's name (its script's).
+    pub fn name(&self) -> &'static str {
+        self.service.script()
+    }
+
+    /// Where it listens, as its `.env` file names it (a URL, an endpoint, or
+    /// `host:port`).
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Stops it and waits until it is gone.
+    pub fn stop(&self) {
+        self.run("stop");
+    }
+
+    /// Starts it again on the same port, with the same data.
+    pub fn restart(&self) {
+        self.run("restart");
+        let again = self.read_env();
+        assert_eq!(again, self.address, "restarted on another address");
+    }
+
+    fn run(&self, action: &str) {
+        if let Err(why) = run_script(self.service, action, self.dir.path()) {
+            panic!("{why}");
+        }
+    }
+
+    fn read_env(&self) -> String {
+        let path = self
+            .dir
+            .path()
+            .join(format!("{}.env", self.service.script()));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{} was not written: {e}", path.display()));
+        let prefix = format!("{}=", self.service.variable());
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("{} has no {prefix}: {text:?}", path.display()))
+            .to_owned()
+    }
+}
+
+impl Drop for PrivateService {
+    fn drop(&mut self) {
+        if let Err(why) = run_script(self.service, "stop", self.dir.path()) {
+            eprintln!("{why}");
+        }
+    }
+}
