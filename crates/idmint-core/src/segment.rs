@@ -380,6 +380,30 @@ impl SegmentBuffer {
             return TakeOne::Empty;
         }
         let index = self.cursor.fetch_add(1, Ordering::Relaxed);
+        if index >= limit {
+            return TakeOne::Reserved(Reservation {
+                start: index,
+                len: 1,
+            });
+        }
+        // The common case in one seqlock read: pick the slot by the newest
+        // segment's start (the installer bumps `installed` before `limit`, so
+        // after the acquire load of `limit` this is the newest or newer).
+        let newest = &self.slots[((self.installed.load(Ordering::Relaxed) + 1) % 2) as usize];
+        let slot = if index >= newest.vstart.load(Ordering::Relaxed) {
+            newest
+        } else {
+            &self.slots[((self.installed.load(Ordering::Relaxed)) % 2) as usize]
+        };
+        if let Some(view) = slot.read()
+            && (view.vstart..view.vend()).contains(&index)
+        {
+            return TakeOne::Id {
+                id: Id::from_raw(view.first + (index - view.vstart) * view.stride),
+                preload: index == view.preload_at && view.vend() == limit,
+            };
+        }
+        // A slot rewritten meanwhile: the general path sorts it out.
         let mut id = None;
         let take = self.map_with(index, 1, limit, |run| id = Some(run.first()));
         match (id, take.reserved) {

@@ -2,13 +2,13 @@ use loom::sync::Arc;
 
 use super::*;
 
-/// Two takers (two single IDs; one batch of 2) against an installer that
+/// Two takers (two single IDs through `take_one`; one batch of 2) against an installer that
 /// adds a segment when the buffer wants one: no ID twice, each
 /// taker's IDs increase, and nothing comes from a half-written slot.
 #[test]
 fn loom_takers_and_installer() {
     let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
+    builder.preemption_bound = Some(3);
     builder.check(|| {
         let buffer = Arc::new(SegmentBuffer::new(0.5));
         buffer
@@ -38,7 +38,24 @@ fn loom_takers_and_installer() {
                     let mut ids = Vec::new();
                     for _ in 0..rounds {
                         let mut batch = IdBatch::new();
-                        let mut take = buffer.take(n, &mut batch);
+                        // Single IDs go through the hot path, as the allocator's do.
+                        let mut take = if n == 1 {
+                            match buffer.take_one() {
+                                TakeOne::Id { id, .. } => {
+                                    ids.push(id.get());
+                                    continue;
+                                }
+                                TakeOne::Reserved(reservation) => Take {
+                                    taken: 0,
+                                    missing: 0,
+                                    reserved: Some(reservation),
+                                    preload: false,
+                                },
+                                TakeOne::Skipped | TakeOne::Empty => continue,
+                            }
+                        } else {
+                            buffer.take(n, &mut batch)
+                        };
                         for _ in 0..4 {
                             let Some(reservation) = take.reserved else {
                                 break;
