@@ -35,7 +35,8 @@
 //!   key on `(CLUSTER, WORKER)` makes exactly one of several concurrent inserts of
 //!   the same number succeed; the others see a unique violation and retry.
 //!
-//! Deadlocks, serialization failures and `SQLITE_BUSY` are retried the same way;
+//! Deadlocks, serialization failures, lock-wait timeouts and `SQLITE_BUSY`
+//! ([`idmint_sql::is_retryable`]) changed nothing and are retried the same way;
 //! the whole claim is bounded by the configured timeout.
 //!
 //! # Whose clock
@@ -59,15 +60,48 @@
 //! the mark (a `CASE` that keeps the larger value, portable to all three).
 //!
 //! # Schema
-//! Created at [`SqlRegistry::connect`] with an idempotent `CREATE TABLE IF NOT
-//! EXISTS` (on PostgreSQL under an advisory lock, because concurrent `CREATE TABLE
-//! IF NOT EXISTS` can race on the catalog there). Columns: uid-generator's `ID,
-//! HOST_NAME, PORT, TYPE, LAUNCH_DATE, MODIFIED, CREATED`, plus `CLUSTER`, `WORKER`
-//! (lease mode; `NULL` for disposable rows), `ADDRESS`, `TOKEN`, `LEASE_EXPIRES`,
-//! `MARK_US` and `REPORTED_US` (microseconds since the Unix epoch; marks are
-//! rounded up, never down). `MODIFIED`/`CREATED` are `TIMESTAMPTZ` on PostgreSQL,
-//! `DATETIME(6)` in UTC on MySQL/MariaDB (uid-generator's `TIMESTAMP` ends in 2038)
-//! and text on SQLite.
+//! Created and upgraded by the binary's own migrations ([`idmint_sql::migrate`],
+//! component `registry:<table>`, recorded in `idmint_schema_migrations`), which
+//! [`SqlRegistry::connect`] runs under a database-wide lock, so servers starting
+//! at once apply each step exactly once; [`SqlRegistry::migrations`] gives the
+//! steps. Columns: uid-generator's `ID, HOST_NAME, PORT, TYPE, LAUNCH_DATE,
+//! MODIFIED, CREATED`, plus `CLUSTER`, `WORKER` (lease mode; `NULL` for
+//! disposable rows), `ADDRESS`, `TOKEN`, `LEASE_EXPIRES`, `MARK_US` and
+//! `REPORTED_US` (microseconds since the Unix epoch; marks are rounded up, never
+//! down). `MODIFIED`/`CREATED` are `TIMESTAMPTZ` on PostgreSQL, `DATETIME(6)` in
+//! UTC on MySQL/MariaDB (uid-generator's `TIMESTAMP` ends in 2038) and text on
+//! SQLite.
+//!
+//! | version | PostgreSQL, MySQL/MariaDB, SQLite |
+//! |---|---|
+//! | 1 | `CREATE TABLE IF NOT EXISTS` the table above, exactly as idmint created it before it had migrations |
+//!
+//! **Tables from before migrations are adopted, not recreated.** Earlier idmint
+//! created the same table with the same `CREATE TABLE IF NOT EXISTS` at every
+//! start, and recorded nothing. Version 1 is that statement unchanged, so on such
+//! a table it changes nothing and is recorded, and the workers' rows and marks
+//! stay. On PostgreSQL it first takes the transaction-scoped advisory lock the
+//! old code took (`hashtext('idmint:<table>')`), so an old and a new binary
+//! starting together on a fresh database don't race on the catalog.
+//!
+//! [`SqlRegistry::connect`] also checks the table it is given:
+//! - Before adopting an unrecorded table, that it has the registry's columns: a
+//!   table of the same name that belongs to something else is refused, and
+//!   nothing is recorded.
+//! - That the table exists once migrated. A table dropped after its migrations
+//!   were recorded is refused, not recreated: it held every worker's high-water
+//!   mark, and an empty table would let a node with its clock behind reissue
+//!   IDs. The message says how to start afresh deliberately (delete the
+//!   component's rows from `idmint_schema_migrations`).
+//! - A database whose records show a newer version of the component (a newer
+//!   idmint migrated it) is refused with [`RegistryError::Config`] naming both
+//!   versions.
+//!
+//! The table name is quoted, and on PostgreSQL folded to lower case first: the
+//! pre-migration code wrote it unquoted, which PostgreSQL folds, so a configured
+//! `Workers` still names the table `workers` it created (and the component is
+//! `registry:workers`). Validated names ([`idmint_sql::Identifier`]) make either
+//! form safe to put into SQL text.
 //!
 //! # References
 //! - uid-generator's `WORKER_NODE` table and `DisposableWorkerIdAssigner`.
@@ -75,15 +109,15 @@
 
 use std::fmt;
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
+use idmint_sql::{
+    ConnectOptions, Database, Dialect, Identifier, MIGRATIONS_TABLE, MigrationSet, Pool,
+    is_retryable, is_unique_violation, on_pool,
+};
 use jiff::Timestamp;
-use sqlx::mysql::{MySqlConnectOptions, MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use crate::error::{RegistryError, Result};
 use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker};
@@ -218,20 +252,7 @@ impl SqlConfig {
     }
 
     fn validate(&self) -> Result<()> {
-        let table_ok = !self.table.is_empty()
-            && self.table.len() <= 63
-            && self
-                .table
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            && !self.table.as_bytes()[0].is_ascii_digit();
-        if !table_ok {
-            return Err(config_error(format!(
-                "table name {:?} is not a plain identifier (ASCII letters, digits and _, \
-                 not starting with a digit, at most 63 characters)",
-                self.table
-            )));
-        }
+        Identifier::new(self.table.as_str()).map_err(|e| config_error(format!("table: {e}")))?;
         if self.cluster.is_empty() || self.cluster.chars().count() > 128 {
             return Err(config_error(format!(
                 "cluster name {:?} must have 1 to 128 characters",
@@ -272,42 +293,32 @@ pub enum SqlBackend {
 }
 
 impl SqlBackend {
-    fn from_url(url: &str) -> Result<Self> {
-        let lower = url.to_ascii_lowercase();
-        if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
-            Ok(SqlBackend::Postgres)
-        } else if lower.starts_with("mysql://") || lower.starts_with("mariadb://") {
-            Ok(SqlBackend::MySql)
-        } else if lower.starts_with("sqlite:") {
-            Ok(SqlBackend::Sqlite)
-        } else {
-            Err(config_error(format!(
-                "database url {:?} has an unsupported scheme; expected postgres://, \
-                 mysql://, mariadb:// or sqlite:",
-                redact_url(url)
-            )))
+    fn from_dialect(dialect: Dialect) -> SqlBackend {
+        match dialect {
+            Dialect::Postgres => SqlBackend::Postgres,
+            Dialect::MySql => SqlBackend::MySql,
+            Dialect::Sqlite => SqlBackend::Sqlite,
         }
     }
 }
 
-/// One pool per backend; [`on_pool!`] runs the same code against each.
-enum Pools {
-    Postgres(PgPool),
-    MySql(MySqlPool),
-    Sqlite(SqlitePool),
-}
-
-/// Runs `$body` with `$p` bound to the backend's pool (the body is compiled once
-/// per backend, so it may use any sqlx API the three have in common).
-macro_rules! on_pool {
-    ($pools:expr, $p:ident => $body:expr) => {
-        match $pools {
-            Pools::Postgres($p) => $body,
-            Pools::MySql($p) => $body,
-            Pools::Sqlite($p) => $body,
-        }
-    };
-}
+/// The columns the registry reads and writes; an existing table must have them.
+const COLUMNS: [&str; 14] = [
+    "ID",
+    "CLUSTER",
+    "WORKER",
+    "HOST_NAME",
+    "PORT",
+    "ADDRESS",
+    "TYPE",
+    "LAUNCH_DATE",
+    "MODIFIED",
+    "CREATED",
+    "TOKEN",
+    "LEASE_EXPIRES",
+    "MARK_US",
+    "REPORTED_US",
+];
 
 /// A [`WorkerRegistry`] on a SQL table. See the [module docs](self) for the modes,
 /// the schema and why claims are atomic.
@@ -319,10 +330,10 @@ macro_rules! on_pool {
 /// - No background tasks; the only I/O outside the trait methods is
 ///   [`SqlRegistry::connect`] and [`SqlRegistry::close`].
 pub struct SqlRegistry {
-    pools: Pools,
+    db: Database,
     backend: SqlBackend,
-    /// The URL with any password replaced, for `Debug` and messages.
-    redacted_url: String,
+    /// The table as the database names it (folded to lower case on PostgreSQL).
+    table: Identifier,
     config: SqlConfig,
     sql: Statements,
 }
@@ -331,7 +342,7 @@ impl fmt::Debug for SqlRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqlRegistry")
             .field("backend", &self.backend)
-            .field("url", &self.redacted_url)
+            .field("url", &self.db.redacted_url())
             .field("mode", &self.config.mode)
             .field("table", &self.config.table)
             .field("cluster", &self.config.cluster)
@@ -342,113 +353,215 @@ impl fmt::Debug for SqlRegistry {
 }
 
 impl SqlRegistry {
-    /// Connects to the database at `url` and creates the table if it is missing.
+    /// Connects to the database at `url` and readies the table: runs the
+    /// registry's migrations (creating the table on first use, adopting one an
+    /// idmint without migrations created) and checks the table; see the
+    /// [module docs](self#schema).
     ///
     /// `url` is a sqlx URL: `postgres://user@host:5432/db`, `mysql://root@host/db`
     /// (or `mariadb://`), `sqlite:path/to/file.db` (created if missing, WAL mode).
     ///
     /// # Errors
-    /// - [`RegistryError::Config`] for an unsupported scheme, a malformed URL or an
-    ///   invalid [`SqlConfig`].
-    /// - [`RegistryError::Timeout`] when connecting and creating the table take
-    ///   longer than the configured timeout.
+    /// - [`RegistryError::Config`] for an unsupported scheme, a malformed URL, an
+    ///   invalid [`SqlConfig`], a table of that name that is not a worker table,
+    ///   a table dropped after it was migrated, or a database migrated by a newer
+    ///   idmint (the message names both schema versions).
+    /// - [`RegistryError::Timeout`] when connecting and migrating take longer than
+    ///   the configured timeout.
     /// - [`RegistryError::Backend`] when the database refuses.
     pub async fn connect(url: &str, config: SqlConfig) -> Result<Self> {
         config.validate()?;
-        let backend = SqlBackend::from_url(url)?;
-        let redacted_url = redact_url(url);
-        let bad_url = |e: sqlx::Error| config_error(format!("database url {redacted_url:?}: {e}"));
+        let dialect = Dialect::from_url(url).map_err(sql_error("connect"))?;
+        let given = Identifier::new(config.table.as_str())
+            .map_err(|e| config_error(format!("table: {e}")))?;
+        let table = table_in(dialect, &given);
         let timeout = config.timeout;
-        let n = config.max_connections;
-        // Longer than the registry's own timeout, so a slow or silent server
-        // ends as `RegistryError::Timeout`, not as a pool error.
-        let acquire_timeout = timeout.saturating_mul(2);
-        let sql = Statements::new(backend, &config.table);
-        let fut = async {
-            let pools = match backend {
-                SqlBackend::Postgres => {
-                    let options = PgConnectOptions::from_str(url).map_err(bad_url)?;
-                    let pool = PgPoolOptions::new()
-                        .max_connections(n)
-                        .acquire_timeout(acquire_timeout)
-                        .connect_with(options)
-                        .await
-                        .map_err(backend_error("connect"))?;
-                    // Concurrent `CREATE TABLE IF NOT EXISTS` can fail on
-                    // PostgreSQL's catalog unique index; serialize it.
-                    let mut tx = pool.begin().await.map_err(backend_error("create table"))?;
-                    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                        .bind(format!("idmint:{}", config.table))
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(backend_error("create table"))?;
-                    sqlx::query(&sql.create_table)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(backend_error("create table"))?;
-                    tx.commit().await.map_err(backend_error("create table"))?;
-                    Pools::Postgres(pool)
-                }
-                SqlBackend::MySql => {
-                    let url = match url.get(..10) {
-                        Some(s) if s.eq_ignore_ascii_case("mariadb://") => {
-                            format!("mysql://{}", &url[10..])
-                        }
-                        _ => url.to_owned(),
-                    };
-                    let options = MySqlConnectOptions::from_str(&url).map_err(bad_url)?;
-                    let pool = MySqlPoolOptions::new()
-                        .max_connections(n)
-                        .acquire_timeout(acquire_timeout)
-                        .connect_with(options)
-                        .await
-                        .map_err(backend_error("connect"))?;
-                    sqlx::query(&sql.create_table)
-                        .execute(&pool)
-                        .await
-                        .map_err(backend_error("create table"))?;
-                    Pools::MySql(pool)
-                }
-                SqlBackend::Sqlite => {
-                    let options = SqliteConnectOptions::from_str(url)
-                        .map_err(bad_url)?
-                        .create_if_missing(true)
-                        .journal_mode(SqliteJournalMode::Wal)
-                        .busy_timeout(timeout);
-                    // Switching a fresh file to WAL while other processes open it
-                    // can fail with SQLITE_BUSY without consulting the busy
-                    // handler; retry (bounded by the timeout around all this).
-                    let pool = loop {
-                        let pool = SqlitePoolOptions::new()
-                            .max_connections(n)
-                            .acquire_timeout(acquire_timeout)
-                            .connect_with(options.clone())
-                            .await;
-                        match pool {
-                            Ok(pool) => break pool,
-                            Err(e) if is_sqlite_busy(&e) => {
-                                tokio::time::sleep(Duration::from_millis(10)).await;
-                            }
-                            Err(e) => return Err(backend_error("connect")(e)),
-                        }
-                    };
-                    sqlx::query(&sql.create_table)
-                        .execute(&pool)
-                        .await
-                        .map_err(backend_error("create table"))?;
-                    Pools::Sqlite(pool)
-                }
+        let options = ConnectOptions::new(url.to_owned())
+            .with_max_connections(config.max_connections)
+            // Longer than the registry's own timeout, so a slow or silent
+            // server ends as `RegistryError::Timeout`, not as a pool error.
+            .with_connect_timeout(timeout.saturating_mul(2))
+            .with_busy_timeout(timeout)
+            .with_lock_timeout(timeout);
+        let fut = async move {
+            let db = Database::connect(&options)
+                .await
+                .map_err(sql_error("connect"))?;
+            let registry = SqlRegistry {
+                sql: Statements::new(dialect, &dialect.quote(&table)),
+                backend: SqlBackend::from_dialect(dialect),
+                db,
+                table,
+                config,
             };
-            Ok(pools)
+            registry
+                .ready_table(&SqlRegistry::migrations(dialect, &given))
+                .await?;
+            Ok(registry)
         };
-        let pools = bounded(REGISTRY, "connect", timeout, fut).await?;
-        Ok(SqlRegistry {
-            pools,
-            backend,
-            redacted_url,
-            config,
-            sql,
+        bounded(REGISTRY, "connect", timeout, fut).await
+    }
+
+    /// The registry's migrations for `table` on `dialect` (component
+    /// `registry:<table>`, the table folded to lower case on PostgreSQL), as
+    /// [`SqlRegistry::connect`] runs them; see the [module docs](self#schema).
+    ///
+    /// # Examples
+    /// ```
+    /// use idmint_registry::sql::SqlRegistry;
+    /// use idmint_sql::{Dialect, Identifier};
+    ///
+    /// let set = SqlRegistry::migrations(Dialect::Postgres, &Identifier::new("Workers")?);
+    /// assert_eq!(set.component(), "registry:workers");
+    /// assert_eq!(set.latest_version(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn migrations(dialect: Dialect, table: &Identifier) -> MigrationSet {
+        let name = table_in(dialect, table);
+        let t = dialect.quote(&name);
+        // Version 1 is the statement the pre-migration code ran at every
+        // start, unchanged, so that it adopts the tables that code created.
+        // Never edit it: a change is a new version.
+        let create = match dialect {
+            Dialect::Postgres => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    ID BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+                    CLUSTER VARCHAR(128) NOT NULL,
+                    WORKER BIGINT NULL,
+                    HOST_NAME VARCHAR(255) NOT NULL,
+                    PORT VARCHAR(64) NOT NULL,
+                    ADDRESS VARCHAR(255) NOT NULL,
+                    TYPE INT NOT NULL,
+                    LAUNCH_DATE DATE NOT NULL,
+                    MODIFIED TIMESTAMPTZ NOT NULL,
+                    CREATED TIMESTAMPTZ NOT NULL,
+                    TOKEN VARCHAR(64) NULL,
+                    LEASE_EXPIRES TIMESTAMPTZ NULL,
+                    MARK_US BIGINT NULL,
+                    REPORTED_US BIGINT NULL,
+                    UNIQUE (CLUSTER, WORKER)
+                )"
+            ),
+            Dialect::MySql => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    ID BIGINT NOT NULL AUTO_INCREMENT,
+                    CLUSTER VARCHAR(128) NOT NULL,
+                    WORKER BIGINT NULL,
+                    HOST_NAME VARCHAR(255) NOT NULL,
+                    PORT VARCHAR(64) NOT NULL,
+                    ADDRESS VARCHAR(255) NOT NULL,
+                    TYPE INT NOT NULL,
+                    LAUNCH_DATE DATE NOT NULL,
+                    MODIFIED DATETIME(6) NOT NULL,
+                    CREATED DATETIME(6) NOT NULL,
+                    TOKEN VARCHAR(64) NULL,
+                    LEASE_EXPIRES DATETIME(6) NULL,
+                    MARK_US BIGINT NULL,
+                    REPORTED_US BIGINT NULL,
+                    PRIMARY KEY (ID),
+                    UNIQUE KEY uk_cluster_worker (CLUSTER, WORKER)
+                ) ENGINE=InnoDB"
+            ),
+            Dialect::Sqlite => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    ID INTEGER PRIMARY KEY AUTOINCREMENT,
+                    CLUSTER TEXT NOT NULL,
+                    WORKER INTEGER NULL,
+                    HOST_NAME TEXT NOT NULL,
+                    PORT TEXT NOT NULL,
+                    ADDRESS TEXT NOT NULL,
+                    TYPE INTEGER NOT NULL,
+                    LAUNCH_DATE TEXT NOT NULL,
+                    MODIFIED TEXT NOT NULL,
+                    CREATED TEXT NOT NULL,
+                    TOKEN TEXT NULL,
+                    LEASE_EXPIRES INTEGER NULL,
+                    MARK_US INTEGER NULL,
+                    REPORTED_US INTEGER NULL,
+                    UNIQUE (CLUSTER, WORKER)
+                )"
+            ),
+        };
+        let mut v1 = Vec::new();
+        if dialect == Dialect::Postgres {
+            // The lock the pre-migration code held around the same statement
+            // (keyed by the name as configured, as it was): concurrent `CREATE
+            // TABLE IF NOT EXISTS` can fail on PostgreSQL's catalog, so an old
+            // and a new binary creating the table at once must take turns. It
+            // ends with the step's transaction.
+            v1.push(format!(
+                "SELECT pg_advisory_xact_lock(hashtext('idmint:{table}'))"
+            ));
+        }
+        v1.push(create);
+        MigrationSet::new(format!("registry:{name}")).with_migration(
+            1,
+            "create the worker table (uid-generator's WORKER_NODE columns, plus cluster, \
+             worker, lease and high-water mark)",
+            v1,
+        )
+    }
+
+    /// Migrates, then checks the table; see the [module docs](self#schema).
+    async fn ready_table(&self, set: &MigrationSet) -> Result<()> {
+        let recorded = self
+            .db
+            .applied_migrations(set.component())
+            .await
+            .map_err(sql_error("migrate"))?;
+        if recorded.is_empty() {
+            // Nothing recorded: the table is new, or an idmint without
+            // migrations created it (version 1 then adopts it). Refuse a
+            // foreign table of that name before recording anything.
+            let columns = self.columns().await?;
+            if !columns.is_empty() {
+                self.check_columns(&columns)?;
+            }
+        }
+        self.db.migrate(set).await.map_err(sql_error("migrate"))?;
+        let columns = self.columns().await?;
+        if columns.is_empty() {
+            return Err(config_error(format!(
+                "table {} does not exist in {}, yet {MIGRATIONS_TABLE} records migrations of \
+                 {:?}: it was dropped after idmint created it, and with it every worker's \
+                 high-water mark, so it is not recreated silently; restore it, or to start \
+                 afresh on purpose delete the rows of component {:?} from {MIGRATIONS_TABLE}",
+                self.table,
+                self.db.redacted_url(),
+                set.component(),
+                set.component(),
+            )));
+        }
+        self.check_columns(&columns)
+    }
+
+    /// The table's column names, upper-cased (empty: no such table).
+    async fn columns(&self) -> Result<Vec<String>> {
+        let columns: Vec<String> = on_pool!(self.db.pool(), p => {
+            sqlx::query_scalar(&self.sql.columns)
+                .bind(self.table.as_str())
+                .fetch_all(p)
+                .await
         })
+        .map_err(backend_error("check table"))?;
+        Ok(columns.iter().map(|c| c.to_ascii_uppercase()).collect())
+    }
+
+    fn check_columns(&self, columns: &[String]) -> Result<()> {
+        let missing: Vec<&str> = COLUMNS
+            .into_iter()
+            .filter(|c| !columns.iter().any(|have| have == c))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(config_error(format!(
+            "table {} in {} is not an idmint worker table: it lacks column(s) {}; configure \
+             another table name",
+            self.table,
+            self.db.redacted_url(),
+            missing.join(", ")
+        )))
     }
 
     /// The database behind this registry.
@@ -464,7 +577,7 @@ impl SqlRegistry {
     /// Closes the pool, waiting for connections to shut down. Claims are not
     /// released (call [`WorkerRegistry::release`] first for that).
     pub async fn close(&self) {
-        on_pool!(&self.pools, p => p.close().await)
+        self.db.close().await;
     }
 
     async fn timed<T>(
@@ -484,7 +597,7 @@ impl SqlRegistry {
         sql: &str,
         binds: &[Bind<'_>],
     ) -> std::result::Result<u64, sqlx::Error> {
-        on_pool!(&self.pools, p => {
+        on_pool!(self.db.pool(), p => {
             let mut q = sqlx::query(sql);
             for b in binds {
                 q = match *b {
@@ -501,7 +614,7 @@ impl SqlRegistry {
         sql: &str,
         binds: &[Bind<'_>],
     ) -> std::result::Result<Vec<i64>, sqlx::Error> {
-        on_pool!(&self.pools, p => {
+        on_pool!(self.db.pool(), p => {
             let mut q = sqlx::query_scalar::<_, i64>(sql);
             for b in binds {
                 q = match *b {
@@ -518,7 +631,7 @@ impl SqlRegistry {
         sql: &str,
         binds: &[Bind<'_>],
     ) -> std::result::Result<Option<Option<i64>>, sqlx::Error> {
-        on_pool!(&self.pools, p => {
+        on_pool!(self.db.pool(), p => {
             let mut q = sqlx::query_scalar::<_, Option<i64>>(sql);
             for b in binds {
                 q = match *b {
@@ -535,7 +648,7 @@ impl SqlRegistry {
         sql: &str,
         binds: &[Bind<'_>],
     ) -> std::result::Result<Vec<(i64, i64)>, sqlx::Error> {
-        on_pool!(&self.pools, p => {
+        on_pool!(self.db.pool(), p => {
             let mut q = sqlx::query_as::<_, (i64, i64)>(sql);
             for b in binds {
                 q = match *b {
@@ -552,7 +665,7 @@ impl SqlRegistry {
         sql: &str,
         binds: &[Bind<'_>],
     ) -> std::result::Result<Option<(String, String, String)>, sqlx::Error> {
-        on_pool!(&self.pools, p => {
+        on_pool!(self.db.pool(), p => {
             let mut q = sqlx::query_as::<_, (String, String, String)>(sql);
             for b in binds {
                 q = match *b {
@@ -566,9 +679,9 @@ impl SqlRegistry {
 
     /// Inserts a disposable row and returns its `ID`.
     async fn insert_disposable(&self, binds: &[Bind<'_>]) -> std::result::Result<i64, sqlx::Error> {
-        match &self.pools {
+        match self.db.pool() {
             // MySQL has no `INSERT … RETURNING` (MariaDB only from 10.5).
-            Pools::MySql(p) => {
+            Pool::MySql(p) => {
                 let mut q = sqlx::query(&self.sql.disposable_insert);
                 for b in binds {
                     q = match *b {
@@ -579,7 +692,7 @@ impl SqlRegistry {
                 let done = q.execute(p).await?;
                 Ok(i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX))
             }
-            Pools::Postgres(_) | Pools::Sqlite(_) => {
+            Pool::Postgres(_) | Pool::Sqlite(_) => {
                 let ids = self.fetch_ints(&self.sql.disposable_insert, binds).await?;
                 ids.first().copied().ok_or_else(|| sqlx::Error::RowNotFound)
             }
@@ -603,7 +716,7 @@ impl SqlRegistry {
                 .await;
             let candidates = match candidates {
                 Ok(c) => c,
-                Err(e) if self.is_transient(&e) => continue,
+                Err(e) if is_retryable(&e) => continue,
                 Err(e) => return Err(backend_error(OP)(e)),
             };
             // Start at a random candidate so concurrent claimers spread out
@@ -627,7 +740,7 @@ impl SqlRegistry {
                 .await
             {
                 Ok(m) => m.flatten(),
-                Err(e) if self.is_transient(&e) => continue,
+                Err(e) if is_retryable(&e) => continue,
                 Err(e) => return Err(backend_error(OP)(e)),
             };
             let next = max.map_or(0, |m| m + 1);
@@ -677,7 +790,7 @@ impl SqlRegistry {
         match taken {
             Ok(1) => {}
             Ok(_) => return Ok(None),
-            Err(e) if self.is_transient(&e) => return Ok(None),
+            Err(e) if is_retryable(&e) => return Ok(None),
             Err(e) => return Err(backend_error(OP)(e)),
         }
         // The row is ours and only the token holder can change its mark, so
@@ -728,7 +841,7 @@ impl SqlRegistry {
                 lease: Some(self.lease_from(before)),
                 token,
             })),
-            Err(e) if is_unique_violation(&e) || self.is_transient(&e) => Ok(None),
+            Err(e) if is_unique_violation(&e) || is_retryable(&e) => Ok(None),
             Err(e) => Err(backend_error("claim")(e)),
         }
     }
@@ -758,7 +871,7 @@ impl SqlRegistry {
                 .await
             {
                 Ok(h) => h,
-                Err(e) if self.is_transient(&e) => continue,
+                Err(e) if is_retryable(&e) => continue,
                 Err(e) => return Err(backend_error("claim")(e)),
             };
             if let Some((host, address, port)) = holder {
@@ -817,20 +930,6 @@ impl SqlRegistry {
             lease: None,
             token,
         })
-    }
-
-    /// Deadlocks, serialization failures and busy databases: worth another attempt.
-    fn is_transient(&self, e: &sqlx::Error) -> bool {
-        let sqlx::Error::Database(db) = e else {
-            return false;
-        };
-        match self.backend {
-            SqlBackend::Postgres => matches!(db.code().as_deref(), Some("40001" | "40P01")),
-            SqlBackend::MySql => db
-                .try_downcast_ref::<MySqlDatabaseError>()
-                .is_some_and(|m| matches!(m.number(), 1205 | 1213)),
-            SqlBackend::Sqlite => is_sqlite_busy(e),
-        }
     }
 
     /// The error for a claim whose row no longer carries its token (or whose lease
@@ -1063,7 +1162,8 @@ enum Bind<'a> {
 ///
 /// Written with `?` placeholders; for PostgreSQL they become `$1, $2, …`.
 struct Statements {
-    create_table: String,
+    /// The table's column names; binds the table name.
+    columns: String,
     lease_candidates: String,
     lease_take: String,
     lease_mark: String,
@@ -1084,16 +1184,17 @@ struct Statements {
 }
 
 impl Statements {
-    fn new(backend: SqlBackend, t: &str) -> Self {
+    /// `t`: the table, quoted.
+    fn new(dialect: Dialect, t: &str) -> Self {
         // `now` is comparable with LEASE_EXPIRES; `wall` fills MODIFIED/CREATED.
-        let (now, expires_in, wall, today) = match backend {
-            SqlBackend::Postgres => (
+        let (now, expires_in, wall, today) = match dialect {
+            Dialect::Postgres => (
                 "now()",
                 "(now() + ?::bigint * interval '1 microsecond')",
                 "now()",
                 "CURRENT_DATE",
             ),
-            SqlBackend::MySql => (
+            Dialect::MySql => (
                 "UTC_TIMESTAMP(6)",
                 "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)",
                 "UTC_TIMESTAMP(6)",
@@ -1101,79 +1202,30 @@ impl Statements {
             ),
             // SQLite has no timestamp type: LEASE_EXPIRES is microseconds since
             // the Unix epoch. `'now'` is fixed for the whole statement.
-            SqlBackend::Sqlite => (
+            Dialect::Sqlite => (
                 "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
                 "(CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER) + ?)",
                 "strftime('%Y-%m-%d %H:%M:%f', 'now')",
                 "date('now')",
             ),
         };
-        let create_table = match backend {
-            SqlBackend::Postgres => format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
-                    ID BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-                    CLUSTER VARCHAR(128) NOT NULL,
-                    WORKER BIGINT NULL,
-                    HOST_NAME VARCHAR(255) NOT NULL,
-                    PORT VARCHAR(64) NOT NULL,
-                    ADDRESS VARCHAR(255) NOT NULL,
-                    TYPE INT NOT NULL,
-                    LAUNCH_DATE DATE NOT NULL,
-                    MODIFIED TIMESTAMPTZ NOT NULL,
-                    CREATED TIMESTAMPTZ NOT NULL,
-                    TOKEN VARCHAR(64) NULL,
-                    LEASE_EXPIRES TIMESTAMPTZ NULL,
-                    MARK_US BIGINT NULL,
-                    REPORTED_US BIGINT NULL,
-                    UNIQUE (CLUSTER, WORKER)
-                )"
-            ),
-            SqlBackend::MySql => format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
-                    ID BIGINT NOT NULL AUTO_INCREMENT,
-                    CLUSTER VARCHAR(128) NOT NULL,
-                    WORKER BIGINT NULL,
-                    HOST_NAME VARCHAR(255) NOT NULL,
-                    PORT VARCHAR(64) NOT NULL,
-                    ADDRESS VARCHAR(255) NOT NULL,
-                    TYPE INT NOT NULL,
-                    LAUNCH_DATE DATE NOT NULL,
-                    MODIFIED DATETIME(6) NOT NULL,
-                    CREATED DATETIME(6) NOT NULL,
-                    TOKEN VARCHAR(64) NULL,
-                    LEASE_EXPIRES DATETIME(6) NULL,
-                    MARK_US BIGINT NULL,
-                    REPORTED_US BIGINT NULL,
-                    PRIMARY KEY (ID),
-                    UNIQUE KEY uk_cluster_worker (CLUSTER, WORKER)
-                ) ENGINE=InnoDB"
-            ),
-            SqlBackend::Sqlite => format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
-                    ID INTEGER PRIMARY KEY AUTOINCREMENT,
-                    CLUSTER TEXT NOT NULL,
-                    WORKER INTEGER NULL,
-                    HOST_NAME TEXT NOT NULL,
-                    PORT TEXT NOT NULL,
-                    ADDRESS TEXT NOT NULL,
-                    TYPE INTEGER NOT NULL,
-                    LAUNCH_DATE TEXT NOT NULL,
-                    MODIFIED TEXT NOT NULL,
-                    CREATED TEXT NOT NULL,
-                    TOKEN TEXT NULL,
-                    LEASE_EXPIRES INTEGER NULL,
-                    MARK_US INTEGER NULL,
-                    REPORTED_US INTEGER NULL,
-                    UNIQUE (CLUSTER, WORKER)
-                )"
-            ),
+        let columns = match dialect {
+            Dialect::Postgres => {
+                "SELECT CAST(column_name AS TEXT) FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = ?"
+            }
+            Dialect::MySql => {
+                "SELECT CAST(column_name AS CHAR(64)) FROM information_schema.columns \
+                 WHERE table_schema = DATABASE() AND table_name = ?"
+            }
+            Dialect::Sqlite => "SELECT name FROM pragma_table_info(?)",
         };
         let free = format!("(TOKEN IS NULL OR LEASE_EXPIRES IS NULL OR LEASE_EXPIRES <= {now})");
         let raise_mark =
             "MARK_US = CASE WHEN MARK_US IS NULL OR MARK_US < ? THEN ? ELSE MARK_US END";
-        let s = |sql: String| placeholders(backend, &sql);
+        let s = |sql: String| dialect.placeholders(&sql);
         Statements {
-            create_table,
+            columns: s(columns.to_owned()),
             lease_candidates: s(format!(
                 "SELECT WORKER FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL AND WORKER < ? \
                  AND {free} ORDER BY WORKER LIMIT ?"
@@ -1221,7 +1273,7 @@ impl Statements {
                 "INSERT INTO {t} (CLUSTER, HOST_NAME, PORT, ADDRESS, TYPE, LAUNCH_DATE, MODIFIED, \
                  CREATED, TOKEN, LEASE_EXPIRES) \
                  VALUES (?, ?, ?, ?, ?, {today}, {wall}, {wall}, ?, {expires_in}){}",
-                if backend == SqlBackend::MySql {
+                if dialect == Dialect::MySql {
                     ""
                 } else {
                     " RETURNING ID"
@@ -1251,26 +1303,6 @@ impl Statements {
     }
 }
 
-/// Rewrites `?` placeholders as `$1, $2, …` for PostgreSQL. The statements here
-/// contain no `?` inside literals.
-fn placeholders(backend: SqlBackend, sql: &str) -> String {
-    if backend != SqlBackend::Postgres {
-        return sql.to_owned();
-    }
-    let mut out = String::with_capacity(sql.len() + 16);
-    let mut n = 0;
-    for c in sql.chars() {
-        if c == '?' {
-            n += 1;
-            out.push('$');
-            out.push_str(&n.to_string());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 fn backend_error(operation: &'static str) -> impl Fn(sqlx::Error) -> RegistryError {
     move |e| RegistryError::Backend {
         registry: REGISTRY,
@@ -1286,16 +1318,37 @@ fn config_error(message: String) -> RegistryError {
     }
 }
 
-/// SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended codes.
-fn is_sqlite_busy(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db
-        .code()
-        .and_then(|c| c.parse::<i32>().ok())
-        .is_some_and(|c| matches!(c & 0xff, 5 | 6)))
+/// Maps what `idmint-sql` reports while connecting and migrating: its timeouts
+/// to [`RegistryError::Timeout`]; bad URLs, options and a schema newer than this
+/// binary knows to [`RegistryError::Config`] (restarting won't fix them); the
+/// rest to [`RegistryError::Backend`].
+fn sql_error(operation: &'static str) -> impl Fn(idmint_sql::Error) -> RegistryError {
+    move |e| match e {
+        idmint_sql::Error::Timeout { after, .. } => RegistryError::Timeout {
+            registry: REGISTRY,
+            operation,
+            after,
+        },
+        e @ idmint_sql::Error::SchemaTooNew { .. } => config_error(e.to_string()),
+        e if e.is_config() => config_error(e.to_string()),
+        e => RegistryError::Backend {
+            registry: REGISTRY,
+            operation,
+            message: e.to_string(),
+        },
+    }
 }
 
-fn is_unique_violation(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+/// The table as `dialect` names it: the pre-migration code wrote the name
+/// unquoted, which PostgreSQL folds to lower case (and the others keep).
+/// Quoting the folded name reaches the same table, and also allows names that
+/// are keywords.
+fn table_in(dialect: Dialect, table: &Identifier) -> Identifier {
+    match dialect {
+        Dialect::Postgres => Identifier::new(table.as_str().to_ascii_lowercase())
+            .expect("a lower-cased identifier is an identifier"),
+        Dialect::MySql | Dialect::Sqlite => table.clone(),
+    }
 }
 
 fn worker_u32(worker: i64) -> Result<u32> {
@@ -1342,77 +1395,63 @@ fn new_token() -> String {
     format!("{a:016x}{b:016x}")
 }
 
-/// The URL with its password (in the authority or a `password=` parameter)
-/// replaced by `***`.
-fn redact_url(url: &str) -> String {
-    let (head, query) = match url.split_once('?') {
-        Some((h, q)) => (h, Some(q)),
-        None => (url, None),
-    };
-    let mut out = match head.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = match rest.find('/') {
-                Some(i) => rest.split_at(i),
-                None => (rest, ""),
-            };
-            let authority = match authority.rsplit_once('@') {
-                Some((userinfo, host)) => match userinfo.split_once(':') {
-                    Some((user, _password)) => format!("{user}:***@{host}"),
-                    None => authority.to_owned(),
-                },
-                None => authority.to_owned(),
-            };
-            format!("{scheme}://{authority}{path}")
-        }
-        None => head.to_owned(),
-    };
-    if let Some(query) = query {
-        let params: Vec<String> = query
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if k.to_ascii_lowercase().contains("password") => format!("{k}=***"),
-                _ => kv.to_owned(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&params.join("&"));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn redacts_passwords() {
-        assert_eq!(
-            redact_url("postgres://app:s3cret@db:5432/ids"),
-            "postgres://app:***@db:5432/ids"
-        );
-        assert_eq!(
-            redact_url("mysql://root@127.0.0.1/test?password=x&ssl-mode=disabled"),
-            "mysql://root@127.0.0.1/test?password=***&ssl-mode=disabled"
-        );
-        assert_eq!(redact_url("sqlite:/tmp/x.db"), "sqlite:/tmp/x.db");
-        assert_eq!(
-            redact_url("postgres://a:b@c:d@h/db"),
-            "postgres://a:***@h/db"
-        );
+    fn postgres_placeholders_are_numbered() {
+        let s = Statements::new(Dialect::Postgres, "\"t\"");
+        assert!(s.lease_take.contains("$7") && !s.lease_take.contains('?'));
+        assert!(s.columns.ends_with("table_name = $1"), "{}", s.columns);
+        let s = Statements::new(Dialect::MySql, "`t`");
+        assert!(!s.lease_take.contains('$'));
     }
 
     #[test]
-    fn postgres_placeholders_are_numbered() {
-        assert_eq!(
-            placeholders(SqlBackend::Postgres, "a = ? AND b = ?"),
-            "a = $1 AND b = $2"
-        );
-        assert_eq!(placeholders(SqlBackend::MySql, "a = ?"), "a = ?");
+    fn migrations_are_versioned_per_table() {
+        let table = Identifier::new("Workers").unwrap();
+        for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
+            let set = SqlRegistry::migrations(dialect, &table);
+            set.validate().unwrap();
+            assert_eq!(set.latest_version(), 1);
+            let v1 = &set.migrations()[0];
+            let create = v1.statements().last().unwrap();
+            assert!(create.starts_with("CREATE TABLE IF NOT EXISTS"), "{create}");
+            for column in COLUMNS {
+                assert!(
+                    create.contains(&format!("{column} ")),
+                    "{dialect}: {column}"
+                );
+            }
+            match dialect {
+                // Folded like the unquoted name the old code used; its lock
+                // keyed by the name as configured.
+                Dialect::Postgres => {
+                    assert_eq!(set.component(), "registry:workers");
+                    assert!(create.contains("\"workers\""), "{create}");
+                    assert_eq!(
+                        v1.statements()[0],
+                        "SELECT pg_advisory_xact_lock(hashtext('idmint:Workers'))"
+                    );
+                }
+                Dialect::MySql => {
+                    assert_eq!(set.component(), "registry:Workers");
+                    assert!(create.contains("`Workers`"), "{create}");
+                    assert_eq!(v1.statements().len(), 1);
+                }
+                Dialect::Sqlite => {
+                    assert_eq!(set.component(), "registry:Workers");
+                    assert!(create.contains("\"Workers\""), "{create}");
+                    assert_eq!(v1.statements().len(), 1);
+                }
+            }
+        }
     }
 
     #[test]
     fn every_statement_binds_what_the_code_binds() {
-        let s = Statements::new(SqlBackend::MySql, "t");
+        let s = Statements::new(Dialect::MySql, "`t`");
         let count = |sql: &str| sql.matches('?').count();
         assert_eq!(count(&s.lease_candidates), 3);
         assert_eq!(count(&s.lease_take), 7);
@@ -1453,12 +1492,46 @@ mod tests {
         SqlConfig::new(SqlMode::Disposable).validate().unwrap();
     }
 
-    #[test]
-    fn unknown_scheme_is_a_config_error() {
-        let err = SqlBackend::from_url("oracle://u:pw@h/db").unwrap_err();
+    /// Refused before any I/O, with the password hidden wherever it was.
+    #[tokio::test]
+    async fn unknown_scheme_is_a_config_error() {
+        let config = SqlConfig::new(SqlMode::Lease);
+        let err = SqlRegistry::connect("oracle://u:pw@h/db?password=pw2", config)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "registry_config", "{err}");
         let text = err.to_string();
-        assert!(text.contains("oracle://u:***@h/db"), "{text}");
+        assert!(text.contains("oracle://u:***@h/db?password=***"), "{text}");
         assert!(!text.contains("pw"), "{text}");
+    }
+
+    #[test]
+    fn sql_errors_map_to_registry_errors() {
+        let too_new = idmint_sql::Error::SchemaTooNew {
+            component: "registry:t".to_owned(),
+            recorded: 2,
+            known: 1,
+        };
+        let err = sql_error("migrate")(too_new);
+        assert_eq!(err.code(), "registry_config", "{err}");
+        assert!(err.to_string().contains("schema version 2"), "{err}");
+        let timeout = idmint_sql::Error::Timeout {
+            operation: "waiting for the migration lock",
+            url: "postgres://h/db".to_owned(),
+            after: Duration::from_secs(1),
+        };
+        assert!(matches!(
+            sql_error("migrate")(timeout),
+            RegistryError::Timeout {
+                operation: "migrate",
+                ..
+            }
+        ));
+        let failed = idmint_sql::Error::Database {
+            operation: "read migrations",
+            source: sqlx::Error::RowNotFound,
+        };
+        assert_eq!(sql_error("migrate")(failed).code(), "registry_backend");
     }
 
     #[test]

@@ -1,30 +1,6 @@
 //! Helpers shared by the integration tests.
 
-use std::io::Write;
-
-/// Whether a test that needs `name` should run: `true` when `reachable`.
-///
-/// When the service is down, under `CI=true` this panics (CI must have every
-/// service), and elsewhere it prints a loud SKIPPED line and returns `false`,
-/// so a laptop without the service still runs the rest.
-///
-/// # Panics
-/// Under `CI=true` when `reachable` is `false`.
-pub fn require_service(name: &str, reachable: bool) -> bool {
-    if reachable {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{name} is not reachable and CI=true: start {name} before running the tests");
-    }
-    // Written to the real stderr, not through `eprintln!`, which the test
-    // harness captures and hides for passing tests: a skip must be seen.
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED: {name} is not reachable; this test did not run (set CI=true to fail instead)"
-    );
-    false
-}
+pub use idmint_testkit::{FORK_GUARD, require_service};
 
 // ---- Shared by the file and keeper tests ----
 
@@ -305,14 +281,6 @@ impl WorkerRegistry for MemRegistry {
 pub fn shared<R: WorkerRegistry + 'static>(r: &Arc<R>) -> Arc<dyn WorkerRegistry> {
     r.clone()
 }
-
-/// Serializes spawning a child process against tests that drop data-directory
-/// locks: a forked child holds a copy of every open file (with the `flock` on
-/// it) until it execs, so a lock dropped by another test in that window stays
-/// held a moment longer and that test's next open fails. Tests that reopen a
-/// data directory hold `read()` for their whole run; the spawning test holds
-/// `write()` while it spawns.
-pub static FORK_GUARD: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 // ---- Shared by the backend, contract and outage tests ----
 
