@@ -335,7 +335,18 @@ impl SegmentAllocator {
     /// # Errors
     /// [`SegmentError::Config`] for settings that can't work.
     pub fn new(store: impl SegmentStore, config: SegmentConfig) -> Result<SegmentAllocator> {
-        SegmentAllocator::with_clock(Arc::new(store), config, Arc::new(MonotonicClock::new()))
+        SegmentAllocator::from_shared(Arc::new(store), config)
+    }
+
+    /// An allocator over a store chosen at run time (a server's config).
+    ///
+    /// # Errors
+    /// [`SegmentError::Config`] for settings that can't work.
+    pub fn from_shared(
+        store: Arc<dyn SegmentStore>,
+        config: SegmentConfig,
+    ) -> Result<SegmentAllocator> {
+        SegmentAllocator::with_clock(store, config, Arc::new(MonotonicClock::new()))
     }
 
     /// An allocator over a shared store, timing the dynamic step on `clock`.

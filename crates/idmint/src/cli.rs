@@ -8,6 +8,7 @@ mod generate;
 mod layout;
 mod obfuscate;
 mod reveal;
+mod serve;
 
 use std::fmt;
 use std::io;
@@ -38,8 +39,14 @@ enum Command {
     Obfuscate(obfuscate::ObfuscateArgs),
     /// Turn public IDs back into IDs, with the key(s) and settings that made them.
     Reveal(reveal::RevealArgs),
-    // `serve` (the server, from the server crate) and `bench` join here; the
-    // server's config and listener setup stay in that crate, `main` only calls it.
+    /// Run the ID server (HTTP): snowflake, segment and UUID IDs, Leaf-compatible.
+    ///
+    /// With no arguments it runs on the embedded default: a `file` worker lease
+    /// and a SQLite segment store in ./idmint-data, listening on 127.0.0.1:8080.
+    /// Every config key can be set by an IDMINT_<SECTION>__<KEY> variable.
+    Serve(serve::ServeArgs),
+    // `bench` joins here; the server's config and listener setup stay in the
+    // server crate, `main` only calls it.
 }
 
 /// Runs the subcommand.
@@ -50,6 +57,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Layout(args) => layout::run(args),
         Command::Obfuscate(args) => obfuscate::run(args),
         Command::Reveal(args) => reveal::run(args),
+        Command::Serve(args) => serve::run(args),
     }
 }
 

@@ -7,6 +7,8 @@ mod decode;
 mod generate;
 mod layout;
 mod obfuscate;
+mod serve;
+mod serve_cluster;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};

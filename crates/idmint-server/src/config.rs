@@ -1,0 +1,1023 @@
+//! The server's configuration: a TOML file overlaid by `IDMINT_…` environment
+//! variables, checked before anything starts.
+//!
+//! # Why serde + toml with our own overlay (and not figment or config-rs)
+//! Both crates parse an environment value like `12345` into a number, so an
+//! admin token or a cluster name made of digits fails to load as a string
+//! (figment's own issue tracker has a helper crate just for that). The overlay
+//! here is forty lines: each variable is inserted as a TOML literal when it
+//! reads as one, and where the typed struct then wants a string at exactly that
+//! key it is inserted again as the raw string. `serde_path_to_error` names the
+//! key of any value that doesn't fit, so every message says which key (and
+//! which variable or file) is wrong. Unknown keys are errors
+//! (`deny_unknown_fields`), from the file and from the environment alike.
+//!
+//! # Environment names
+//! `IDMINT_<SECTION>__<KEY>` (sections and keys joined by a double underscore,
+//! upper or lower case): `IDMINT_SERVER__HTTP_ADDR=0.0.0.0:8080`,
+//! `IDMINT_SNOWFLAKE__SQL__URL=postgres://…`,
+//! `IDMINT_KEYS__ORDER__STRATEGY=segment`. Two short aliases:
+//! `IDMINT_ADMIN_TOKEN` is `server.admin_token` and `IDMINT_OBFUSCATION_KEY`
+//! (the CLI's variable) is `obfuscation.key`. Other `IDMINT_` variables without
+//! a double underscore (`IDMINT_LOG`) are not config.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use idmint_core::{Layout, ObfuscationKey, Obfuscator, TextFormat};
+use idmint_segment::NewKey;
+use serde::{Deserialize, Deserializer};
+
+/// The environment variable that holds the admin bearer token.
+pub const ADMIN_TOKEN_ENV: &str = "IDMINT_ADMIN_TOKEN";
+/// The environment variable that holds the obfuscation key(s).
+pub const OBFUSCATION_KEY_ENV: &str = "IDMINT_OBFUSCATION_KEY";
+
+/// A configuration that can't work, naming the key and where its value came from.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The config file can't be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The config file is not TOML.
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (line and column included).
+        message: String,
+    },
+    /// A key's value is wrong, or the key is unknown.
+    #[error("config key {key} (from {origin}): {message}")]
+    Invalid {
+        /// The key, dotted (`snowflake.sql.url`).
+        key: String,
+        /// Where the value came from: the file, an environment variable, or the default.
+        origin: String,
+        /// What is wrong, naming the value (never a secret).
+        message: String,
+    },
+}
+
+/// A secret from config (admin token, obfuscation keys): never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// A secret holding `text`.
+    pub fn new(text: impl Into<String>) -> Secret {
+        Secret(text.into())
+    }
+
+    /// The secret's text.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(redacted)")
+    }
+}
+
+/// The whole configuration. Every section and key has a default, so an empty
+/// file (or none) is the embedded default: a `file` worker lease and a SQLite
+/// segment store in `./idmint-data`, HTTP on loopback.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `[server]`: listeners, data directory, admin token, limits.
+    pub server: ServerConfig,
+    /// `[snowflake]`: the layout and the worker registry.
+    pub snowflake: SnowflakeConfig,
+    /// `[segment]`: the segment store and the keys declared in it.
+    pub segment: SegmentSection,
+    /// `[keys.<name>]`: per-key strategy and whether its IDs are public.
+    pub keys: BTreeMap<String, KeyConfig>,
+    /// `[obfuscation]`: the keyed permutation behind public IDs.
+    pub obfuscation: ObfuscationConfig,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Where HTTP listens (default `127.0.0.1:8080`; port 0 picks a free port).
+    pub http_addr: SocketAddr,
+    /// The data directory: worker lease file, default SQLite segment store
+    /// (default `./idmint-data`, created if missing).
+    pub data_dir: PathBuf,
+    /// The admin API's bearer token (also `IDMINT_ADMIN_TOKEN`); unset, the
+    /// admin API answers 403.
+    pub admin_token: Option<Secret>,
+    /// The largest `count` one request may ask for (default 100,000).
+    pub max_count: u64,
+    /// How long a shutdown waits for in-flight requests (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("./idmint-data"),
+            admin_token: None,
+            max_count: 100_000,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Which worker registry hands out the snowflake worker ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RegistryKind {
+    /// A lease file in the data directory (the embedded default).
+    #[default]
+    File,
+    /// `snowflake.worker` from config, marks in the data directory.
+    Static,
+    /// From the host's private IPv4 address.
+    Host,
+    /// From the StatefulSet ordinal in the pod's host name.
+    K8s,
+    /// A table on PostgreSQL, MySQL/MariaDB or SQLite.
+    Sql,
+    /// `SET NX PX` leases on Redis.
+    Redis,
+    /// etcd leases.
+    Etcd,
+    /// ZooKeeper nodes.
+    Zookeeper,
+}
+
+impl RegistryKind {
+    /// The name as written in config.
+    pub fn name(self) -> &'static str {
+        match self {
+            RegistryKind::File => "file",
+            RegistryKind::Static => "static",
+            RegistryKind::Host => "host",
+            RegistryKind::K8s => "k8s",
+            RegistryKind::Sql => "sql",
+            RegistryKind::Redis => "redis",
+            RegistryKind::Etcd => "etcd",
+            RegistryKind::Zookeeper => "zookeeper",
+        }
+    }
+}
+
+/// `[snowflake]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnowflakeConfig {
+    /// The layout in its text form (`twitter`, `leaf,rollback=2`, ...; default `twitter`).
+    pub layout: String,
+    /// The worker registry (default `file`).
+    pub registry: RegistryKind,
+    /// The worker ID for the `file` (default 0) and `static` (required) registries.
+    pub worker: Option<u32>,
+    /// A fixed datacenter: registries then hand out only the worker part.
+    pub datacenter: Option<u32>,
+    /// How far ahead the high-water mark is persisted (default `3s`).
+    #[serde(deserialize_with = "duration")]
+    pub window: Duration,
+    /// The address peers know this node by (default: the HTTP address's IP, or
+    /// the host name when that is unspecified).
+    pub advertise_address: Option<String>,
+    /// `[snowflake.host]`.
+    pub host: HostSection,
+    /// `[snowflake.k8s]`.
+    pub k8s: K8sSection,
+    /// `[snowflake.sql]`.
+    pub sql: SqlRegistrySection,
+    /// `[snowflake.redis]`.
+    pub redis: RedisRegistrySection,
+    /// `[snowflake.etcd]`.
+    pub etcd: EtcdSection,
+    /// `[snowflake.zookeeper]`.
+    pub zookeeper: ZooKeeperSection,
+}
+
+impl Default for SnowflakeConfig {
+    fn default() -> SnowflakeConfig {
+        SnowflakeConfig {
+            layout: "twitter".to_owned(),
+            registry: RegistryKind::File,
+            worker: None,
+            datacenter: None,
+            window: Duration::from_secs(3),
+            advertise_address: None,
+            host: HostSection::default(),
+            k8s: K8sSection::default(),
+            sql: SqlRegistrySection::default(),
+            redis: RedisRegistrySection::default(),
+            etcd: EtcdSection::default(),
+            zookeeper: ZooKeeperSection::default(),
+        }
+    }
+}
+
+/// `[snowflake.host]`: the `host` registry.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostSection {
+    /// The private IPv4 address to take the worker ID from (default: resolve
+    /// the host name).
+    pub address: Option<Ipv4Addr>,
+}
+
+/// `[snowflake.k8s]`: the `k8s` registry.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct K8sSection {
+    /// The pod host name (default: this machine's).
+    pub hostname: Option<String>,
+}
+
+/// How the `sql` registry hands out IDs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SqlModeName {
+    /// Reuse IDs whose lease expired.
+    #[default]
+    Lease,
+    /// A new row (and ID) every start.
+    Disposable,
+}
+
+/// `[snowflake.sql]`: the `sql` registry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SqlRegistrySection {
+    /// `postgres://…`, `mysql://…` or `sqlite://…` (required for `sql`).
+    pub url: Option<Secret>,
+    /// `lease` (default) or `disposable`.
+    pub mode: SqlModeName,
+    /// The cluster (default `default`).
+    pub cluster: String,
+    /// The table (default `idmint_worker`).
+    pub table: String,
+    /// The lease TTL (default `30s`).
+    #[serde(deserialize_with = "duration")]
+    pub lease_ttl: Duration,
+}
+
+impl Default for SqlRegistrySection {
+    fn default() -> Self {
+        SqlRegistrySection {
+            url: None,
+            mode: SqlModeName::Lease,
+            cluster: "default".to_owned(),
+            table: "idmint_worker".to_owned(),
+            lease_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `[snowflake.redis]`: the `redis` registry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisRegistrySection {
+    /// `redis://host:port` (default `redis://127.0.0.1:6379`).
+    pub url: Secret,
+    /// The cluster (default `default`).
+    pub cluster: String,
+    /// The lease TTL (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub lease_ttl: Duration,
+}
+
+impl Default for RedisRegistrySection {
+    fn default() -> Self {
+        RedisRegistrySection {
+            url: Secret::new("redis://127.0.0.1:6379"),
+            cluster: "default".to_owned(),
+            lease_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `[snowflake.etcd]`: the `etcd` registry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EtcdSection {
+    /// Endpoints (default `["http://127.0.0.1:2379"]`).
+    pub endpoints: Vec<String>,
+    /// The cluster (default `default`).
+    pub cluster: String,
+    /// The lease TTL (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub lease_ttl: Duration,
+}
+
+impl Default for EtcdSection {
+    fn default() -> Self {
+        EtcdSection {
+            endpoints: vec!["http://127.0.0.1:2379".to_owned()],
+            cluster: "default".to_owned(),
+            lease_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The ZooKeeper scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZooKeeperModeName {
+    /// Twitter's: an ephemeral node per worker ID.
+    #[default]
+    Ephemeral,
+    /// Leaf's: a persistent sequential node per `ip:port`, cached in the data directory.
+    Forever,
+}
+
+/// `[snowflake.zookeeper]`: the `zookeeper` registry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ZooKeeperSection {
+    /// The connect string (default `127.0.0.1:2181`).
+    pub connect: String,
+    /// `ephemeral` (default) or `forever`.
+    pub mode: ZooKeeperModeName,
+    /// The cluster (default `default`).
+    pub cluster: String,
+    /// The session timeout asked for (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub session_timeout: Duration,
+}
+
+impl Default for ZooKeeperSection {
+    fn default() -> Self {
+        ZooKeeperSection {
+            connect: "127.0.0.1:2181".to_owned(),
+            mode: ZooKeeperModeName::Ephemeral,
+            cluster: "default".to_owned(),
+            session_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The segment table's layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchemaName {
+    /// idmint's table (Leaf's columns plus `delta`, `remainder`), migrated.
+    #[default]
+    Idmint,
+    /// An existing Leaf `leaf_alloc` table, as it is.
+    Leaf,
+}
+
+/// `[segment]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SegmentSection {
+    /// The store: `sqlite://…`, `postgres://…`, `mysql://…` or `redis://…`
+    /// (default `sqlite://<data_dir>/segments.db`).
+    pub url: Option<Secret>,
+    /// The SQL table (default `leaf_alloc`).
+    pub table: String,
+    /// `idmint` (default) or `leaf`.
+    pub schema: SchemaName,
+    /// The Redis key prefix (Redis stores only; default the store's).
+    pub key_prefix: Option<String>,
+    /// Share of a segment used before the next is loaded (default 0.1, Leaf's).
+    pub preload_share: f64,
+    /// The dynamic step's cap (default 1,000,000).
+    pub max_step: u64,
+    /// `[segment.keys.<name>]`: keys created at start when missing.
+    pub keys: BTreeMap<String, SegmentKeyConfig>,
+}
+
+impl Default for SegmentSection {
+    fn default() -> Self {
+        SegmentSection {
+            url: None,
+            table: "leaf_alloc".to_owned(),
+            schema: SchemaName::Idmint,
+            key_prefix: None,
+            preload_share: 0.1,
+            max_step: 1_000_000,
+            keys: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[segment.keys.<name>]`: a segment key, created at start when missing.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentKeyConfig {
+    /// The segment size (and the dynamic step's floor).
+    pub step: u64,
+    /// The first ID (default 1).
+    #[serde(default = "one")]
+    pub start: u64,
+    /// Issue only IDs with `id % delta == remainder` (default 1: all).
+    #[serde(default = "one")]
+    pub delta: u64,
+    /// See `delta` (default 0).
+    #[serde(default)]
+    pub remainder: u64,
+    /// Free text.
+    #[serde(default)]
+    pub description: String,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl SegmentKeyConfig {
+    /// The key to create.
+    pub fn new_key(&self, name: &str) -> NewKey {
+        NewKey::new(name, self.step)
+            .with_start(self.start)
+            .with_delta(self.delta, self.remainder)
+            .with_description(self.description.clone())
+    }
+}
+
+/// How a key's IDs are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// From this node's snowflake generator.
+    Snowflake,
+    /// From the segment store.
+    Segment,
+    /// Random UUIDs (RFC 9562 v4).
+    Uuid4,
+    /// Time-ordered UUIDs (RFC 9562 v7).
+    Uuid7,
+}
+
+impl Strategy {
+    /// The name as written in config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Snowflake => "snowflake",
+            Strategy::Segment => "segment",
+            Strategy::Uuid4 => "uuid4",
+            Strategy::Uuid7 => "uuid7",
+        }
+    }
+}
+
+/// `[keys.<name>]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// How the key's IDs are made.
+    pub strategy: Strategy,
+    /// Hand out obfuscated public IDs (snowflake and segment keys; needs
+    /// `obfuscation.key`).
+    #[serde(default)]
+    pub public: bool,
+}
+
+/// `[obfuscation]`: the keyed permutation of public IDs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ObfuscationConfig {
+    /// The key ring, as the CLI reads it: entries `HEX` or `KEY_ID:HEX`,
+    /// separated by whitespace or commas (also `IDMINT_OBFUSCATION_KEY`).
+    pub key: Option<Secret>,
+    /// Width of public IDs in bits (default 63).
+    pub bits: u8,
+    /// Top bits naming the key that made a public ID (default 0).
+    pub key_id_bits: u8,
+    /// The key that makes new public IDs (default: the last listed).
+    pub active_key: Option<u8>,
+    /// Text form of public IDs: `dec` (default), `base32` or `sqids`.
+    pub format: String,
+}
+
+impl Default for ObfuscationConfig {
+    fn default() -> Self {
+        ObfuscationConfig {
+            key: None,
+            bits: 63,
+            key_id_bits: 0,
+            active_key: None,
+            format: "dec".to_owned(),
+        }
+    }
+}
+
+impl ObfuscationConfig {
+    /// The obfuscator these settings describe, or `None` without a key.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `obfuscation.*`; never quotes a key.
+    pub fn obfuscator(&self) -> Result<Option<Obfuscator>, ConfigError> {
+        let Some(ring) = &self.key else {
+            return Ok(None);
+        };
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            key: key.to_owned(),
+            origin: format!("config or {OBFUSCATION_KEY_ENV}"),
+            message,
+        };
+        let mut builder = Obfuscator::builder(self.bits).with_key_id_bits(self.key_id_bits);
+        let mut n_keys = 0;
+        for (entry_idx, entry) in ring
+            .expose()
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|e| !e.is_empty())
+            .enumerate()
+        {
+            let (key_id, hex) = match entry.split_once(':') {
+                Some((id, hex)) => {
+                    let id = id.parse::<u8>().map_err(|_| {
+                        invalid(
+                            "obfuscation.key",
+                            format!(
+                                "entry {}: the key ID is not a number 0..=255",
+                                entry_idx + 1
+                            ),
+                        )
+                    })?;
+                    (id, hex)
+                }
+                None => (0, entry),
+            };
+            let key = ObfuscationKey::from_hex(hex)
+                .map_err(|e| invalid("obfuscation.key", format!("entry {}: {e}", entry_idx + 1)))?;
+            builder = builder.with_key(key_id, key);
+            n_keys += 1;
+        }
+        if n_keys == 0 {
+            return Err(invalid(
+                "obfuscation.key",
+                "no key in the key ring".to_owned(),
+            ));
+        }
+        if let Some(active) = self.active_key {
+            builder = builder.with_active_key(active);
+        }
+        builder
+            .build()
+            .map(Some)
+            .map_err(|e| invalid("obfuscation", e.to_string()))
+    }
+
+    /// The text form of public IDs.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `obfuscation.format`.
+    pub fn text_format(&self) -> Result<TextFormat, ConfigError> {
+        self.format
+            .parse()
+            .map_err(|e: idmint_core::Error| ConfigError::Invalid {
+                key: "obfuscation.format".to_owned(),
+                origin: CHECKED.to_owned(),
+                message: e.to_string(),
+            })
+    }
+}
+
+/// Reads a duration written as `"3s"`, `"500ms"`, `"1m 30s"` or ISO 8601
+/// (`"PT3S"`), through jiff's parser.
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    let signed: jiff::SignedDuration = text.trim().parse().map_err(|e| {
+        serde::de::Error::custom(format!(
+            "{text:?} is not a duration like \"3s\" or \"500ms\": {e}"
+        ))
+    })?;
+    Duration::try_from(signed)
+        .map_err(|_| serde::de::Error::custom(format!("{text:?} is negative")))
+}
+
+/// Where an overlaid value came from.
+#[derive(Debug, Clone)]
+struct EnvValue {
+    path: Vec<String>,
+    var: String,
+    raw: String,
+}
+
+impl Config {
+    /// Loads the config: the embedded defaults, then `file` (if any), then the
+    /// `IDMINT_…` variables among `env`.
+    ///
+    /// `env` is passed in (usually `std::env::vars()`) so tests need not touch
+    /// the process environment.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, or the key and where its value came
+    /// from: an unknown key, a value of the wrong type or out of range.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let (mut table, file_origin) = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                let table: toml::Table =
+                    text.parse()
+                        .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                            path: path.to_owned(),
+                            message: one_line(&e.to_string()),
+                        })?;
+                (table, format!("config file {}", path.display()))
+            }
+            None => (toml::Table::new(), "the defaults".to_owned()),
+        };
+        let overlay = env_overlay(env);
+        for value in &overlay {
+            insert(&mut table, &value.path, literal(&value.raw), &value.var)?;
+        }
+        // Each retry turns one env value back into a plain string, so this ends.
+        let mut as_string = vec![false; overlay.len()];
+        loop {
+            let value = toml::Value::Table(table.clone());
+            match serde_path_to_error::deserialize::<_, Config>(value) {
+                Ok(config) => return Ok(config),
+                Err(e) => {
+                    let key = e.path().to_string();
+                    let hit = overlay
+                        .iter()
+                        .position(|v| v.path.join(".") == key)
+                        .filter(|&i| !as_string[i]);
+                    if let Some(i) = hit {
+                        as_string[i] = true;
+                        let v = &overlay[i];
+                        insert(
+                            &mut table,
+                            &v.path,
+                            toml::Value::String(v.raw.clone()),
+                            &v.var,
+                        )?;
+                        continue;
+                    }
+                    let origin = overlay
+                        .iter()
+                        .find(|v| key.starts_with(&v.path.join(".")))
+                        .map_or(file_origin.clone(), |v| {
+                            format!("environment variable {}", v.var)
+                        });
+                    let key = if key == "." {
+                        "(top level)".to_owned()
+                    } else {
+                        key
+                    };
+                    return Err(ConfigError::Invalid {
+                        key,
+                        origin,
+                        message: without_key_suffix(&e.into_inner().to_string()),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The segment store URL: `segment.url`, or SQLite in the data directory.
+    pub fn segment_url(&self) -> String {
+        match &self.segment.url {
+            Some(url) => url.expose().to_owned(),
+            None => format!(
+                "sqlite://{}",
+                self.server.data_dir.join("segments.db").display()
+            ),
+        }
+    }
+
+    /// Checks what can be checked without I/O: the layout, limits, key
+    /// strategies and segment keys, the obfuscation settings, and that each
+    /// registry has what it needs.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first key that is wrong.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| {
+            Err(ConfigError::Invalid {
+                key: key.to_owned(),
+                origin: CHECKED.to_owned(),
+                message,
+            })
+        };
+        self.layout()?;
+        if !(1..=idmint_core::Snowflake::MAX_BATCH).contains(&self.server.max_count) {
+            return invalid(
+                "server.max_count",
+                format!(
+                    "{} is out of range 1..={}",
+                    self.server.max_count,
+                    idmint_core::Snowflake::MAX_BATCH
+                ),
+            );
+        }
+        if self.snowflake.window < Duration::from_millis(600) {
+            return invalid(
+                "snowflake.window",
+                format!(
+                    "{:?} is too short: at least 600ms, so the mark can be persisted ahead of need",
+                    self.snowflake.window
+                ),
+            );
+        }
+        match self.snowflake.registry {
+            RegistryKind::Static if self.snowflake.worker.is_none() => {
+                return invalid(
+                    "snowflake.worker",
+                    "the static registry needs a worker ID".to_owned(),
+                );
+            }
+            RegistryKind::Sql if self.snowflake.sql.url.is_none() => {
+                return invalid(
+                    "snowflake.sql.url",
+                    "the sql registry needs a database URL".to_owned(),
+                );
+            }
+            RegistryKind::Etcd if self.snowflake.etcd.endpoints.is_empty() => {
+                return invalid(
+                    "snowflake.etcd.endpoints",
+                    "the etcd registry needs at least one endpoint".to_owned(),
+                );
+            }
+            _ => {}
+        }
+        if self.snowflake.worker.is_some()
+            && !matches!(
+                self.snowflake.registry,
+                RegistryKind::File | RegistryKind::Static
+            )
+        {
+            return invalid(
+                "snowflake.worker",
+                format!(
+                    "the {} registry chooses the worker ID itself; remove snowflake.worker",
+                    self.snowflake.registry.name()
+                ),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.segment.preload_share) {
+            return invalid(
+                "segment.preload_share",
+                format!("{} is out of range 0..=1", self.segment.preload_share),
+            );
+        }
+        for (name, key) in &self.segment.keys {
+            key.new_key(name)
+                .validate()
+                .map_err(|e| ConfigError::Invalid {
+                    key: format!("segment.keys.{name}"),
+                    origin: CHECKED.to_owned(),
+                    message: e.to_string(),
+                })?;
+        }
+        let obfuscator = self.obfuscation.obfuscator()?;
+        self.obfuscation.text_format()?;
+        for (name, key) in &self.keys {
+            idmint_segment::validate_key(name).map_err(|e| ConfigError::Invalid {
+                key: format!("keys.{name}"),
+                origin: CHECKED.to_owned(),
+                message: e.to_string(),
+            })?;
+            if key.public {
+                if matches!(key.strategy, Strategy::Uuid4 | Strategy::Uuid7) {
+                    return invalid(
+                        &format!("keys.{name}.public"),
+                        "UUID keys can't be public: obfuscation permutes integer IDs".to_owned(),
+                    );
+                }
+                if obfuscator.is_none() {
+                    return invalid(
+                        &format!("keys.{name}.public"),
+                        format!(
+                            "a public key needs an obfuscation key: set obfuscation.key or \
+                             {OBFUSCATION_KEY_ENV} (generate one with `openssl rand -hex 16`)"
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The parsed layout.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `snowflake.layout`.
+    pub fn layout(&self) -> Result<Layout, ConfigError> {
+        self.snowflake
+            .layout
+            .parse()
+            .map_err(|e: idmint_core::Error| ConfigError::Invalid {
+                key: "snowflake.layout".to_owned(),
+                origin: CHECKED.to_owned(),
+                message: e.to_string(),
+            })
+    }
+}
+
+/// The origin named by checks made after loading: the value may have come
+/// from either place.
+const CHECKED: &str = "the config file or environment";
+
+/// A TOML syntax error on one line: where, then what (the parser draws the
+/// line and a caret in between).
+fn one_line(message: &str) -> String {
+    let mut lines = message.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or_default().to_owned();
+    match lines.next_back() {
+        Some(last) => format!("{first}: {last}"),
+        None => first,
+    }
+}
+
+/// A deserializer message without the `` in `key` `` that toml appends: the
+/// key is named already.
+fn without_key_suffix(message: &str) -> String {
+    let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    match message.rfind(" in `") {
+        Some(at) if message.ends_with('`') => message[..at].to_owned(),
+        _ => message,
+    }
+}
+
+/// The `IDMINT_…` variables that are config, with their key paths.
+fn env_overlay(env: impl IntoIterator<Item = (String, String)>) -> Vec<EnvValue> {
+    let mut out: Vec<EnvValue> = env
+        .into_iter()
+        .filter_map(|(var, raw)| {
+            let path: Vec<String> = match var.as_str() {
+                ADMIN_TOKEN_ENV => vec!["server".into(), "admin_token".into()],
+                OBFUSCATION_KEY_ENV => vec!["obfuscation".into(), "key".into()],
+                _ => {
+                    let rest = var.strip_prefix("IDMINT_")?;
+                    if !rest.contains("__") {
+                        return None;
+                    }
+                    rest.split("__").map(|p| p.to_ascii_lowercase()).collect()
+                }
+            };
+            Some(EnvValue { path, var, raw })
+        })
+        .collect();
+    // Deterministic order; the double-underscore spelling wins over an alias.
+    out.sort_by(|a, b| (a.var.contains("__"), &a.var).cmp(&(b.var.contains("__"), &b.var)));
+    out
+}
+
+/// An environment value as a TOML literal when it reads as one (`8080`,
+/// `true`, `["a", "b"]`), else as a string.
+fn literal(raw: &str) -> toml::Value {
+    format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_owned()))
+}
+
+fn insert(
+    table: &mut toml::Table,
+    path: &[String],
+    value: toml::Value,
+    var: &str,
+) -> Result<(), ConfigError> {
+    let conflict = |at: &str| ConfigError::Invalid {
+        key: at.to_owned(),
+        origin: format!("environment variable {var}"),
+        message: "is not a table, so it has no keys to set".to_owned(),
+    };
+    let (last, parents) = path.split_last().ok_or_else(|| conflict("(empty)"))?;
+    if path.iter().any(String::is_empty) {
+        return Err(ConfigError::Invalid {
+            key: path.join("."),
+            origin: format!("environment variable {var}"),
+            message: "an empty key part (three underscores in a row?)".to_owned(),
+        });
+    }
+    let mut here = table;
+    for (depth, part) in parents.iter().enumerate() {
+        let entry = here
+            .entry(part.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        here = match entry {
+            toml::Value::Table(t) => t,
+            _ => return Err(conflict(&path[..=depth].join("."))),
+        };
+    }
+    here.insert(last.clone(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+        vars.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    #[test]
+    fn defaults_are_the_embedded_default() {
+        let config = Config::load(None, env(&[])).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.server.http_addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.snowflake.registry, RegistryKind::File);
+        assert_eq!(config.server.max_count, 100_000);
+        assert_eq!(config.segment_url(), "sqlite://./idmint-data/segments.db");
+    }
+
+    #[test]
+    fn env_overrides_file_with_types_from_the_struct() {
+        let f = file("[server]\nmax_count = 10\n[keys.order]\nstrategy = \"segment\"\n");
+        let config = Config::load(
+            Some(f.path()),
+            env(&[
+                ("IDMINT_SERVER__MAX_COUNT", "500"),
+                ("IDMINT_ADMIN_TOKEN", "12345"),
+                ("IDMINT_KEYS__ORDER__PUBLIC", "false"),
+                ("IDMINT_SNOWFLAKE__SQL__CLUSTER", "42"),
+                ("IDMINT_SNOWFLAKE__WINDOW", "5s"),
+                ("IDMINT_LOG", "debug"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.server.max_count, 500);
+        assert_eq!(config.server.admin_token.unwrap().expose(), "12345");
+        assert_eq!(config.snowflake.sql.cluster, "42");
+        assert_eq!(config.snowflake.window, Duration::from_secs(5));
+        assert_eq!(config.keys["order"].strategy, Strategy::Segment);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_the_key() {
+        let f = file("[server]\nhttp_adr = \"127.0.0.1:1\"\n");
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("http_adr"), "{err}");
+        let err = Config::load(None, env(&[("IDMINT_SERVER__NOPE", "1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("nope") && err.contains("IDMINT_SERVER__NOPE"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_origin() {
+        let err = Config::load(None, env(&[("IDMINT_SERVER__HTTP_ADDR", "nowhere")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("server.http_addr") && err.contains("IDMINT_SERVER__HTTP_ADDR"),
+            "{err}"
+        );
+        let f = file("[snowflake]\nlayout = \"twiter\"\n");
+        let config = Config::load(Some(f.path()), env(&[])).unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("snowflake.layout"), "{err}");
+        let f = file("[keys.a]\nstrategy = \"snowflake\"\npublic = true\n");
+        let config = Config::load(Some(f.path()), env(&[])).unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("keys.a.public"), "{err}");
+    }
+
+    #[test]
+    fn secrets_do_not_show_in_debug() {
+        let config = Config::load(
+            None,
+            env(&[
+                ("IDMINT_ADMIN_TOKEN", "hunter2"),
+                ("IDMINT_OBFUSCATION_KEY", "2b7e151628aed2a6abf7158809cf4f3c"),
+            ]),
+        )
+        .unwrap();
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("2b7e15"),
+            "{shown}"
+        );
+        assert!(config.obfuscation.obfuscator().unwrap().is_some());
+    }
+}

@@ -1,0 +1,27 @@
+//! idmint's server: configuration, start-up and the HTTP API.
+//!
+//! [`Server::start`] does the I/O of starting, in this order, each step named
+//! in its error: bind the HTTP listener (its port names this node to the
+//! registry), claim the worker ID through the registry's
+//! [`WorkerKeeper`](idmint_registry::WorkerKeeper) (which persists the first
+//! high-water mark before any ID may be issued), open the segment store and
+//! create the keys declared in config, and start the segment preloader.
+//! [`Server::serve`] answers HTTP until the shutdown future completes, then
+//! stops accepting, lets in-flight requests finish (bounded by
+//! `server.shutdown_grace`), and releases the worker claim.
+//!
+//! Background tasks (the keeper, the segment preloader, the lease watcher) are
+//! each owned by a guard the [`Server`] holds; none starts before
+//! [`Server::start`] and none outlives [`Server::serve`].
+//!
+//! The HTTP surface is in `http.rs`; its error bodies are
+//! `{"error": {"code": "...", "message": "..."}}` with stable codes.
+
+#![deny(missing_docs)]
+
+pub mod config;
+mod http;
+mod start;
+
+pub use config::{Config, ConfigError};
+pub use start::{Server, ServerError, run};

@@ -1,0 +1,454 @@
+//! Starting and stopping: from a [`Config`] to a listening [`Server`], and the
+//! orderly shutdown that releases the worker claim.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idmint_core::clock::MonotonicClock;
+use idmint_core::uuid::UuidGenerator;
+use idmint_core::{Layout, PublicIdCodec};
+use idmint_registry::etcd_registry::{EtcdConfig, EtcdRegistry};
+use idmint_registry::file::{FileRegistry, LeaseFile};
+use idmint_registry::fixed::{HostRegistry, K8sRegistry, StaticRegistry};
+use idmint_registry::redis_registry::{RedisConfig, RedisRegistry};
+use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
+use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
+use idmint_registry::{
+    GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, NodeIdentity, RegistryError,
+    WorkerHandle, WorkerKeeper, WorkerRegistry,
+};
+use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
+use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
+use idmint_segment::{PreloaderGuard, SegmentAllocator, SegmentConfig, SegmentError, SegmentStore};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::config::{
+    Config, ConfigError, RegistryKind, SchemaName, SqlModeName, Strategy, ZooKeeperModeName,
+};
+use crate::http::{self, AppState, KeySpec};
+
+/// Why the server could not start or serve. Each names the step and the
+/// config key behind it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The configuration is wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The HTTP listener could not be bound.
+    #[error("cannot listen on server.http_addr {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The data directory could not be created.
+    #[error("cannot create server.data_dir {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The worker registry failed (unreachable, exhausted, clock checks, ...).
+    #[error("snowflake worker registry ({registry}): {source}")]
+    Registry {
+        /// `snowflake.registry`.
+        registry: &'static str,
+        /// The registry's error.
+        source: RegistryError,
+    },
+    /// The segment store failed (unreachable, bad URL, a declared key that can't be made).
+    #[error("segment store ({what}): {source}")]
+    Segment {
+        /// What was being done.
+        what: String,
+        /// The store's error.
+        source: SegmentError,
+    },
+    /// Serving failed.
+    #[error("serving HTTP failed: {0}")]
+    Serve(std::io::Error),
+}
+
+impl ServerError {
+    /// True when the configuration (rather than a backend) is at fault.
+    pub fn is_config(&self) -> bool {
+        match self {
+            ServerError::Config(_) => true,
+            ServerError::Registry { source, .. } => {
+                matches!(source, RegistryError::Config { .. })
+            }
+            ServerError::Segment { source, .. } => source.is_bad_input(),
+            _ => false,
+        }
+    }
+}
+
+/// A started server: listener bound, worker claimed, segment store open.
+/// Dropping it without [`Server::serve`] stops issuing and releases the claim
+/// in the background.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    state: Arc<AppState>,
+    keeper: KeeperGuard,
+    preloader: PreloaderGuard,
+    watcher: WatcherGuard,
+    grace: Duration,
+}
+
+impl Server {
+    /// Checks the config, binds the listener, claims the worker ID, opens the
+    /// segment store and creates the declared keys. Returns once IDs can be
+    /// served.
+    ///
+    /// # Errors
+    /// [`ServerError`] naming the step and config key that failed.
+    pub async fn start(config: Config) -> Result<Server, ServerError> {
+        config.validate()?;
+        let layout = config.layout()?;
+        let data_dir = &config.server.data_dir;
+        std::fs::create_dir_all(data_dir).map_err(|source| ServerError::DataDir {
+            path: data_dir.display().to_string(),
+            source,
+        })?;
+
+        let addr = config.server.http_addr;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| ServerError::Bind { addr, source })?;
+
+        let kind = config.snowflake.registry;
+        let registry_error = |source| ServerError::Registry {
+            registry: kind.name(),
+            source,
+        };
+        let registry = open_registry(&config).await.map_err(registry_error)?;
+        let node = node_identity(&config, local_addr);
+        let clock = Arc::new(MonotonicClock::new());
+        let mut settings = GeneratorSettings::new(layout).with_clock(clock.clone());
+        if let Some(dc) = config.snowflake.datacenter {
+            settings = settings.with_datacenter(dc);
+        }
+        let keeper_config = KeeperConfig::new().with_window(config.snowflake.window);
+        let keeper = WorkerKeeper::start(registry, node.clone(), settings, keeper_config)
+            .await
+            .map_err(registry_error)?;
+        let worker = keeper.handle().clone();
+        let status = worker.status();
+        tracing::info!(
+            registry = kind.name(),
+            worker = status.worker,
+            node = %node,
+            mark = ?status.persisted_mark,
+            "worker ID claimed"
+        );
+
+        let segments = open_segments(&config).await?;
+        for (name, key) in &config.segment.keys {
+            match segments.create_key(key.new_key(name)).await {
+                Ok(info) => tracing::info!(key = %name, step = info.step, "segment key created"),
+                Err(SegmentError::KeyExists { .. }) => {}
+                Err(source) => {
+                    return Err(ServerError::Segment {
+                        what: format!("creating segment.keys.{name}"),
+                        source,
+                    });
+                }
+            }
+        }
+        let preloader = segments.spawn_preloader();
+
+        let obfuscator = config.obfuscation.obfuscator()?;
+        let codec = PublicIdCodec::new(config.obfuscation.text_format()?);
+        let mut keys: HashMap<String, KeySpec> = config
+            .segment
+            .keys
+            .keys()
+            .map(|name| {
+                (
+                    name.clone(),
+                    KeySpec {
+                        strategy: Strategy::Segment,
+                        public: false,
+                    },
+                )
+            })
+            .collect();
+        for (name, key) in &config.keys {
+            keys.insert(
+                name.clone(),
+                KeySpec {
+                    strategy: key.strategy,
+                    public: key.public,
+                },
+            );
+        }
+
+        let state = Arc::new(AppState {
+            worker: worker.clone(),
+            layout,
+            layout_text: layout_name(&layout),
+            clock,
+            segments,
+            uuids: UuidGenerator::new(),
+            keys,
+            obfuscator,
+            codec,
+            admin_token: config.server.admin_token.clone(),
+            max_count: config.server.max_count,
+        });
+        let watcher = WatcherGuard::spawn(worker);
+        tracing::info!(addr = %local_addr, "listening for HTTP");
+        Ok(Server {
+            listener,
+            local_addr,
+            state,
+            keeper,
+            preloader,
+            watcher,
+            grace: config.server.shutdown_grace,
+        })
+    }
+
+    /// The address HTTP listens on (the chosen port when the config said 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves HTTP until `shutdown` completes; then stops accepting, waits for
+    /// in-flight requests (at most `server.shutdown_grace`), and releases the
+    /// worker claim.
+    ///
+    /// # Errors
+    /// [`ServerError::Serve`] when the listener fails.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let Server {
+            listener,
+            local_addr,
+            state,
+            keeper,
+            preloader,
+            watcher,
+            grace,
+        } = self;
+        let stopping = Arc::new(tokio::sync::Notify::new());
+        let signal = stopping.clone();
+        let shutdown = async move {
+            shutdown.await;
+            tracing::info!(addr = %local_addr, "shutting down: no new connections");
+            signal.notify_one();
+        };
+        let app = http::router(state);
+        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown);
+        let result = tokio::select! {
+            r = served => r.map_err(ServerError::Serve),
+            () = async { stopping.notified().await; tokio::time::sleep(grace).await } => {
+                tracing::warn!(grace = ?grace, "requests still in flight after the shutdown grace; closing");
+                Ok(())
+            }
+        };
+        drop(watcher);
+        drop(preloader);
+        keeper.shutdown().await;
+        tracing::info!("worker claim released; stopped");
+        result
+    }
+}
+
+/// Starts a server on `config` and serves until `shutdown` completes.
+///
+/// # Errors
+/// Those of [`Server::start`] and [`Server::serve`].
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    Server::start(config).await?.serve(shutdown).await
+}
+
+/// The layout's preset name, else its full text form.
+fn layout_name(layout: &Layout) -> String {
+    layout
+        .preset_name()
+        .map_or_else(|| layout.to_string(), str::to_owned)
+}
+
+fn node_identity(config: &Config, addr: SocketAddr) -> NodeIdentity {
+    let host = hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_owned());
+    let address = match &config.snowflake.advertise_address {
+        Some(a) => a.clone(),
+        None if addr.ip().is_unspecified() => host.clone(),
+        None => addr.ip().to_string(),
+    };
+    NodeIdentity {
+        host,
+        address,
+        port: addr.port(),
+    }
+}
+
+async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
+    let sf = &config.snowflake;
+    let data_dir = &config.server.data_dir;
+    Ok(match sf.registry {
+        RegistryKind::File => Arc::new(FileRegistry::open(data_dir, sf.worker.unwrap_or(0))?),
+        RegistryKind::Static => Arc::new(
+            StaticRegistry::new(sf.worker.unwrap_or(0)).with_mark_file(LeaseFile::open(data_dir)?),
+        ),
+        RegistryKind::Host => {
+            let registry = match sf.host.address {
+                Some(address) => HostRegistry::from_ipv4(address)?,
+                None => HostRegistry::from_local_hostname()?,
+            };
+            Arc::new(registry.with_mark_file(LeaseFile::open(data_dir)?))
+        }
+        RegistryKind::K8s => {
+            let registry = match &sf.k8s.hostname {
+                Some(h) => K8sRegistry::from_hostname(h)?,
+                None => K8sRegistry::from_local_hostname()?,
+            };
+            Arc::new(registry.with_mark_file(LeaseFile::open(data_dir)?))
+        }
+        RegistryKind::Sql => {
+            let s = &sf.sql;
+            let mode = match s.mode {
+                SqlModeName::Lease => SqlMode::Lease,
+                SqlModeName::Disposable => SqlMode::Disposable,
+            };
+            let url = s.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+            let sql_config = SqlConfig::new(mode)
+                .with_cluster(s.cluster.clone())
+                .with_table(s.table.clone())
+                .with_lease_ttl(s.lease_ttl);
+            Arc::new(SqlRegistry::connect(url, sql_config).await?)
+        }
+        RegistryKind::Redis => {
+            let r = &sf.redis;
+            let redis_config = RedisConfig::new()
+                .with_cluster(&r.cluster)
+                .with_lease_ttl(r.lease_ttl);
+            Arc::new(RedisRegistry::connect(r.url.expose(), redis_config).await?)
+        }
+        RegistryKind::Etcd => {
+            let e = &sf.etcd;
+            let etcd_config = EtcdConfig::new()
+                .with_cluster(&e.cluster)
+                .with_lease_ttl(e.lease_ttl);
+            Arc::new(EtcdRegistry::connect(&e.endpoints, etcd_config).await?)
+        }
+        RegistryKind::Zookeeper => {
+            let z = &sf.zookeeper;
+            let mut zk_config = ZooKeeperConfig::new(match z.mode {
+                ZooKeeperModeName::Ephemeral => ZooKeeperMode::Ephemeral,
+                ZooKeeperModeName::Forever => ZooKeeperMode::Forever,
+            })
+            .with_cluster(z.cluster.clone())
+            .with_session_timeout(z.session_timeout);
+            if z.mode == ZooKeeperModeName::Forever {
+                zk_config = zk_config.with_cache_dir(data_dir.join("zookeeper-cache"));
+            }
+            Arc::new(ZooKeeperRegistry::connect(&z.connect, zk_config).await?)
+        }
+    })
+}
+
+async fn open_segments(config: &Config) -> Result<SegmentAllocator, ServerError> {
+    let url = config.segment_url();
+    let seg = &config.segment;
+    let segment_config = SegmentConfig::new()
+        .with_preload_share(seg.preload_share)
+        .with_max_step(seg.max_step)
+        .with_max_batch(config.server.max_count.max(1));
+    let fail = |source| ServerError::Segment {
+        what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
+        source,
+    };
+    let store: Arc<dyn SegmentStore> =
+        if url.starts_with("redis://") || url.starts_with("rediss://") {
+            let mut redis_config = RedisStoreConfig::new();
+            if let Some(prefix) = &seg.key_prefix {
+                redis_config = redis_config.with_key_prefix(prefix.clone());
+            }
+            Arc::new(
+                RedisSegmentStore::connect(&url, redis_config)
+                    .await
+                    .map_err(fail)?,
+            )
+        } else {
+            let schema = match seg.schema {
+                SchemaName::Idmint => TableSchema::Idmint,
+                SchemaName::Leaf => TableSchema::Leaf,
+            };
+            let sql_config = SqlStoreConfig::new(url.clone())
+                .with_table(seg.table.clone())
+                .with_schema(schema);
+            Arc::new(SqlSegmentStore::connect(sql_config).await.map_err(fail)?)
+        };
+    tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
+    SegmentAllocator::from_shared(store, segment_config)
+        .map_err(fail)
+}
+
+/// Owns the task that logs the worker lease's state changes (lost, expired,
+/// renewing, held again): one line per change.
+#[derive(Debug)]
+struct WatcherGuard(JoinHandle<()>);
+
+impl WatcherGuard {
+    fn spawn(worker: WorkerHandle) -> WatcherGuard {
+        WatcherGuard(tokio::spawn(async move {
+            let mut last = (LeaseState::Held, worker.worker(), None::<String>);
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                let s = worker.status();
+                let now = (s.lease, s.worker, s.last_error.clone());
+                if now == last {
+                    continue;
+                }
+                match (s.lease, &s.last_error) {
+                    (LeaseState::Held, None) => {
+                        tracing::info!(
+                            worker = s.worker,
+                            generation = s.generation,
+                            "worker lease held"
+                        )
+                    }
+                    (LeaseState::Held | LeaseState::Renewing, Some(e)) => {
+                        tracing::warn!(worker = s.worker, lease = s.lease.name(), error = %e, "worker store failing")
+                    }
+                    (state, e) => tracing::error!(
+                        worker = s.worker,
+                        lease = state.name(),
+                        error = e.as_deref().unwrap_or(""),
+                        "worker lease lost: not issuing snowflake IDs"
+                    ),
+                }
+                last = now;
+            }
+        }))
+    }
+}
+
+impl Drop for WatcherGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,117 @@
+//! `idmint serve`: the server. Everything but the command line lives in
+//! `idmint-server`; this module reads flags, loads the config, sets up logging
+//! and signals, and hands over.
+//!
+//! Precedence, lowest first: the embedded defaults, `--config FILE`, the
+//! `IDMINT_…` environment variables, then the flags `--data-dir` and
+//! `--http-addr`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use idmint_server::{Config, Server};
+
+use super::bad_input;
+
+/// Flags of `idmint serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The TOML config file (default: none, the embedded default: a `file`
+    /// worker lease and a SQLite segment store in ./idmint-data, on loopback).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// The data directory (overrides server.data_dir).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Where HTTP listens (overrides server.http_addr; port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    http_addr: Option<SocketAddr>,
+
+    /// Once serving, write the HTTP address (`127.0.0.1:PORT`) to this file, for
+    /// scripts and tests that start the server on port 0.
+    #[arg(long, value_name = "FILE")]
+    ready_file: Option<PathBuf>,
+}
+
+/// Runs the server until SIGTERM or SIGINT.
+pub fn run(args: ServeArgs) -> Result<()> {
+    init_logging();
+    let mut config = Config::load(args.config.as_deref(), std::env::vars())
+        .map_err(|e| bad_input(format!("config: {e}")))?;
+    if let Some(dir) = args.data_dir {
+        config.server.data_dir = dir;
+    }
+    if let Some(addr) = args.http_addr {
+        config.server.http_addr = addr;
+    }
+    config
+        .validate()
+        .map_err(|e| bad_input(format!("config: {e}")))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let server = Server::start(config).await.map_err(|e| {
+            if e.is_config() {
+                bad_input(format!("config: {e}"))
+            } else {
+                anyhow::Error::new(e).context("starting the server")
+            }
+        })?;
+        if let Some(path) = &args.ready_file {
+            write_ready_file(path, &server.local_addr().to_string())?;
+        }
+        server.serve(shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+/// Logs to stderr, filtered by `IDMINT_LOG` (or `RUST_LOG`), `info` by default.
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("IDMINT_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "info".to_owned());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+/// Written whole (temporary file, then rename), so a reader never sees half an address.
+fn write_ready_file(path: &Path, addr: &str) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{addr}\n"))
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .with_context(|| format!("writing --ready-file {}", path.display()))
+}
+
+/// Completes on the first SIGTERM or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => tracing::info!("SIGTERM received"),
+                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the server");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
