@@ -402,8 +402,7 @@ async fn open_segments(config: &Config) -> Result<SegmentAllocator, ServerError>
             Arc::new(SqlSegmentStore::connect(sql_config).await.map_err(fail)?)
         };
     tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
-    SegmentAllocator::from_shared(store, segment_config)
-        .map_err(fail)
+    SegmentAllocator::from_shared(store, segment_config).map_err(fail)
 }
 
 /// Owns the task that logs the worker lease's state changes (lost, expired,
