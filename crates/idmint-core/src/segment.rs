@@ -161,6 +161,7 @@ impl Slot {
     /// The slot's segment, or `None` when it is empty or being rewritten
     /// (Boehm's seqlock reader: acquire the version, read relaxed, acquire
     /// fence, re-read the version).
+    #[inline]
     fn read(&self) -> Option<SlotView> {
         let vstart = self.vstart.load(Ordering::Acquire);
         if vstart == WRITING {
@@ -372,8 +373,9 @@ impl SegmentBuffer {
         take
     }
 
-    /// Takes one ID: the hot path, one `fetch_add` and two seqlock reads, no
+    /// Takes one ID: the hot path, one `fetch_add` and one seqlock read, no
     /// allocation.
+    #[inline]
     pub fn take_one(&self) -> TakeOne {
         let limit = self.limit.load(Ordering::Acquire);
         if self.cursor.load(Ordering::Relaxed) >= limit {

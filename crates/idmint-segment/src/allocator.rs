@@ -523,6 +523,7 @@ impl SegmentKey {
     ///
     /// # Errors
     /// As [`SegmentAllocator::next_id`].
+    #[inline]
     pub async fn next_id(&self) -> Result<Id> {
         match self.inner.take_one_fast(&self.entry) {
             Ok(id) => Ok(id),
@@ -613,6 +614,7 @@ impl Inner {
 
     /// The hot path: one ID from the buffer, or what the slow path must
     /// carry on from.
+    #[inline]
     fn take_one_fast(&self, entry: &Arc<KeyEntry>) -> Result<Id, TakeOne> {
         match entry.buffer.take_one() {
             TakeOne::Id { id, preload } => {
