@@ -16,8 +16,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
+use idmint_core::Layout;
 use idmint_core::{IdBatch, Segment, SegmentBuffer, TakeOne};
+use idmint_segment::redis::{
+    DailySerial, DailySerialConfig, RedisCounter, RedisCounterConfig, RedisSegmentStore,
+    RedisSnowflake, RedisSnowflakeConfig, RedisStoreConfig,
+};
 use idmint_segment::{MemoryStore, NewKey, SegmentAllocator, SegmentConfig, SegmentKey};
+
+const REDIS_URL: &str = "redis://127.0.0.1:6379/";
 
 fn runs() -> usize {
     std::env::var("IDMINT_BENCH_RUNS")
@@ -121,17 +128,28 @@ fn allocator_cost(threads: usize, per_thread: u64, step: u64) -> f64 {
     took.as_nanos() as f64 / (per_thread * threads as u64) as f64
 }
 
-/// Latency percentiles (ns) of single `next_id` calls on one thread, over
-/// `calls` calls with segments of `step` (so `calls / step` switches).
-fn latencies(calls: usize, step: u64) -> [f64; 3] {
+/// Latencies (ns) of single `next_id` calls on one thread, over `calls` calls
+/// with segments of `step`: the overall p50 and p99.9, and the medians of the
+/// calls that switched to a new segment and of those that crossed a
+/// segment's preload point (and so woke the preloader). One thread from a
+/// fresh key issues 1, 2, 3, …, so a call's ID tells which it was.
+fn latencies(calls: usize, step: u64) -> [f64; 4] {
     let (_rt, key, _guard) = allocator(step);
     let rt = caller_runtime();
     let mut took = Vec::with_capacity(calls);
+    let (mut switches, mut preloads) = (Vec::new(), Vec::new());
     rt.block_on(async {
         for _ in 0..calls {
             let start = Instant::now();
-            black_box(key.next_id().await.unwrap());
-            took.push(start.elapsed().as_nanos() as f64);
+            let id = black_box(key.next_id().await.unwrap()).get();
+            let ns = start.elapsed().as_nanos() as f64;
+            took.push(ns);
+            match (id - 1) % step {
+                0 if id > 1 => switches.push(ns),
+                // 10% of the segment used (the default preload share).
+                at if at == step / 10 => preloads.push(ns),
+                _ => {}
+            }
             if took.len() % 1000 == 0 {
                 // Lets the preloader (on its own thread) run as it would
                 // between requests.
@@ -141,7 +159,8 @@ fn latencies(calls: usize, step: u64) -> [f64; 3] {
     });
     took.sort_by(|a, b| a.total_cmp(b));
     let at = |q: f64| took[((took.len() as f64 - 1.0) * q) as usize];
-    [at(0.5), at(0.999), at(0.9999)]
+    let mid = |v: Vec<f64>| if v.is_empty() { f64::NAN } else { median(v) };
+    [at(0.5), at(0.999), mid(switches), mid(preloads)]
 }
 
 struct Row {
@@ -218,14 +237,18 @@ fn main() {
 
     let calls = if quick { 100_000 } else { 2_000_000 };
     for step in [1_000_000u64, 1_000] {
-        let samples: Vec<[f64; 3]> = (0..runs).map(|_| latencies(calls, step)).collect();
-        let [p50, p999, p9999] = [0, 1, 2].map(|i| median(samples.iter().map(|s| s[i]).collect()));
+        let samples: Vec<[f64; 4]> = (0..runs).map(|_| latencies(calls, step)).collect();
+        let [p50, p999, switch, preload] =
+            [0, 1, 2, 3].map(|i| median(samples.iter().map(|s| s[i]).collect()));
         rows.push(Row {
             what: format!(
                 "single-call latency, step {step} ({} switches in {calls} calls), 1 thread",
                 calls as u64 / step
             ),
-            figure: format!("p50 {p50:.0} ns, p99.9 {p999:.0} ns, p99.99 {p9999:.0} ns"),
+            figure: format!(
+                "p50 {p50:.0} ns, p99.9 {p999:.0} ns; switch calls {switch:.0} ns, \
+                 preload-point calls {preload:.0} ns (medians)"
+            ),
             ratio: "—".into(),
         });
     }
@@ -252,9 +275,146 @@ fn main() {
         ratio: format!("{:.2} of the 100 µs target", batch_us / 100.0),
     });
 
+    redis_rows(quick, runs, &mut rows);
+
     println!("| measurement | figure | ratio |");
     println!("|---|---|---|");
     for row in rows {
         println!("| {} | {} | {} |", row.what, row.figure, row.ratio);
+    }
+}
+
+/// Microseconds per call of `call`, `n` sequential calls on one connection.
+async fn per_call_us<F, Fut>(n: u32, mut call: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let start = Instant::now();
+    for _ in 0..n {
+        call().await;
+    }
+    start.elapsed().as_secs_f64() * 1e6 / f64::from(n)
+}
+
+/// The Redis strategies, one client calling in sequence, against a bare
+/// `INCR` on the same Redis in the same run. Skipped (with a line saying so)
+/// when Redis is not there.
+fn redis_rows(quick: bool, runs: usize, rows: &mut Vec<Row>) {
+    let rt = caller_runtime();
+    let n = if quick { 200 } else { 20_000 };
+    let prefix = format!("idmint-bench:{:016x}:", fastrand::u64(..));
+    let result: Result<(), String> = rt.block_on(async {
+        let client = redis::Client::open(REDIS_URL).map_err(|e| e.to_string())?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?;
+        let counter = RedisCounter::connect(
+            REDIS_URL,
+            RedisCounterConfig::new(0, 1).with_key_prefix(prefix.clone()),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let snowflake = RedisSnowflake::connect(
+            REDIS_URL,
+            RedisSnowflakeConfig::new(Layout::TWITTER, 1).with_key_prefix(prefix.clone()),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let serial = DailySerial::connect(
+            REDIS_URL,
+            DailySerialConfig::new(10).with_key_prefix(prefix.clone()),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let store = RedisSegmentStore::connect(
+            REDIS_URL,
+            RedisStoreConfig::new().with_key_prefix(prefix.clone()),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let allocator = SegmentAllocator::new(store, SegmentConfig::new()).unwrap();
+        allocator
+            .create_key(NewKey::new("bench", 10_000))
+            .await
+            .unwrap();
+        let _preloader = allocator.spawn_preloader();
+        let key = allocator.key("bench").await.unwrap();
+        let incr_key = format!("{prefix}raw-incr");
+
+        let mut samples: Vec<[f64; 5]> = Vec::new();
+        for _ in 0..runs {
+            let incr = per_call_us(n, || {
+                let mut conn = conn.clone();
+                let incr_key = incr_key.clone();
+                async move {
+                    let _: u64 = redis::cmd("INCR")
+                        .arg(&incr_key)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
+            })
+            .await;
+            let counter_us = per_call_us(n, || async {
+                black_box(counter.next_id("bench").await.unwrap());
+            })
+            .await;
+            let snowflake_us = per_call_us(n, || async {
+                black_box(snowflake.next_id().await.unwrap());
+            })
+            .await;
+            let serial_us = per_call_us(n, || async {
+                black_box(serial.next("bench").await.unwrap());
+            })
+            .await;
+            let segment_us = per_call_us(n, || async {
+                black_box(key.next_id().await.unwrap());
+            })
+            .await;
+            samples.push([incr, counter_us, snowflake_us, serial_us, segment_us]);
+        }
+        let [incr, counter_us, snowflake_us, serial_us, segment_us] =
+            [0, 1, 2, 3, 4].map(|i| median(samples.iter().map(|s| s[i]).collect()));
+        rows.push(Row {
+            what: "Redis `INCR`, one client in sequence (baseline)".into(),
+            figure: format!("{incr:.1} µs/call"),
+            ratio: "1.00×".into(),
+        });
+        for (what, us) in [
+            ("`RedisCounter::next_id` (one `INCRBY` script)", counter_us),
+            (
+                "`RedisSnowflake::next_id` (one Lua script: `TIME`, `INCR`, compose)",
+                snowflake_us,
+            ),
+            ("`DailySerial::next` (one Lua script)", serial_us),
+            (
+                "`SegmentKey::next_id` over the Redis segment store, step 10,000",
+                segment_us,
+            ),
+        ] {
+            rows.push(Row {
+                what: what.into(),
+                figure: format!("{us:.2} µs/call"),
+                ratio: format!("{:.2}×", us / incr),
+            });
+        }
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !keys.is_empty() {
+            let _: () = redis::cmd("DEL")
+                .arg(keys)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    });
+    if let Err(why) = result {
+        eprintln!("SKIPPED: the Redis rows ({REDIS_URL} not reachable: {why})");
     }
 }
