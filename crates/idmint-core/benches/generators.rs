@@ -17,20 +17,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idmint_core::clock::CoarseClock;
 use idmint_core::{Cached, Layout, SequenceExhausted, Snowflake, TakeRejection};
+use idmint_testkit::bench::{cost, median, runs};
 
 const CAP_TWITTER: f64 = 4_096_000.0;
-
-fn runs() -> usize {
-    std::env::var("IDMINT_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(7)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 fn wall_ms() -> i64 {
     SystemTime::now()
@@ -81,36 +70,6 @@ where
         .map(|r| (time_ms(r.1) - now) as f64)
         .fold(f64::MIN, f64::max);
     (total as f64 / secs, lead.max(0.0))
-}
-
-/// Nanoseconds per call when `threads` threads make `per_thread` calls each
-/// (wall time over all calls, so two threads that scale perfectly halve it).
-fn cost<F>(threads: usize, per_thread: u64, make: impl Fn() -> F) -> f64
-where
-    F: FnMut() -> u64 + Send + 'static,
-{
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let mut f = make();
-            let barrier = barrier.clone();
-            std::thread::spawn(move || {
-                barrier.wait();
-                let start = Instant::now();
-                for _ in 0..per_thread {
-                    black_box(f());
-                }
-                start.elapsed()
-            })
-        })
-        .collect();
-    barrier.wait();
-    let took = handles
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .max()
-        .unwrap();
-    took.as_nanos() as f64 / (per_thread * threads as u64) as f64
 }
 
 fn twitter_ms(id: u64) -> i64 {

@@ -20,23 +20,12 @@ use idmint_core::{
     Id, Layout, ObfuscationKey, Obfuscator, PublicId, PublicIdCodec, SequenceExhausted, Snowflake,
     TextFormat,
 };
+use idmint_testkit::bench::{median, runs};
 
 const KEY_128: &str = "2b7e151628aed2a6abf7158809cf4f3c";
 const KEY_256: &str = "2b7e151628aed2a6abf7158809cf4f3cef4359d8d580aa4f7f036d6f04fc6a94";
 /// A Twitter-layout ID of 2018; benchmarks obfuscate it and the IDs after it.
 const FIRST_ID: u64 = 1_050_118_621_198_921_728;
-
-fn runs() -> usize {
-    std::env::var("IDMINT_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(7)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 /// Nanoseconds per call of `f(i)` over `n` calls, `i` counting from 0.
 fn cost(n: u64, mut f: impl FnMut(u64) -> u64) -> f64 {

@@ -43,23 +43,11 @@ use idmint_registry::redis_registry::{RedisConfig, RedisRegistry};
 use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
 use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
 use idmint_registry::{NodeIdentity, WorkerRegistry};
+use idmint_testkit::bench::{median, runs};
 use tokio::runtime::Runtime;
 
 const LAYOUT: Layout = Layout::TWITTER;
 const CAP_TWITTER: f64 = 4_096_000.0;
-
-fn runs() -> usize {
-    std::env::var("IDMINT_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(7)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 /// The value at quantile `q` (0..=1) of `v`, nearest rank.
 fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
@@ -173,15 +161,22 @@ impl Subject {
             } => {
                 registry.close().await;
                 drop(registry);
+                // The table and its migration record (component `registry:<table>`).
                 let drop_sql = format!("DROP TABLE IF EXISTS {table}");
+                let forget_sql = format!(
+                    "DELETE FROM {} WHERE component = 'registry:{table}'",
+                    idmint_sql::MIGRATIONS_TABLE
+                );
                 if url.starts_with("postgres") {
                     if let Ok(pool) = sqlx::PgPool::connect(&url).await {
                         let _ = sqlx::query(&drop_sql).execute(&pool).await;
+                        let _ = sqlx::query(&forget_sql).execute(&pool).await;
                         pool.close().await;
                     }
                 } else if url.starts_with("mysql") {
                     if let Ok(pool) = sqlx::MySqlPool::connect(&url).await {
                         let _ = sqlx::query(&drop_sql).execute(&pool).await;
+                        let _ = sqlx::query(&forget_sql).execute(&pool).await;
                         pool.close().await;
                     }
                 }

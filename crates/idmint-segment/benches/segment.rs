@@ -23,49 +23,9 @@ use idmint_segment::redis::{
     RedisSnowflake, RedisSnowflakeConfig, RedisStoreConfig,
 };
 use idmint_segment::{MemoryStore, NewKey, SegmentAllocator, SegmentConfig, SegmentKey};
+use idmint_testkit::bench::{cost, median, runs};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/";
-
-fn runs() -> usize {
-    std::env::var("IDMINT_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(7)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-/// Nanoseconds per call of `f` on `threads` threads, `per_thread` calls each.
-fn cost<F>(threads: usize, per_thread: u64, make: impl Fn() -> F) -> f64
-where
-    F: FnMut() -> u64 + Send + 'static,
-{
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let mut f = make();
-            let barrier = barrier.clone();
-            std::thread::spawn(move || {
-                barrier.wait();
-                let start = Instant::now();
-                for _ in 0..per_thread {
-                    black_box(f());
-                }
-                start.elapsed()
-            })
-        })
-        .collect();
-    barrier.wait();
-    let took = handles
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .max()
-        .unwrap();
-    took.as_nanos() as f64 / (per_thread * threads as u64) as f64
-}
 
 /// A runtime for the preloader, an allocator with one key of `step`, and a
 /// handle on the key.

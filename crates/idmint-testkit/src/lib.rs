@@ -12,6 +12,8 @@
 //!   [`REDIS_URL`]).
 //! - [`FORK_GUARD`]: serializes spawning child processes against tests that
 //!   drop `flock`ed files.
+//! - [`bench`]: what the benchmark harnesses share (run count, median, cost
+//!   per call on N threads).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -211,5 +213,73 @@ impl Drop for PrivateService {
         if let Err(why) = run_script(self.service, "stop", self.dir.path()) {
             eprintln!("{why}");
         }
+    }
+}
+
+/// What the benchmark harnesses (`benches/*.rs`, `harness = false`) share.
+///
+/// A custom harness rather than criterion: the figures that matter are ratios
+/// between measurements of one run, sustained rates over wall-clock windows and
+/// latency percentiles over call streams, which criterion's per-iteration
+/// statistics don't give.
+pub mod bench {
+    use std::hint::black_box;
+    use std::sync::{Arc, Barrier};
+    use std::time::Instant;
+
+    /// How many runs each figure is the median of: `IDMINT_BENCH_RUNS`,
+    /// default 7.
+    pub fn runs() -> usize {
+        std::env::var("IDMINT_BENCH_RUNS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(7)
+    }
+
+    /// True when the harness runs as a smoke test (`cargo test --benches`
+    /// passes no `--bench`), whose figures mean nothing.
+    pub fn quick() -> bool {
+        !std::env::args().any(|a| a == "--bench")
+    }
+
+    /// The median (upper middle for an even count).
+    ///
+    /// # Panics
+    /// On an empty list.
+    pub fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    }
+
+    /// Nanoseconds per call of the closures `make` builds, one per thread,
+    /// `per_thread` calls each, all started together; the slowest thread's
+    /// time over all calls.
+    pub fn cost<F>(threads: usize, per_thread: u64, make: impl Fn() -> F) -> f64
+    where
+        F: FnMut() -> u64 + Send + 'static,
+    {
+        let barrier = Arc::new(Barrier::new(threads + 1));
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let mut f = make();
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    for _ in 0..per_thread {
+                        black_box(f());
+                    }
+                    start.elapsed()
+                })
+            })
+            .collect();
+        barrier.wait();
+        let took = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .max()
+            .unwrap();
+        took.as_nanos() as f64 / (per_thread * threads as u64) as f64
     }
 }

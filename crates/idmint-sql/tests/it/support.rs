@@ -1,36 +1,10 @@
 //! Helpers shared by the integration tests.
 
-use std::io::Write;
 use std::time::Duration;
 
 use idmint_sql::{ConnectOptions, Database, Dialect, on_pool};
 
-/// PostgreSQL for the tests.
-pub const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-/// MariaDB for the tests.
-pub const MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
-
-/// Whether a test that needs `name` should run: `true` when `reachable`.
-///
-/// When the service is down, under `CI=true` this panics (CI must have every
-/// service), and elsewhere it prints a loud SKIPPED line and returns `false`.
-///
-/// # Panics
-/// Under `CI=true` when `reachable` is `false`.
-pub fn require_service(name: &str, reachable: bool) -> bool {
-    if reachable {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{name} is not reachable and CI=true: start {name} before running the tests");
-    }
-    // The real stderr, not `eprintln!`, which the harness hides for passing tests.
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED: {name} is not reachable; this test did not run (set CI=true to fail instead)"
-    );
-    false
-}
+pub use idmint_testkit::{MYSQL_URL, POSTGRES_URL, require_service};
 
 /// A pool on the server of `dialect` (PostgreSQL or MariaDB), or `None` after
 /// [`require_service`] when it can't be reached.
