@@ -115,6 +115,9 @@ pub struct Config {
 pub struct ServerConfig {
     /// Where HTTP listens (default `127.0.0.1:8080`; port 0 picks a free port).
     pub http_addr: SocketAddr,
+    /// Where the Redis-protocol (RESP2) listener listens (default: none, off;
+    /// port 0 picks a free port).
+    pub resp_addr: Option<SocketAddr>,
     /// The data directory: worker lease file, default SQLite segment store
     /// (default `./idmint-data`, created if missing).
     pub data_dir: PathBuf,
@@ -132,6 +135,7 @@ impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            resp_addr: None,
             data_dir: PathBuf::from("./idmint-data"),
             admin_token: None,
             max_count: 100_000,

@@ -19,9 +19,8 @@
 //! - anything else (`text/plain`, `*/*`, none): one ID per line.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -30,57 +29,15 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use idmint_core::clock::MonotonicClock;
-use idmint_core::uuid::UuidGenerator;
-use idmint_core::{Id, IdBatch, Layout, Obfuscator, PublicId, PublicIdCodec};
-use idmint_registry::{LeaseState, WorkerHandle};
-use idmint_segment::{KeyStatus, NewKey, SegmentAllocator, SegmentError};
+use idmint_core::{Id, Layout};
+use idmint_segment::{KeyStatus, NewKey, SegmentError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::config::{ADMIN_TOKEN_ENV, Secret, Strategy};
-
-/// What a configured key does.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct KeySpec {
-    pub strategy: Strategy,
-    pub public: bool,
-}
-
-/// Everything the handlers share.
-pub(crate) struct AppState {
-    pub worker: WorkerHandle,
-    pub layout: Layout,
-    pub layout_text: String,
-    pub clock: Arc<MonotonicClock>,
-    pub segments: SegmentAllocator,
-    pub uuids: UuidGenerator,
-    pub keys: HashMap<String, KeySpec>,
-    pub obfuscator: Option<Obfuscator>,
-    pub codec: PublicIdCodec,
-    pub admin_token: Option<Secret>,
-    pub max_count: u64,
-}
-
-impl fmt::Debug for AppState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AppState")
-            .field("layout", &self.layout_text)
-            .field("keys", &self.keys)
-            .field("max_count", &self.max_count)
-            .finish_non_exhaustive()
-    }
-}
-
-impl AppState {
-    /// The spec of `key`: as configured, else a segment key looked up in the store.
-    fn spec(&self, key: &str) -> KeySpec {
-        self.keys.get(key).copied().unwrap_or(KeySpec {
-            strategy: Strategy::Segment,
-            public: false,
-        })
-    }
-}
+use crate::config::{ADMIN_TOKEN_ENV, Strategy};
+pub(crate) use crate::issue::{AppState, KeySpec};
+use crate::issue::{ErrorClass, IssueError, Issued, issue, make_uuids, text_of, uuid_text};
+use crate::{metrics, status};
 
 type Shared = State<Arc<AppState>>;
 
@@ -98,8 +55,15 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/admin/keys", get(admin_keys).post(admin_create_key))
         .route("/v1/admin/workers", get(admin_workers))
         .route("/v1/admin/reveal", post(admin_reveal))
+        .route("/", get(status::page))
+        .route("/v1/status", get(status::status))
+        .route("/metrics", get(metrics::scrape))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .with_state(state)
 }
 
@@ -153,30 +117,30 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn core_error(e: idmint_core::Error) -> ApiError {
-    let code = e.code();
-    if e.is_bad_input() {
-        ApiError::bad_request(code, e.to_string())
-    } else if e.is_transient() {
-        ApiError::unavailable(code, e.to_string(), Duration::from_secs(1))
-    } else {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, code, e.to_string())
+impl From<IssueError> for ApiError {
+    fn from(e: IssueError) -> ApiError {
+        let status = match e.class {
+            ErrorClass::BadInput => StatusCode::BAD_REQUEST,
+            ErrorClass::NotFound => StatusCode::NOT_FOUND,
+            ErrorClass::Conflict => StatusCode::CONFLICT,
+            ErrorClass::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorClass::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError {
+            status,
+            code: e.code,
+            message: e.message,
+            retry_after: e.retry_after,
+        }
     }
 }
 
+fn core_error(e: idmint_core::Error) -> ApiError {
+    IssueError::from(e).into()
+}
+
 fn segment_error(e: SegmentError) -> ApiError {
-    let code = e.code();
-    match &e {
-        SegmentError::NotFound { .. } => ApiError::new(StatusCode::NOT_FOUND, code, e.to_string()),
-        SegmentError::KeyExists { .. } => ApiError::new(StatusCode::CONFLICT, code, e.to_string()),
-        _ if e.is_bad_input() => ApiError::bad_request(code, e.to_string()),
-        _ if e.is_transient() => ApiError::unavailable(
-            code,
-            e.to_string(),
-            e.retry_after().unwrap_or(Duration::from_secs(1)),
-        ),
-        _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, code, e.to_string()),
-    }
+    IssueError::from(e).into()
 }
 
 fn path_error(e: PathRejection) -> ApiError {
@@ -203,166 +167,17 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
-// ---- Issuing ----
-
-/// IDs ready to render.
-enum Issued {
-    /// Integer IDs, already obfuscated when `public`.
-    Ints { values: Vec<u64>, public: bool },
-    /// UUIDs.
-    Uuids(Vec<u128>),
-}
+// ---- Issuing (the strategy-agnostic part is in `issue.rs`) ----
 
 fn check_key(key: &str) -> Result<(), ApiError> {
     idmint_segment::validate_key(key).map_err(segment_error)
 }
 
 fn count_of(params: &HashMap<String, String>, max: u64) -> Result<u64, ApiError> {
-    let Some(text) = params.get("count") else {
-        return Ok(1);
-    };
-    let n: u64 = text.trim().parse().map_err(|_| {
-        ApiError::bad_request(
-            "invalid_count",
-            format!("count {text:?} is not a whole number: ask for 1..={max} IDs"),
-        )
-    })?;
-    if n == 0 || n > max {
-        return Err(ApiError::bad_request(
-            "invalid_count",
-            format!("count {n} is out of range: ask for 1..={max} IDs (server.max_count)"),
-        ));
+    match params.get("count") {
+        None => Ok(1),
+        Some(text) => Ok(crate::issue::parse_count(text, max)?),
     }
-    Ok(n)
-}
-
-/// `n` snowflake IDs from the worker. A `MarkReached` while the lease is held
-/// means the keeper is persisting the next window: waited out briefly (the
-/// keeper was nudged) before answering 503.
-async fn snowflakes(state: &Arc<AppState>, n: u64) -> Result<Vec<u64>, ApiError> {
-    let deadline = Instant::now() + Duration::from_millis(250);
-    loop {
-        let result: idmint_core::Result<Vec<u64>> = if n == 1 {
-            state.worker.next_id().map(|id| vec![id.get()])
-        } else if n <= state.layout.ids_per_tick() {
-            state.worker.next_ids(n).map(|b| flatten(&b))
-        } else {
-            // A batch longer than a tick waits for ticks: off the async workers.
-            let worker = state.worker.clone();
-            tokio::task::spawn_blocking(move || worker.next_ids(n).map(|b| flatten(&b)))
-                .await
-                .map_err(|e| {
-                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-                })?
-        };
-        match result {
-            Err(idmint_core::Error::MarkReached { .. })
-                if Instant::now() < deadline && state.worker.status().lease == LeaseState::Held =>
-            {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            Err(e @ idmint_core::Error::MarkReached { .. }) => {
-                let status = state.worker.status();
-                let why = status
-                    .not_ready_reason()
-                    .unwrap_or_else(|| "the high-water mark is being persisted".to_owned());
-                return Err(ApiError::unavailable(
-                    e.code(),
-                    format!("snowflake IDs are paused: {why}"),
-                    Duration::from_secs(1),
-                ));
-            }
-            other => return other.map_err(core_error),
-        }
-    }
-}
-
-fn flatten(batch: &IdBatch) -> Vec<u64> {
-    let mut out = Vec::with_capacity(usize::try_from(batch.len()).unwrap_or(0));
-    out.extend(batch.iter().map(Id::get));
-    out
-}
-
-async fn segment_ids(state: &AppState, key: &str, n: u64) -> Result<Vec<u64>, ApiError> {
-    if n == 1 {
-        let id = state.segments.next_id(key).await.map_err(segment_error)?;
-        Ok(vec![id.get()])
-    } else {
-        let batch = state
-            .segments
-            .next_ids(key, n)
-            .await
-            .map_err(segment_error)?;
-        Ok(flatten(&batch))
-    }
-}
-
-/// Makes `n` IDs of `key` per its spec; public keys' IDs obfuscated.
-async fn issue(
-    state: &Arc<AppState>,
-    key: &str,
-    spec: KeySpec,
-    n: u64,
-) -> Result<Issued, ApiError> {
-    let values = match spec.strategy {
-        Strategy::Snowflake => snowflakes(state, n).await?,
-        Strategy::Segment => segment_ids(state, key, n).await?,
-        Strategy::Uuid4 | Strategy::Uuid7 => {
-            let v7 = spec.strategy == Strategy::Uuid7;
-            return Ok(Issued::Uuids(make_uuids(&state.uuids, v7, n)));
-        }
-    };
-    if !spec.public {
-        return Ok(Issued::Ints {
-            values,
-            public: false,
-        });
-    }
-    let obfuscate = {
-        let state = state.clone();
-        move || -> Result<Vec<u64>, ApiError> {
-            let obfuscator = state.obfuscator.as_ref().ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "obfuscation_disabled",
-                    "public key without an obfuscation key",
-                )
-            })?;
-            values
-                .into_iter()
-                .map(|v| {
-                    let id = Id::new(v).map_err(core_error)?;
-                    obfuscator
-                        .obfuscate(id)
-                        .map(PublicId::get)
-                        .map_err(core_error)
-                })
-                .collect()
-        }
-    };
-    let values = if n > 1000 {
-        tokio::task::spawn_blocking(obfuscate).await.map_err(|e| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-        })??
-    } else {
-        obfuscate()?
-    };
-    Ok(Issued::Ints {
-        values,
-        public: true,
-    })
-}
-
-fn make_uuids(generator: &UuidGenerator, v7: bool, n: u64) -> Vec<u128> {
-    (0..n)
-        .map(|_| {
-            if v7 {
-                generator.next_v7().as_u128()
-            } else {
-                generator.next_v4().as_u128()
-            }
-        })
-        .collect()
 }
 
 // ---- Rendering ----
@@ -386,20 +201,6 @@ fn negotiate(headers: &HeaderMap) -> Format {
     } else {
         Format::Text
     }
-}
-
-fn text_of(state: &AppState, value: u64, public: bool) -> Result<String, ApiError> {
-    if public {
-        state.codec.encode(PublicId::new(value)).map_err(core_error)
-    } else {
-        Ok(itoa::Buffer::new().format(value).to_owned())
-    }
-}
-
-fn uuid_text(value: u128) -> String {
-    idmint_core::uuid::Uuid::from_u128(value)
-        .hyphenated()
-        .to_string()
 }
 
 fn render(
@@ -630,6 +431,12 @@ async fn uuids(
     };
     let n = count_of(&params, state.max_count)?;
     let issued = Issued::Uuids(make_uuids(&state.uuids, v7, n));
+    metrics::count_issued(
+        &state,
+        "",
+        if v7 { Strategy::Uuid7 } else { Strategy::Uuid4 },
+        n,
+    );
     render(
         &state,
         negotiate(&headers),

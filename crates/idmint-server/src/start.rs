@@ -29,7 +29,10 @@ use tokio::task::JoinHandle;
 use crate::config::{
     Config, ConfigError, RegistryKind, SchemaName, SqlModeName, Strategy, ZooKeeperModeName,
 };
-use crate::http::{self, AppState, KeySpec};
+use crate::http;
+use crate::issue::{AppState, KeySpec};
+use crate::metrics::{CountingRegistry, CountingStore, Metrics, SamplerGuard};
+use crate::resp::RespListener;
 
 /// Why the server could not start or serve. Each names the step and the
 /// config key behind it.
@@ -42,6 +45,14 @@ pub enum ServerError {
     /// The HTTP listener could not be bound.
     #[error("cannot listen on server.http_addr {addr}: {source}")]
     Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The RESP (Redis-protocol) listener could not be bound.
+    #[error("cannot listen on server.resp_addr {addr}: {source}")]
+    BindResp {
         /// The address.
         addr: SocketAddr,
         /// Why.
@@ -101,6 +112,8 @@ pub struct Server {
     keeper: KeeperGuard,
     preloader: PreloaderGuard,
     watcher: WatcherGuard,
+    sampler: SamplerGuard,
+    resp: Option<RespListener>,
     grace: Duration,
 }
 
@@ -127,14 +140,24 @@ impl Server {
         let local_addr = listener
             .local_addr()
             .map_err(|source| ServerError::Bind { addr, source })?;
+        let resp = match config.server.resp_addr {
+            Some(addr) => Some(
+                RespListener::bind(addr)
+                    .await
+                    .map_err(|source| ServerError::BindResp { addr, source })?,
+            ),
+            None => None,
+        };
 
         let kind = config.snowflake.registry;
         let registry_error = |source| ServerError::Registry {
             registry: kind.name(),
             source,
         };
-        let registry = open_registry(&config).await.map_err(registry_error)?;
         let node = node_identity(&config, local_addr);
+        let metrics = Arc::new(Metrics::new(node.to_string()));
+        let registry = open_registry(&config).await.map_err(registry_error)?;
+        let registry = CountingRegistry::wrap(registry, metrics.clone());
         let clock = Arc::new(MonotonicClock::new());
         let mut settings = GeneratorSettings::new(layout).with_clock(clock.clone());
         if let Some(dc) = config.snowflake.datacenter {
@@ -154,7 +177,7 @@ impl Server {
             "worker ID claimed"
         );
 
-        let segments = open_segments(&config).await?;
+        let segments = open_segments(&config, metrics.clone()).await?;
         for (name, key) in &config.segment.keys {
             match segments.create_key(key.new_key(name)).await {
                 Ok(info) => tracing::info!(key = %name, step = info.step, "segment key created"),
@@ -207,9 +230,14 @@ impl Server {
             codec,
             admin_token: config.server.admin_token.clone(),
             max_count: config.server.max_count,
+            metrics: metrics.clone(),
         });
         let watcher = WatcherGuard::spawn(worker);
+        let sampler = SamplerGuard::spawn(metrics);
         tracing::info!(addr = %local_addr, "listening for HTTP");
+        if let Some(resp) = &resp {
+            tracing::info!(addr = %resp.local_addr(), "listening for RESP (Redis protocol)");
+        }
         Ok(Server {
             listener,
             local_addr,
@@ -217,6 +245,8 @@ impl Server {
             keeper,
             preloader,
             watcher,
+            sampler,
+            resp,
             grace: config.server.shutdown_grace,
         })
     }
@@ -226,7 +256,12 @@ impl Server {
         self.local_addr
     }
 
-    /// Serves HTTP until `shutdown` completes; then stops accepting, waits for
+    /// The address the RESP listener listens on, when `server.resp_addr` is set.
+    pub fn resp_addr(&self) -> Option<SocketAddr> {
+        self.resp.as_ref().map(RespListener::local_addr)
+    }
+
+    /// Serves HTTP (and RESP) until `shutdown` completes; then stops accepting, waits for
     /// in-flight requests (at most `server.shutdown_grace`), and releases the
     /// worker claim.
     ///
@@ -243,14 +278,19 @@ impl Server {
             keeper,
             preloader,
             watcher,
+            sampler,
+            resp,
             grace,
         } = self;
         let stopping = Arc::new(tokio::sync::Notify::new());
         let signal = stopping.clone();
+        let (stop_resp, resp_stopped) = tokio::sync::watch::channel(false);
+        let resp = resp.map(|r| tokio::spawn(r.serve(state.clone(), resp_stopped, grace)));
         let shutdown = async move {
             shutdown.await;
             tracing::info!(addr = %local_addr, "shutting down: no new connections");
             signal.notify_one();
+            let _ = stop_resp.send(true);
         };
         let app = http::router(state);
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown);
@@ -261,7 +301,14 @@ impl Server {
                 Ok(())
             }
         };
+        if let Some(resp) = resp {
+            // Stopped with HTTP; it waits up to the grace for its connections.
+            if let Err(e) = resp.await {
+                tracing::error!(error = %e, "the RESP listener task failed");
+            }
+        }
         drop(watcher);
+        drop(sampler);
         drop(preloader);
         keeper.shutdown().await;
         tracing::info!("worker claim released; stopped");
@@ -369,7 +416,10 @@ async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, Regis
     })
 }
 
-async fn open_segments(config: &Config) -> Result<SegmentAllocator, ServerError> {
+async fn open_segments(
+    config: &Config,
+    metrics: Arc<Metrics>,
+) -> Result<SegmentAllocator, ServerError> {
     let url = config.segment_url();
     let seg = &config.segment;
     let segment_config = SegmentConfig::new()
@@ -402,7 +452,7 @@ async fn open_segments(config: &Config) -> Result<SegmentAllocator, ServerError>
             Arc::new(SqlSegmentStore::connect(sql_config).await.map_err(fail)?)
         };
     tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
-    SegmentAllocator::from_shared(store, segment_config).map_err(fail)
+    SegmentAllocator::from_shared(CountingStore::wrap(store, metrics), segment_config).map_err(fail)
 }
 
 /// Owns the task that logs the worker lease's state changes (lost, expired,

@@ -2,6 +2,7 @@
 //! subcommand. Each subcommand's `run` takes its parsed arguments, writes to
 //! stdout, and returns `anyhow::Result`; printing errors is `main`'s job.
 
+mod bench;
 mod decode;
 mod format;
 mod generate;
@@ -45,8 +46,11 @@ enum Command {
     /// and a SQLite segment store in ./idmint-data, listening on 127.0.0.1:8080.
     /// Every config key can be set by an IDMINT_<SECTION>__<KEY> variable.
     Serve(serve::ServeArgs),
-    // `bench` joins here; the server's config and listener setup stay in the
-    // server crate, `main` only calls it.
+    /// Load a server (http://, resp://) or an in-process generator; print
+    /// throughput and p50/p99/p99.9 latency, and check every ID is unique.
+    ///
+    /// Exits 1 if any ID came twice or any call failed.
+    Bench(bench::BenchArgs),
 }
 
 /// Runs the subcommand.
@@ -58,6 +62,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Obfuscate(args) => obfuscate::run(args),
         Command::Reveal(args) => reveal::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }
 

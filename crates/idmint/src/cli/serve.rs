@@ -3,8 +3,18 @@
 //! and signals, and hands over.
 //!
 //! Precedence, lowest first: the embedded defaults, `--config FILE`, the
-//! `IDMINT_…` environment variables, then the flags `--data-dir` and
-//! `--http-addr`.
+//! `IDMINT_…` environment variables, then the flags `--data-dir`,
+//! `--http-addr` and `--resp-addr`.
+//!
+//! # The ready file
+//! `--ready-file FILE` is written (whole, by a rename) once the server
+//! serves. Its first line is the HTTP address, alone, so a reader of one line
+//! keeps working; each other listener follows on a line `NAME=ADDR`:
+//!
+//! ```text
+//! 127.0.0.1:41237
+//! resp=127.0.0.1:38911
+//! ```
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,8 +41,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     http_addr: Option<SocketAddr>,
 
-    /// Once serving, write the HTTP address (`127.0.0.1:PORT`) to this file, for
-    /// scripts and tests that start the server on port 0.
+    /// Where the Redis-protocol (RESP2) listener listens (overrides
+    /// server.resp_addr; off unless set; port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    resp_addr: Option<SocketAddr>,
+
+    /// Once serving, write the addresses to this file, for scripts and tests
+    /// that start the server on port 0: the HTTP address (`127.0.0.1:PORT`)
+    /// on the first line, then `resp=ADDR` when RESP is on.
     #[arg(long, value_name = "FILE")]
     ready_file: Option<PathBuf>,
 }
@@ -47,6 +63,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     if let Some(addr) = args.http_addr {
         config.server.http_addr = addr;
+    }
+    if let Some(addr) = args.resp_addr {
+        config.server.resp_addr = Some(addr);
     }
     config
         .validate()
@@ -64,7 +83,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
             }
         })?;
         if let Some(path) = &args.ready_file {
-            write_ready_file(path, &server.local_addr().to_string())?;
+            let mut text = format!("{}\n", server.local_addr());
+            if let Some(addr) = server.resp_addr() {
+                text.push_str(&format!("resp={addr}\n"));
+            }
+            write_ready_file(path, &text)?;
         }
         server.serve(shutdown_signal()).await?;
         Ok(())
@@ -85,9 +108,9 @@ fn init_logging() {
 }
 
 /// Written whole (temporary file, then rename), so a reader never sees half an address.
-fn write_ready_file(path: &Path, addr: &str) -> Result<()> {
+fn write_ready_file(path: &Path, text: &str) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("{addr}\n"))
+    std::fs::write(&tmp, text)
         .and_then(|()| std::fs::rename(&tmp, path))
         .with_context(|| format!("writing --ready-file {}", path.display()))
 }

@@ -3,12 +3,16 @@
 //! are grouped by subcommand.
 
 mod bad_input;
+mod bench;
+mod client;
 mod decode;
 mod generate;
 mod layout;
 mod obfuscate;
 mod serve;
 mod serve_cluster;
+mod serve_metrics;
+mod serve_resp;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};

@@ -19,6 +19,8 @@ pub struct Served {
     child: Child,
     /// `127.0.0.1:PORT`.
     pub addr: String,
+    /// The RESP listener's `127.0.0.1:PORT`, when started with `--resp-addr`.
+    pub resp_addr: Option<String>,
     log: PathBuf,
 }
 
@@ -28,6 +30,16 @@ pub fn spawn(
     data_dir: &Path,
     config: Option<&str>,
     env: &[(&str, &str)],
+) -> (Child, PathBuf, PathBuf) {
+    spawn_with_args(data_dir, config, env, &[])
+}
+
+/// [`spawn`] with more flags for `idmint serve` (`--resp-addr 127.0.0.1:0`).
+pub fn spawn_with_args(
+    data_dir: &Path,
+    config: Option<&str>,
+    env: &[(&str, &str)],
+    args: &[&str],
 ) -> (Child, PathBuf, PathBuf) {
     std::fs::create_dir_all(data_dir).unwrap();
     let tag = format!(
@@ -53,6 +65,7 @@ pub fn spawn(
         .arg(data_dir)
         .args(["--http-addr", "127.0.0.1:0", "--ready-file"])
         .arg(&ready)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());
@@ -72,14 +85,32 @@ impl Served {
     /// Starts a server and waits (up to 60 s) until it is serving.
     #[track_caller]
     pub fn start(data_dir: &Path, config: Option<&str>, env: &[(&str, &str)]) -> Served {
-        let (mut child, ready, log) = spawn(data_dir, config, env);
+        Served::start_with_args(data_dir, config, env, &[])
+    }
+
+    /// [`Served::start`] with more flags for `idmint serve`.
+    #[track_caller]
+    pub fn start_with_args(
+        data_dir: &Path,
+        config: Option<&str>,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Served {
+        let (mut child, ready, log) = spawn_with_args(data_dir, config, env, args);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(text) = std::fs::read_to_string(&ready) {
+                // The HTTP address, then `NAME=ADDR` lines for other listeners.
                 if text.ends_with('\n') {
+                    let mut lines = text.lines();
+                    let addr = lines.next().unwrap_or_default().to_owned();
+                    let resp_addr = lines
+                        .find_map(|l| l.strip_prefix("resp="))
+                        .map(str::to_owned);
                     return Served {
                         child,
-                        addr: text.trim().to_owned(),
+                        addr,
+                        resp_addr,
                         log,
                     };
                 }

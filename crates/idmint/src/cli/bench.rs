@@ -1,0 +1,696 @@
+//! `idmint bench`: a load generator. `--concurrency` workers call for
+//! `--batch` IDs at a time for `--duration`, against a running server or in
+//! this process, then it prints throughput and latency percentiles (p50, p99,
+//! p99.9, max) and checks that no ID came twice. A duplicate is reported on
+//! stdout with examples, and the command exits 1; so does any failed call.
+//!
+//! Targets (each a [`Conn`] variant; a new protocol is one more variant, one
+//! more arm in [`Conn::connect`] and [`Conn::next_ids`], and its scheme in
+//! [`Target::parse`]):
+//! - `http://ADDR`: `GET /v1/ids/{key}?count=N` in the binary form, through
+//!   `idmint-client`, with no prefetch unless `--prefetch N`;
+//! - `resp://ADDR` (or `redis://`): the Redis protocol, `INCR key` per ID,
+//!   `IDMINT.BATCH key N` for batches, one connection per worker;
+//! - `--in-process`: a `Snowflake` (Twitter layout, worker 0; one OS thread
+//!   per worker sharing it) and/or a `SegmentAllocator` on a `MemoryStore`
+//!   (one task per worker), one after the other.
+//!
+//! gRPC (`grpc://`) is recognized and refused until the server speaks it.
+//!
+//! Latency is kept in a log-linear histogram (1/64 relative precision), not
+//! as samples, so a long in-process run needs no memory for it; the IDs
+//! themselves are kept, to check them.
+
+use std::fmt::{self, Write as _};
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use clap::{Args, ValueEnum};
+use idmint_core::{IdBatch, Layout, SequenceExhausted, Snowflake};
+use idmint_segment::MemoryStore;
+use idmint_segment::{NewKey, SegmentAllocator, SegmentConfig};
+
+use super::bad_input;
+
+/// Flags of `idmint bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The server to load: http://ADDR (HTTP API) or resp://ADDR (Redis protocol).
+    #[arg(long, value_name = "URL", required_unless_present = "in_process")]
+    target: Option<String>,
+
+    /// Generate in this process instead of asking a server.
+    #[arg(long, conflicts_with_all = ["target", "prefetch"])]
+    in_process: bool,
+
+    /// With --in-process: the generators to run, one after the other.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "snowflake,segment",
+        requires = "in_process"
+    )]
+    strategy: Vec<InProcess>,
+
+    /// The key to ask IDs of (a server must know it; in process it is created).
+    #[arg(long, default_value = "bench")]
+    key: String,
+
+    /// Workers calling at once (tasks, connections or threads).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    concurrency: u32,
+
+    /// How long to run each target: 500ms, 5s, 1m.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    duration: Duration,
+
+    /// IDs per call.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    batch: u64,
+
+    /// HTTP only: let the client prefetch up to N IDs per key (0: off).
+    #[arg(long, default_value_t = 0)]
+    prefetch: u64,
+}
+
+/// An in-process generator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum InProcess {
+    /// `Snowflake`, Twitter layout, worker 0, waiting when a tick is used up.
+    Snowflake,
+    /// `SegmentAllocator` on a `MemoryStore`, step 1000 (dynamic).
+    Segment,
+}
+
+/// `500ms`, `5s`, `1.5s`, `2m`, or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (like 500ms, 5s, 1m)"))?;
+    let secs = match unit.trim() {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" | "min" => value * 60.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}: use ms, s or m"
+            ));
+        }
+    };
+    let d = Duration::try_from_secs_f64(secs).map_err(|e| format!("{text:?}: {e}"))?;
+    if d.is_zero() {
+        return Err(format!("{text:?}: a duration of 0 measures nothing"));
+    }
+    Ok(d)
+}
+
+/// A server to load, by URL scheme.
+#[derive(Debug, Clone)]
+enum Target {
+    /// `http://ADDR[/prefix]`: the HTTP API.
+    Http(String),
+    /// `resp://ADDR`: the Redis protocol.
+    Resp(String),
+}
+
+impl Target {
+    fn parse(text: &str) -> Result<Target> {
+        let (scheme, rest) = text.split_once("://").ok_or_else(|| {
+            bad_input(format!(
+                "target {text:?} has no scheme: use http://ADDR or resp://ADDR"
+            ))
+        })?;
+        if rest.is_empty() {
+            return Err(bad_input(format!("target {text:?} has no address")));
+        }
+        match scheme {
+            "http" => Ok(Target::Http(text.to_owned())),
+            "resp" | "redis" => Ok(Target::Resp(rest.trim_end_matches('/').to_owned())),
+            "grpc" => Err(bad_input(format!(
+                "target {text:?}: gRPC is not served yet; use http:// or resp://"
+            ))),
+            other => Err(bad_input(format!(
+                "target {text:?}: unknown scheme {other:?}; use http:// or resp://"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Http(url) => f.write_str(url),
+            Target::Resp(addr) => write!(f, "resp://{addr}"),
+        }
+    }
+}
+
+/// One worker's connection to a target.
+enum Conn {
+    Http(idmint_client::Client),
+    Resp(redis::aio::MultiplexedConnection),
+}
+
+impl Conn {
+    /// A connection for one worker; `shared` is the HTTP client all workers
+    /// share (its pool opens a connection per worker in flight).
+    async fn connect(target: &Target, shared: Option<&idmint_client::Client>) -> Result<Conn> {
+        match target {
+            Target::Http(_) => Ok(Conn::Http(
+                shared.expect("an HTTP target has a client").clone(),
+            )),
+            Target::Resp(addr) => {
+                let client = redis::Client::open(format!("redis://{addr}/"))
+                    .with_context(|| format!("RESP target {addr}"))?;
+                let conn = client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .with_context(|| format!("connecting to {addr}"))?;
+                Ok(Conn::Resp(conn))
+            }
+        }
+    }
+
+    async fn next_ids(&mut self, key: &str, n: u64) -> Result<Vec<u64>> {
+        match self {
+            Conn::Http(client) => Ok(client.next_ids(key, n).await?),
+            Conn::Resp(conn) if n == 1 => {
+                let id: u64 = redis::cmd("INCR").arg(key).query_async(conn).await?;
+                Ok(vec![id])
+            }
+            Conn::Resp(conn) => Ok(redis::cmd("IDMINT.BATCH")
+                .arg(key)
+                .arg(n)
+                .query_async(conn)
+                .await?),
+        }
+    }
+}
+
+/// Runs the benchmark.
+pub fn run(args: BenchArgs) -> Result<()> {
+    if args.key.trim().is_empty() {
+        return Err(bad_input("the key is empty"));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let mut reports = Vec::new();
+    if args.in_process {
+        let mut strategies = args.strategy.clone();
+        strategies.dedup();
+        for strategy in strategies {
+            let report = match strategy {
+                InProcess::Snowflake => bench_snowflake(&args)?,
+                InProcess::Segment => runtime.block_on(bench_segment(&args))?,
+            };
+            reports.push(report);
+        }
+    } else {
+        let target = Target::parse(args.target.as_deref().unwrap_or_default())?;
+        if args.prefetch > 0 && !matches!(target, Target::Http(_)) {
+            return Err(bad_input("--prefetch works with http:// targets only"));
+        }
+        reports.push(runtime.block_on(bench_target(&args, target))?);
+    }
+    let mut out = String::new();
+    for (i, report) in reports.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        report.render(&mut out);
+    }
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .context("writing the report")?;
+    let failures: Vec<String> = reports.iter().filter_map(Report::failure).collect();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow!(failures.join("; ")))
+    }
+}
+
+async fn bench_target(args: &BenchArgs, target: Target) -> Result<Report> {
+    let shared = match &target {
+        Target::Http(url) => Some(
+            idmint_client::Client::builder()
+                .servers([url.as_str()])
+                .prefetch(args.prefetch)
+                .timeout(Duration::from_secs(30))
+                .build()
+                .map_err(|e| bad_input(format!("target: {e}")))?,
+        ),
+        Target::Resp(_) => None,
+    };
+    let mut conns = Vec::with_capacity(args.concurrency as usize);
+    for _ in 0..args.concurrency {
+        conns.push(Conn::connect(&target, shared.as_ref()).await?);
+    }
+    let prefetch = match (&target, args.prefetch) {
+        (Target::Http(_), 0) => ", prefetch off".to_owned(),
+        (Target::Http(_), n) => format!(", prefetch {n}"),
+        _ => String::new(),
+    };
+    let label = format!(
+        "{target} (key {}, batch {}{prefetch})",
+        args.key, args.batch
+    );
+    let started = Instant::now();
+    let deadline = started + args.duration;
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|mut conn| {
+            let key = args.key.clone();
+            let batch = args.batch;
+            tokio::spawn(async move {
+                let mut w = Worker::default();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let result = conn.next_ids(&key, batch).await;
+                    w.record(t.elapsed(), result.map_err(|e| format!("{e:#}")));
+                }
+                w
+            })
+        })
+        .collect();
+    let mut workers = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        workers.push(task.await.context("a bench worker panicked")?);
+    }
+    Ok(Report::new(
+        label,
+        args.concurrency,
+        started.elapsed(),
+        workers,
+    ))
+}
+
+fn bench_snowflake(args: &BenchArgs) -> Result<Report> {
+    let generator = Snowflake::builder(Layout::TWITTER)
+        .with_worker(0)
+        .with_sequence_exhausted(SequenceExhausted::Wait)
+        .build()?;
+    let batch = args.batch;
+    let started = Instant::now();
+    let deadline = started + args.duration;
+    let workers = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..args.concurrency)
+            .map(|_| {
+                let generator = &generator;
+                s.spawn(move || {
+                    let mut w = Worker::default();
+                    while Instant::now() < deadline {
+                        let t = Instant::now();
+                        let result = if batch == 1 {
+                            generator.next_id().map(|id| vec![id.get()])
+                        } else {
+                            generator.next_ids(batch).map(|b| expand(&b))
+                        };
+                        w.record(t.elapsed(), result.map_err(|e| e.to_string()));
+                    }
+                    w
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow!("a bench thread panicked")))
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let label = format!(
+        "in-process snowflake (twitter layout, worker 0, batch {batch}, {} threads sharing one generator)",
+        args.concurrency
+    );
+    Ok(Report::new(
+        label,
+        args.concurrency,
+        started.elapsed(),
+        workers,
+    ))
+}
+
+async fn bench_segment(args: &BenchArgs) -> Result<Report> {
+    let allocator = Arc::new(SegmentAllocator::new(
+        MemoryStore::new(),
+        SegmentConfig::new(),
+    )?);
+    allocator
+        .create_key(NewKey::new(args.key.clone(), 1000))
+        .await?;
+    let _preloader = allocator.spawn_preloader();
+    let started = Instant::now();
+    let deadline = started + args.duration;
+    let tasks: Vec<_> = (0..args.concurrency)
+        .map(|_| {
+            let allocator = Arc::clone(&allocator);
+            let key = args.key.clone();
+            let batch = args.batch;
+            tokio::spawn(async move {
+                let mut w = Worker::default();
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let result = if batch == 1 {
+                        allocator.next_id(&key).await.map(|id| vec![id.get()])
+                    } else {
+                        allocator.next_ids(&key, batch).await.map(|b| expand(&b))
+                    };
+                    w.record(t.elapsed(), result.map_err(|e| e.to_string()));
+                    // Let the preloader and the other tasks in on a busy runtime.
+                    if w.calls % 256 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                w
+            })
+        })
+        .collect();
+    let mut workers = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        workers.push(task.await.context("a bench worker panicked")?);
+    }
+    let label = format!(
+        "in-process segment (memory store, step 1000, key {}, batch {}, {} tasks)",
+        args.key, args.batch, args.concurrency
+    );
+    Ok(Report::new(
+        label,
+        args.concurrency,
+        started.elapsed(),
+        workers,
+    ))
+}
+
+fn expand(batch: &IdBatch) -> Vec<u64> {
+    batch.iter().map(|id| id.get()).collect()
+}
+
+/// What one worker saw.
+#[derive(Debug, Default)]
+struct Worker {
+    calls: u64,
+    errors: u64,
+    first_error: Option<String>,
+    latency: Histogram,
+    ids: Vec<u64>,
+}
+
+impl Worker {
+    fn record(&mut self, elapsed: Duration, result: Result<Vec<u64>, String>) {
+        self.calls += 1;
+        self.latency
+            .record(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+        match result {
+            Ok(ids) => self.ids.extend(ids),
+            Err(e) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(e);
+            }
+        }
+    }
+}
+
+/// The figures of one run.
+#[derive(Debug)]
+struct Report {
+    label: String,
+    concurrency: u32,
+    elapsed: Duration,
+    calls: u64,
+    errors: u64,
+    first_error: Option<String>,
+    n_ids: u64,
+    latency: Histogram,
+    n_duplicates: u64,
+    duplicate_examples: Vec<u64>,
+}
+
+impl Report {
+    fn new(label: String, concurrency: u32, elapsed: Duration, workers: Vec<Worker>) -> Report {
+        let mut latency = Histogram::default();
+        let (mut calls, mut errors, mut first_error) = (0, 0, None);
+        let mut ids = Vec::with_capacity(workers.iter().map(|w| w.ids.len()).sum());
+        for w in workers {
+            calls += w.calls;
+            errors += w.errors;
+            if first_error.is_none() {
+                first_error = w.first_error;
+            }
+            latency.merge(&w.latency);
+            ids.extend(w.ids);
+        }
+        let n_ids = ids.len() as u64;
+        let (n_duplicates, duplicate_examples) = duplicates(ids);
+        Report {
+            label,
+            concurrency,
+            elapsed,
+            calls,
+            errors,
+            first_error,
+            n_ids,
+            latency,
+            n_duplicates,
+            duplicate_examples,
+        }
+    }
+
+    fn render(&self, out: &mut String) {
+        let secs = self.elapsed.as_secs_f64();
+        let per_sec = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let p = |q: f64| format_nanos(self.latency.quantile(q));
+        let _ = writeln!(out, "target        {}", self.label);
+        let _ = writeln!(out, "concurrency   {}", self.concurrency);
+        let _ = writeln!(out, "duration      {secs:.2} s");
+        let _ = writeln!(out, "calls         {} ({} failed)", self.calls, self.errors);
+        let _ = writeln!(out, "ids           {}", self.n_ids);
+        let _ = writeln!(
+            out,
+            "throughput    {:.0} ids/s, {:.0} calls/s",
+            per_sec(self.n_ids),
+            per_sec(self.calls)
+        );
+        let _ = writeln!(
+            out,
+            "latency       p50 {}, p99 {}, p99.9 {}, max {}",
+            p(0.5),
+            p(0.99),
+            p(0.999),
+            format_nanos(self.latency.max)
+        );
+        if let Some(e) = &self.first_error {
+            let _ = writeln!(out, "first error   {e}");
+        }
+        if self.n_duplicates == 0 {
+            let _ = writeln!(out, "duplicates    0 (all {} IDs unique)", self.n_ids);
+        } else {
+            let examples: Vec<String> =
+                self.duplicate_examples.iter().map(u64::to_string).collect();
+            let _ = writeln!(
+                out,
+                "duplicates    {} !!! DUPLICATE IDS RECEIVED, e.g. {}",
+                self.n_duplicates,
+                examples.join(", ")
+            );
+        }
+    }
+
+    /// Why this run counts as failed, if it does.
+    fn failure(&self) -> Option<String> {
+        let mut why = Vec::new();
+        if self.n_duplicates > 0 {
+            why.push(format!(
+                "{} duplicate IDs from {}",
+                self.n_duplicates, self.label
+            ));
+        }
+        if self.errors > 0 {
+            why.push(format!(
+                "{} of {} calls to {} failed, first: {}",
+                self.errors,
+                self.calls,
+                self.label,
+                self.first_error.as_deref().unwrap_or("?")
+            ));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+}
+
+/// The number of IDs that came more than once (each repeat counts), and up
+/// to five of them.
+fn duplicates(mut ids: Vec<u64>) -> (u64, Vec<u64>) {
+    ids.sort_unstable();
+    let mut n = 0;
+    let mut examples = Vec::new();
+    for w in ids.windows(2) {
+        if w[0] == w[1] {
+            n += 1;
+            if examples.len() < 5 && examples.last() != Some(&w[0]) {
+                examples.push(w[0]);
+            }
+        }
+    }
+    (n, examples)
+}
+
+/// A log-linear latency histogram in nanoseconds: exact below 128, then 64
+/// buckets per power of two (1/64 relative precision).
+#[derive(Debug, Clone)]
+struct Histogram {
+    counts: Vec<u64>,
+    total: u64,
+    max: u64,
+}
+
+/// Sub-buckets per power of two, as a shift.
+const SUB_BITS: u32 = 6;
+const LINEAR: u64 = 2 << SUB_BITS;
+const BUCKETS: usize = (LINEAR + (64 - SUB_BITS as u64 - 1) * (1 << SUB_BITS)) as usize;
+
+impl Default for Histogram {
+    fn default() -> Histogram {
+        Histogram {
+            counts: vec![0; BUCKETS],
+            total: 0,
+            max: 0,
+        }
+    }
+}
+
+impl Histogram {
+    fn index(v: u64) -> usize {
+        if v < LINEAR {
+            return v as usize;
+        }
+        let exp = 63 - u64::from(v.leading_zeros()); // at least SUB_BITS + 1
+        let sub = (v >> (exp - u64::from(SUB_BITS))) & ((1 << SUB_BITS) - 1);
+        (LINEAR + (exp - u64::from(SUB_BITS) - 1) * (1 << SUB_BITS) + sub) as usize
+    }
+
+    /// The highest value of bucket `idx`.
+    fn high(idx: usize) -> u64 {
+        let idx = idx as u64;
+        if idx < LINEAR {
+            return idx;
+        }
+        let exp = (idx - LINEAR) / (1 << SUB_BITS) + u64::from(SUB_BITS) + 1;
+        let sub = (idx - LINEAR) % (1 << SUB_BITS);
+        let width = 1u64 << (exp - u64::from(SUB_BITS));
+        ((1 << SUB_BITS) + sub)
+            .saturating_mul(width)
+            .saturating_add(width - 1)
+    }
+
+    fn record(&mut self, v: u64) {
+        self.counts[Histogram::index(v)] += 1;
+        self.total += 1;
+        self.max = self.max.max(v);
+    }
+
+    fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.total += other.total;
+        self.max = self.max.max(other.max);
+    }
+
+    /// The value at quantile `q` (0 to 1), as its bucket's highest value,
+    /// capped by the largest value seen.
+    fn quantile(&self, q: f64) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        let rank = ((q * self.total as f64).ceil() as u64).clamp(1, self.total);
+        let mut seen = 0;
+        for (idx, &count) in self.counts.iter().enumerate() {
+            seen += count;
+            if seen >= rank {
+                return Histogram::high(idx).min(self.max);
+            }
+        }
+        self.max
+    }
+}
+
+fn format_nanos(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns} ns"),
+        1_000..1_000_000 => format!("{:.1} µs", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        for bad in ["", "0s", "5h", "fast", "-1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn targets_parse_by_scheme() {
+        assert!(matches!(
+            Target::parse("http://127.0.0.1:1").unwrap(),
+            Target::Http(_)
+        ));
+        match Target::parse("resp://127.0.0.1:6380/").unwrap() {
+            Target::Resp(addr) => assert_eq!(addr, "127.0.0.1:6380"),
+            other => panic!("{other:?}"),
+        }
+        for bad in ["127.0.0.1:1", "grpc://h:1", "ftp://h", "http://"] {
+            let e = Target::parse(bad).unwrap_err();
+            assert!(super::super::is_bad_input(&e), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn histogram_quantiles_are_within_a_bucket() {
+        let mut h = Histogram::default();
+        for v in 1..=10_000u64 {
+            h.record(v * 1000);
+        }
+        for (q, exact) in [(0.5, 5_000_000u64), (0.99, 9_900_000), (0.999, 9_990_000)] {
+            let got = h.quantile(q);
+            assert!(
+                got >= exact && got <= exact + exact / 32,
+                "{q}: {got} vs {exact}"
+            );
+        }
+        assert_eq!(h.quantile(1.0), 10_000_000);
+        // Every bucket's high value maps back into it, up to the top.
+        for v in [0, 1, 127, 128, 129, 255, 256, 1 << 40, u64::MAX] {
+            let idx = Histogram::index(v);
+            assert!(idx < BUCKETS, "{v}");
+            assert!(Histogram::high(idx) >= v, "{v}");
+            assert_eq!(Histogram::index(Histogram::high(idx)), idx, "{v}");
+        }
+        assert_eq!(Histogram::default().quantile(0.5), 0);
+    }
+
+    #[test]
+    fn duplicates_are_counted_with_examples() {
+        assert_eq!(duplicates(vec![3, 1, 2]), (0, vec![]));
+        assert_eq!(duplicates(vec![5, 1, 5, 2, 5, 2]), (3, vec![2, 5]));
+    }
+}
