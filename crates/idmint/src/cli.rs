@@ -40,7 +40,7 @@ enum Command {
     Obfuscate(obfuscate::ObfuscateArgs),
     /// Turn public IDs back into IDs, with the key(s) and settings that made them.
     Reveal(reveal::RevealArgs),
-    /// Run the ID server (HTTP): snowflake, segment and UUID IDs, Leaf-compatible.
+    /// Run the ID server: HTTP (Leaf-compatible and /v1), the Redis protocol, metrics and a status page.
     ///
     /// With no arguments it runs on the embedded default: a `file` worker lease
     /// and a SQLite segment store in ./idmint-data, listening on 127.0.0.1:8080.
