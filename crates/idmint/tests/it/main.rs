@@ -13,6 +13,7 @@ mod serve;
 mod serve_cluster;
 mod serve_metrics;
 mod serve_resp;
+mod serve_status_page;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
