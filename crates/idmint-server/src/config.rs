@@ -20,6 +20,23 @@
 //! `IDMINT_ADMIN_TOKEN` is `server.admin_token` and `IDMINT_OBFUSCATION_KEY`
 //! (the CLI's variable) is `obfuscation.key`. Other `IDMINT_` variables without
 //! a double underscore (`IDMINT_LOG`) are not config.
+//!
+//! # Snowflake policies (`[snowflake]`, DESIGN.md §2 "Clock behaviour")
+//! Each is a string, `NAME` or `NAME:ARGUMENT`; durations as `"5ms"`, `"1s"`.
+//! - `clock_behind`: what to do when the clock reads earlier than the last ID
+//!   issued. `"fail"`; `"wait:5ms"` (wait up to the bound, then fail; the
+//!   default, Leaf's); `"borrow:50ms"` (keep issuing from the last time while
+//!   it is at most the bound ahead of the clock); `"rollback-bits"` (needs a
+//!   layout with rollback bits, e.g. `leaf,rollback=2`); `"history:N"` (reuse
+//!   the unspent sequence numbers of the last N ticks, 1..=65536).
+//! - `sequence_exhausted`: when a tick's sequence is used up. `"wait"` for the
+//!   next tick (the default) or `"borrow:1s"` (move on to the next tick at once
+//!   while at most the bound ahead of the clock).
+//! - `sequence_start`: where each tick's sequence starts. `"zero"` (the
+//!   default) or `"random:100"` (below the bound, at most the layout's IDs per
+//!   tick; Leaf uses 100).
+//!
+//! Environment: `IDMINT_SNOWFLAKE__CLOCK_BEHIND=borrow:50ms` and so on.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,7 +44,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use idmint_core::{Layout, ObfuscationKey, Obfuscator, TextFormat};
+use idmint_core::{
+    ClockBehind, Layout, ObfuscationKey, Obfuscator, SequenceExhausted, SequenceStart, Snowflake,
+    TextFormat,
+};
 use idmint_segment::NewKey;
 use serde::{Deserialize, Deserializer};
 
@@ -198,6 +218,16 @@ pub struct SnowflakeConfig {
     /// How far ahead the high-water mark is persisted (default `3s`).
     #[serde(deserialize_with = "duration")]
     pub window: Duration,
+    /// When the clock is behind the last issued ID: `fail`, `wait:5ms`
+    /// (default), `borrow:50ms`, `rollback-bits` or `history:N`.
+    #[serde(deserialize_with = "clock_behind")]
+    pub clock_behind: ClockBehind,
+    /// When a tick's sequence is used up: `wait` (default) or `borrow:1s`.
+    #[serde(deserialize_with = "sequence_exhausted")]
+    pub sequence_exhausted: SequenceExhausted,
+    /// Where each tick's sequence starts: `zero` (default) or `random:100`.
+    #[serde(deserialize_with = "sequence_start")]
+    pub sequence_start: SequenceStart,
     /// The address peers know this node by (default: the HTTP address's IP, or
     /// the host name when that is unspecified).
     pub advertise_address: Option<String>,
@@ -223,6 +253,11 @@ impl Default for SnowflakeConfig {
             worker: None,
             datacenter: None,
             window: Duration::from_secs(3),
+            clock_behind: ClockBehind::Wait {
+                max: Duration::from_millis(5),
+            },
+            sequence_exhausted: SequenceExhausted::Wait,
+            sequence_start: SequenceStart::Zero,
             advertise_address: None,
             host: HostSection::default(),
             k8s: K8sSection::default(),
@@ -490,6 +525,12 @@ pub struct KeyConfig {
     /// `obfuscation.key`).
     #[serde(default)]
     pub public: bool,
+    /// A token the key's ID requests must carry (Tinyid's per-key tokens;
+    /// also `IDMINT_KEYS__<NAME>__TOKEN`). Over HTTP `Authorization: Bearer
+    /// <token>` or `?token=<token>`; over RESP `AUTH <token>` on the
+    /// connection first. Unset (the default), the key is open.
+    #[serde(default)]
+    pub token: Option<Secret>,
 }
 
 /// `[obfuscation]`: the keyed permutation of public IDs.
@@ -597,13 +638,114 @@ impl ObfuscationConfig {
 /// (`"PT3S"`), through jiff's parser.
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
-    let signed: jiff::SignedDuration = text.trim().parse().map_err(|e| {
-        serde::de::Error::custom(format!(
-            "{text:?} is not a duration like \"3s\" or \"500ms\": {e}"
-        ))
-    })?;
-    Duration::try_from(signed)
-        .map_err(|_| serde::de::Error::custom(format!("{text:?} is negative")))
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let signed: jiff::SignedDuration = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("{text:?} is not a duration like \"3s\" or \"500ms\": {e}"))?;
+    Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))
+}
+
+/// Splits a policy `NAME` or `NAME:ARGUMENT`, the name lowercased.
+fn policy_parts(text: &str) -> (String, Option<&str>) {
+    let text = text.trim();
+    match text.split_once(':') {
+        Some((name, arg)) => (name.trim().to_ascii_lowercase(), Some(arg.trim())),
+        None => (text.to_ascii_lowercase(), None),
+    }
+}
+
+/// A policy's positive duration argument.
+fn policy_duration(text: &str, arg: Option<&str>, example: &str) -> Result<Duration, String> {
+    let Some(arg) = arg else {
+        return Err(format!("{text:?} needs a bound, like {example:?}"));
+    };
+    let d = parse_duration(arg).map_err(|e| format!("{text:?}: {e}"))?;
+    if d.is_zero() {
+        return Err(format!("{text:?}: the bound must be more than zero"));
+    }
+    Ok(d)
+}
+
+/// Parses `snowflake.clock_behind`: `fail`, `wait:DURATION`,
+/// `borrow:DURATION`, `rollback-bits` or `history:N`.
+pub fn parse_clock_behind(text: &str) -> Result<ClockBehind, String> {
+    let (name, arg) = policy_parts(text);
+    let no_arg = |policy: ClockBehind| match arg {
+        None => Ok(policy),
+        Some(_) => Err(format!("{text:?}: {name} takes no argument")),
+    };
+    match name.as_str() {
+        "fail" => no_arg(ClockBehind::Fail),
+        "rollback-bits" => no_arg(ClockBehind::RollbackBits),
+        "wait" => Ok(ClockBehind::Wait {
+            max: policy_duration(text, arg, "wait:5ms")?,
+        }),
+        "borrow" => Ok(ClockBehind::Borrow {
+            max_lead: policy_duration(text, arg, "borrow:50ms")?,
+        }),
+        "history" => {
+            let ticks = arg
+                .and_then(|a| a.parse::<u32>().ok())
+                .filter(|t| (1..=1 << 16).contains(t))
+                .ok_or_else(|| {
+                    format!("{text:?}: history needs a tick count 1..=65536, like \"history:64\"")
+                })?;
+            Ok(ClockBehind::History { ticks })
+        }
+        _ => Err(format!(
+            "{text:?} is not a policy: use \"fail\", \"wait:5ms\", \"borrow:50ms\", \
+             \"rollback-bits\" or \"history:N\""
+        )),
+    }
+}
+
+/// Parses `snowflake.sequence_exhausted`: `wait` or `borrow:DURATION`.
+pub fn parse_sequence_exhausted(text: &str) -> Result<SequenceExhausted, String> {
+    match policy_parts(text) {
+        (name, None) if name == "wait" => Ok(SequenceExhausted::Wait),
+        (name, arg) if name == "borrow" => Ok(SequenceExhausted::Borrow {
+            max_lead: policy_duration(text, arg, "borrow:1s")?,
+        }),
+        _ => Err(format!(
+            "{text:?} is not a policy: use \"wait\" or \"borrow:1s\""
+        )),
+    }
+}
+
+/// Parses `snowflake.sequence_start`: `zero` or `random:N`.
+pub fn parse_sequence_start(text: &str) -> Result<SequenceStart, String> {
+    match policy_parts(text) {
+        (name, None) if name == "zero" => Ok(SequenceStart::Zero),
+        (name, Some(arg)) if name == "random" => arg
+            .parse::<u32>()
+            .ok()
+            .filter(|&below| below > 0)
+            .map(|below| SequenceStart::Random { below })
+            .ok_or_else(|| {
+                format!("{text:?}: random needs a bound of 1 or more, like \"random:100\"")
+            }),
+        _ => Err(format!(
+            "{text:?} is not a sequence start: use \"zero\" or \"random:100\""
+        )),
+    }
+}
+
+fn clock_behind<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ClockBehind, D::Error> {
+    parse_clock_behind(&String::deserialize(deserializer)?).map_err(serde::de::Error::custom)
+}
+
+fn sequence_exhausted<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<SequenceExhausted, D::Error> {
+    parse_sequence_exhausted(&String::deserialize(deserializer)?).map_err(serde::de::Error::custom)
+}
+
+fn sequence_start<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SequenceStart, D::Error> {
+    parse_sequence_start(&String::deserialize(deserializer)?).map_err(serde::de::Error::custom)
 }
 
 /// Where an overlaid value came from.
@@ -717,7 +859,8 @@ impl Config {
                 message,
             })
         };
-        self.layout()?;
+        let layout = self.layout()?;
+        self.check_policies(layout)?;
         if !(1..=idmint_core::Snowflake::MAX_BATCH).contains(&self.server.max_count) {
             return invalid(
                 "server.max_count",
@@ -795,6 +938,16 @@ impl Config {
                 origin: CHECKED.to_owned(),
                 message: e.to_string(),
             })?;
+            if let Some(token) = &key.token {
+                let text = token.expose();
+                if text.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return invalid(
+                        &format!("keys.{name}.token"),
+                        "a token must be non-empty, without spaces or control characters"
+                            .to_owned(),
+                    );
+                }
+            }
             if key.public {
                 if matches!(key.strategy, Strategy::Uuid4 | Strategy::Uuid7) {
                     return invalid(
@@ -813,6 +966,30 @@ impl Config {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Checks each snowflake policy against the layout (rollback bits, the
+    /// random start's bound) by building a generator with it alone.
+    fn check_policies(&self, layout: Layout) -> Result<(), ConfigError> {
+        let sf = &self.snowflake;
+        let fail = |key: &str, e: idmint_core::Error| ConfigError::Invalid {
+            key: key.to_owned(),
+            origin: CHECKED.to_owned(),
+            message: e.to_string(),
+        };
+        Snowflake::builder(layout)
+            .with_clock_behind(sf.clock_behind)
+            .build()
+            .map_err(|e| fail("snowflake.clock_behind", e))?;
+        Snowflake::builder(layout)
+            .with_sequence_exhausted(sf.sequence_exhausted)
+            .build()
+            .map_err(|e| fail("snowflake.sequence_exhausted", e))?;
+        Snowflake::builder(layout)
+            .with_sequence_start(sf.sequence_start)
+            .build()
+            .map_err(|e| fail("snowflake.sequence_start", e))?;
         Ok(())
     }
 
@@ -1023,5 +1200,175 @@ mod tests {
             "{shown}"
         );
         assert!(config.obfuscation.obfuscator().unwrap().is_some());
+    }
+
+    #[test]
+    fn snowflake_policies_parse() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_clock_behind("fail"), Ok(ClockBehind::Fail));
+        assert_eq!(
+            parse_clock_behind("wait:5ms"),
+            Ok(ClockBehind::Wait { max: ms(5) })
+        );
+        assert_eq!(
+            parse_clock_behind(" Borrow : 50ms "),
+            Ok(ClockBehind::Borrow { max_lead: ms(50) })
+        );
+        assert_eq!(
+            parse_clock_behind("rollback-bits"),
+            Ok(ClockBehind::RollbackBits)
+        );
+        assert_eq!(
+            parse_clock_behind("history:64"),
+            Ok(ClockBehind::History { ticks: 64 })
+        );
+        assert_eq!(
+            parse_sequence_exhausted("wait"),
+            Ok(SequenceExhausted::Wait)
+        );
+        assert_eq!(
+            parse_sequence_exhausted("borrow:1s"),
+            Ok(SequenceExhausted::Borrow {
+                max_lead: Duration::from_secs(1)
+            })
+        );
+        assert_eq!(parse_sequence_start("zero"), Ok(SequenceStart::Zero));
+        assert_eq!(
+            parse_sequence_start("random:100"),
+            Ok(SequenceStart::Random { below: 100 })
+        );
+    }
+
+    #[test]
+    fn snowflake_policy_errors_say_what_is_allowed() {
+        for bad in [
+            "",
+            "nope",
+            "wait",
+            "wait:0ms",
+            "wait:soon",
+            "borrow",
+            "fail:1s",
+            "history",
+            "history:0",
+            "history:70000",
+            "rollback-bits:2",
+        ] {
+            let err = parse_clock_behind(bad).unwrap_err();
+            assert!(
+                !err.contains('\n') && err.contains(&format!("{bad:?}")),
+                "{bad}: {err}"
+            );
+        }
+        for bad in ["", "borrow", "borrow:0s", "wait:1s", "drift"] {
+            assert!(parse_sequence_exhausted(bad).is_err(), "{bad}");
+        }
+        for bad in ["", "random", "random:0", "random:-1", "zero:1", "one"] {
+            assert!(parse_sequence_start(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn snowflake_policies_load_with_defaults_and_errors_naming_the_key() {
+        let config = Config::load(None, env(&[])).unwrap();
+        assert_eq!(
+            config.snowflake.clock_behind,
+            ClockBehind::Wait {
+                max: Duration::from_millis(5)
+            }
+        );
+        assert_eq!(config.snowflake.sequence_exhausted, SequenceExhausted::Wait);
+        assert_eq!(config.snowflake.sequence_start, SequenceStart::Zero);
+
+        let f =
+            file("[snowflake]\nclock_behind = \"borrow:50ms\"\nsequence_start = \"random:100\"\n");
+        let config = Config::load(
+            Some(f.path()),
+            env(&[("IDMINT_SNOWFLAKE__SEQUENCE_EXHAUSTED", "borrow:1s")]),
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(
+            config.snowflake.clock_behind,
+            ClockBehind::Borrow {
+                max_lead: Duration::from_millis(50)
+            }
+        );
+        assert_eq!(
+            config.snowflake.sequence_exhausted,
+            SequenceExhausted::Borrow {
+                max_lead: Duration::from_secs(1)
+            }
+        );
+
+        let f = file("[snowflake]\nclock_behind = \"sometimes\"\n");
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("snowflake.clock_behind") && !err.contains('\n'),
+            "{err}"
+        );
+        let err = Config::load(
+            None,
+            env(&[("IDMINT_SNOWFLAKE__SEQUENCE_START", "random:x")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("snowflake.sequence_start")
+                && err.contains("IDMINT_SNOWFLAKE__SEQUENCE_START"),
+            "{err}"
+        );
+
+        // Checked against the layout: no rollback bits in `twitter`, and a
+        // random start above its 4096 IDs per tick.
+        let f = file("[snowflake]\nclock_behind = \"rollback-bits\"\n");
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("snowflake.clock_behind"), "{err}");
+        let f =
+            file("[snowflake]\nlayout = \"leaf,rollback=2\"\nclock_behind = \"rollback-bits\"\n");
+        Config::load(Some(f.path()), env(&[]))
+            .unwrap()
+            .validate()
+            .unwrap();
+        let f = file("[snowflake]\nsequence_start = \"random:5000\"\n");
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("snowflake.sequence_start"), "{err}");
+    }
+
+    #[test]
+    fn key_tokens_load_from_file_and_env_and_are_checked() {
+        let f = file(
+            "[keys.a]\nstrategy = \"snowflake\"\ntoken = \"t0k\"\n[keys.b]\nstrategy = \"segment\"\n",
+        );
+        let config =
+            Config::load(Some(f.path()), env(&[("IDMINT_KEYS__B__TOKEN", "12345")])).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.keys["a"].token.as_ref().unwrap().expose(), "t0k");
+        assert_eq!(config.keys["b"].token.as_ref().unwrap().expose(), "12345");
+        assert!(!format!("{config:?}").contains("12345"));
+        for bad in ["", "two words"] {
+            let f = file(&format!(
+                "[keys.a]\nstrategy = \"snowflake\"\ntoken = {bad:?}\n"
+            ));
+            let err = Config::load(Some(f.path()), env(&[]))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("keys.a.token") && !err.contains("two words"),
+                "{err}"
+            );
+        }
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! # Errors
 //! Every failure is `{"error": {"code": "...", "message": "..."}}` with a
-//! fitting status: 400 bad input, 401 a missing or wrong admin token, 403 the
+//! fitting status: 400 bad input, 401 a missing or wrong admin or key token
+//! (with `WWW-Authenticate: Bearer`), 403 the
 //! admin API switched off, 404 an unknown key or endpoint, 409 a key that
 //! exists, 503 (with `Retry-After`) when the worker lease or segment store
 //! can't serve right now. Never an ID of 0 or −1, never a 200 for a failure.
@@ -17,6 +18,13 @@
 //! - `application/json`: `{"key": ..., "strategy": ..., "ids": ["...", ...]}`,
 //!   IDs as strings (JavaScript loses integers above 2^53).
 //! - anything else (`text/plain`, `*/*`, none): one ID per line.
+//!
+//! # Key tokens
+//! A key with `keys.<name>.token` set answers its ID endpoints
+//! (`/api/snowflake/get/{key}`, `/api/segment/get/{key}`, `/v1/ids/{key}`)
+//! only to requests carrying the token as `Authorization: Bearer <token>` or
+//! `?token=<token>`; otherwise 401 `unauthorized`. Tokens are compared in
+//! constant time and never logged nor echoed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,7 +44,9 @@ use serde_json::{Value, json};
 
 use crate::config::{ADMIN_TOKEN_ENV, Strategy};
 pub(crate) use crate::issue::{AppState, KeySpec};
-use crate::issue::{ErrorClass, IssueError, Issued, issue, make_uuids, text_of, uuid_text};
+use crate::issue::{
+    ErrorClass, IssueError, Issued, constant_time_eq, issue, make_uuids, text_of, uuid_text,
+};
 use crate::{metrics, status};
 
 type Shared = State<Arc<AppState>>;
@@ -123,6 +133,7 @@ impl From<IssueError> for ApiError {
             ErrorClass::BadInput => StatusCode::BAD_REQUEST,
             ErrorClass::NotFound => StatusCode::NOT_FOUND,
             ErrorClass::Conflict => StatusCode::CONFLICT,
+            ErrorClass::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorClass::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorClass::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -171,6 +182,40 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 
 fn check_key(key: &str) -> Result<(), ApiError> {
     idmint_segment::validate_key(key).map_err(segment_error)
+}
+
+/// Checks `key`'s token, when it has one: `Authorization: Bearer <token>`
+/// or `?token=<token>`.
+fn check_key_token(
+    state: &AppState,
+    key: &str,
+    headers: &HeaderMap,
+    params: &HashMap<String, String>,
+) -> Result<(), ApiError> {
+    let Some(token) = state.token_for(key) else {
+        return Ok(());
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .or_else(|| params.get("token").map(String::as_str));
+    match given {
+        Some(given) if constant_time_eq(given.as_bytes(), token.expose().as_bytes()) => Ok(()),
+        Some(_) => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            format!("wrong token for key {key:?}"),
+        )),
+        None => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            format!(
+                "key {key:?} needs its token: send `Authorization: Bearer <token>` or `?token=<token>`"
+            ),
+        )),
+    }
 }
 
 fn count_of(params: &HashMap<String, String>, max: u64) -> Result<u64, ApiError> {
@@ -285,10 +330,14 @@ fn plain(text: String) -> Response {
 /// `/api/snowflake/get/{key}`; the key only matters when it is configured public).
 async fn leaf_snowflake(
     State(state): Shared,
+    headers: HeaderMap,
     key: Result<Path<String>, PathRejection>,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Path(key) = key.map_err(path_error)?;
+    let Query(params) = query.map_err(query_error)?;
     check_key(&key)?;
+    check_key_token(&state, &key, &headers, &params)?;
     let spec = state.spec(&key);
     let spec = KeySpec {
         strategy: Strategy::Snowflake,
@@ -300,10 +349,14 @@ async fn leaf_snowflake(
 /// `GET /api/segment/get/{key}`: the key's next segment ID as plain text.
 async fn leaf_segment(
     State(state): Shared,
+    headers: HeaderMap,
     key: Result<Path<String>, PathRejection>,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Path(key) = key.map_err(path_error)?;
+    let Query(params) = query.map_err(query_error)?;
     check_key(&key)?;
+    check_key_token(&state, &key, &headers, &params)?;
     let spec = state.spec(&key);
     let spec = KeySpec {
         strategy: Strategy::Segment,
@@ -380,6 +433,7 @@ async fn ids(
     let Path(key) = key.map_err(path_error)?;
     let Query(params) = query.map_err(query_error)?;
     check_key(&key)?;
+    check_key_token(&state, &key, &headers, &params)?;
     let n = count_of(&params, state.max_count)?;
     let spec = state.spec(&key);
     let issued = issue(&state, &key, spec, n).await?;
@@ -502,10 +556,6 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
             "wrong admin token",
         )),
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The body of `POST /v1/admin/keys`.

@@ -39,6 +39,8 @@ pub(crate) struct AppState {
     pub obfuscator: Option<Obfuscator>,
     pub codec: PublicIdCodec,
     pub admin_token: Option<Secret>,
+    /// `keys.<name>.token`: the keys whose ID requests need a token.
+    pub key_tokens: HashMap<String, Secret>,
     pub max_count: u64,
     /// The node's metrics (`metrics.rs`): issued IDs are counted in [`issue`].
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -62,6 +64,30 @@ impl AppState {
             public: false,
         })
     }
+
+    /// The token `key`'s ID requests need, if it has one.
+    pub(crate) fn token_for(&self, key: &str) -> Option<&Secret> {
+        self.key_tokens.get(key)
+    }
+
+    /// The keys whose token is `given` (compared in constant time).
+    pub(crate) fn keys_with_token(&self, given: &[u8]) -> Vec<String> {
+        self.key_tokens
+            .iter()
+            .filter(|(_, token)| constant_time_eq(given, token.expose().as_bytes()))
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+}
+
+/// Compares `given` with `secret` in time that depends only on the secret's
+/// length (not on where they differ, nor on the given length).
+pub(crate) fn constant_time_eq(given: &[u8], secret: &[u8]) -> bool {
+    let mut diff = u8::from(given.len() != secret.len());
+    for (i, s) in secret.iter().enumerate() {
+        diff |= given.get(i).copied().unwrap_or(0) ^ s;
+    }
+    std::hint::black_box(diff) == 0
 }
 
 // ---- Errors ----
@@ -75,6 +101,8 @@ pub(crate) enum ErrorClass {
     NotFound,
     /// The thing to create exists already.
     Conflict,
+    /// A token is missing or wrong.
+    Unauthorized,
     /// Can't serve right now (lease, store); retry after `retry_after`.
     Unavailable,
     /// A failure of this server.
@@ -340,4 +368,18 @@ pub(crate) fn uuid_text(value: u128) -> String {
     idmint_core::uuid::Uuid::from_u128(value)
         .hyphenated()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn constant_time_eq_compares_whole_values() {
+        assert!(constant_time_eq(b"s3cret", b"s3cret"));
+        assert!(!constant_time_eq(b"s3cre", b"s3cret"));
+        assert!(!constant_time_eq(b"s3crett", b"s3cret"));
+        assert!(!constant_time_eq(b"s3creT", b"s3cret"));
+        assert!(!constant_time_eq(b"", b"s3cret"));
+    }
 }

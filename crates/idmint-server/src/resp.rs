@@ -11,6 +11,11 @@
 //!   `server.max_count`), each as `INCR` would answer it. A command of its
 //!   own rather than `INCRBY key n`: a client calling `INCRBY` expects one
 //!   integer back, and an array would break it.
+//! - `AUTH token` (or `AUTH user token`, the user ignored): unlocks, for this
+//!   connection, the keys whose `keys.<name>.token` is `token`. `INCR`, `GET`
+//!   and `IDMINT.BATCH` of a key with a token answer `-NOAUTH ...` until then;
+//!   a token that is no key's answers `-WRONGPASS ...`. Tokens are compared in
+//!   constant time and never logged.
 //! - `PING [message]`, `ECHO message`, `INFO [section]` (version, worker,
 //!   uptime, IDs issued over RESP), `QUIT`.
 //! - What common clients send when they connect: `HELLO` (without a
@@ -54,7 +59,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::issue::{self, AppState, IssueError, Issued};
+use crate::issue::{self, AppState, ErrorClass, IssueError, Issued};
 use frame::LIMITS;
 
 /// Output buffered past this is written before the next request is answered.
@@ -198,6 +203,8 @@ struct Connection {
     args: Vec<Range<usize>>,
     /// `CLIENT SETNAME`.
     name: Option<Vec<u8>>,
+    /// The keys with a token that `AUTH` unlocked on this connection.
+    authorized: Vec<String>,
     /// Counted here, added to [`Stats`] once per read.
     n_commands: u64,
     n_ids: u64,
@@ -216,6 +223,7 @@ impl Connection {
             out: Vec::with_capacity(4096),
             args: Vec::with_capacity(4),
             name: None,
+            authorized: Vec::new(),
             n_commands: 0,
             n_ids: 0,
         }
@@ -325,6 +333,10 @@ impl Connection {
                 self.issue(arg(1), Some(arg(2))).await;
                 Flow::Continue
             }
+            Command::Auth if n_args == 2 || n_args == 3 => {
+                self.auth(arg(n_args - 1));
+                Flow::Continue
+            }
             Command::Ping if n_args <= 2 => {
                 match n_args {
                     1 => frame::simple(&mut self.out, "PONG"),
@@ -429,6 +441,13 @@ impl Connection {
             IssueError::bad_input("invalid_key", format!("key {:?} is not UTF-8", shown(key)))
         })?;
         issue::check_key(key)?;
+        if self.state.token_for(key).is_some() && !self.authorized.iter().any(|k| k == key) {
+            return Err(IssueError::new(
+                ErrorClass::Unauthorized,
+                "noauth",
+                format!("Authentication required: key {key:?} needs AUTH <token> first"),
+            ));
+        }
         let n = match count {
             None => 1,
             Some(text) => {
@@ -462,6 +481,34 @@ impl Connection {
             }
         }
         Ok(n_issued)
+    }
+
+    /// `AUTH [user] token`: unlocks the keys whose token this is.
+    fn auth(&mut self, token: &[u8]) {
+        if self.state.key_tokens.is_empty() {
+            frame::error(
+                &mut self.out,
+                "ERR",
+                "AUTH <password> called without any password configured for the default user. \
+                 Are you sure your configuration is correct?",
+            );
+            return;
+        }
+        let keys = self.state.keys_with_token(token);
+        if keys.is_empty() {
+            frame::error(
+                &mut self.out,
+                "WRONGPASS",
+                "invalid username-password pair or user is disabled.",
+            );
+            return;
+        }
+        for key in keys {
+            if !self.authorized.contains(&key) {
+                self.authorized.push(key);
+            }
+        }
+        frame::simple(&mut self.out, "OK");
     }
 
     fn info(&self) -> String {
@@ -587,17 +634,18 @@ enum Command {
     Select,
     Commands,
     Config,
+    Auth,
     Unknown,
 }
 
 impl Command {
     /// How many commands `COMMAND COUNT` reports.
-    const COUNT: i64 = 12;
+    const COUNT: i64 = 13;
 }
 
 fn command(name: &[u8]) -> Command {
     // Checked in order of how often they come.
-    const NAMES: [(&[u8], Command); 12] = [
+    const NAMES: [(&[u8], Command); 13] = [
         (b"INCR", Command::Incr),
         (b"GET", Command::Get),
         (b"IDMINT.BATCH", Command::Batch),
@@ -610,6 +658,7 @@ fn command(name: &[u8]) -> Command {
         (b"SELECT", Command::Select),
         (b"COMMAND", Command::Commands),
         (b"CONFIG", Command::Config),
+        (b"AUTH", Command::Auth),
     ];
     NAMES
         .iter()

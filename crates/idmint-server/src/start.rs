@@ -159,7 +159,11 @@ impl Server {
         let registry = open_registry(&config).await.map_err(registry_error)?;
         let registry = CountingRegistry::wrap(registry, metrics.clone());
         let clock = Arc::new(MonotonicClock::new());
-        let mut settings = GeneratorSettings::new(layout).with_clock(clock.clone());
+        let mut settings = GeneratorSettings::new(layout)
+            .with_clock(clock.clone())
+            .with_clock_behind(config.snowflake.clock_behind)
+            .with_sequence_exhausted(config.snowflake.sequence_exhausted)
+            .with_sequence_start(config.snowflake.sequence_start);
         if let Some(dc) = config.snowflake.datacenter {
             settings = settings.with_datacenter(dc);
         }
@@ -229,6 +233,11 @@ impl Server {
             obfuscator,
             codec,
             admin_token: config.server.admin_token.clone(),
+            key_tokens: config
+                .keys
+                .iter()
+                .filter_map(|(name, key)| Some((name.clone(), key.token.clone()?)))
+                .collect(),
             max_count: config.server.max_count,
             metrics: metrics.clone(),
         });

@@ -12,6 +12,7 @@ mod obfuscate;
 mod serve;
 mod serve_cluster;
 mod serve_metrics;
+mod serve_policies;
 mod serve_resp;
 mod serve_status_page;
 

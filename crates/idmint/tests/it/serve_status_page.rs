@@ -17,17 +17,6 @@ worker = 7
 strategy = "snowflake"
 "#;
 
-/// The value of `attribute` on the element with id `id` in `html`.
-fn attribute_of(html: &str, id: &str, attribute: &str) -> Option<String> {
-    let at = html.find(&format!("id=\"{id}\""))?;
-    let start = html[..at].rfind('<')?;
-    let end = at + html[at..].find('>')?;
-    let tag = &html[start..end];
-    let key = format!("{attribute}=\"");
-    let from = tag.find(&key)? + key.len();
-    Some(tag[from..from + tag[from..].find('"')?].to_owned())
-}
-
 /// The text of the element with id `id` in `html`.
 fn text_of(html: &str, id: &str) -> Option<String> {
     let at = html.find(&format!("id=\"{id}\""))?;
