@@ -228,7 +228,8 @@ pub(crate) fn parse_count(text: &str, max: u64) -> Result<u64, IssueError> {
 /// means the keeper is persisting the next window: waited out briefly (the
 /// keeper was nudged) before answering unavailable.
 async fn snowflakes(state: &Arc<AppState>, n: u64) -> Result<Vec<u64>, IssueError> {
-    let deadline = Instant::now() + Duration::from_millis(250);
+    // Read the clock only once the mark holds a call back, not per ID.
+    let mut deadline = None;
     loop {
         let result: idmint_core::Result<Vec<u64>> = if n == 1 {
             state.worker.next_id().map(|id| vec![id.get()])
@@ -243,7 +244,10 @@ async fn snowflakes(state: &Arc<AppState>, n: u64) -> Result<Vec<u64>, IssueErro
         };
         match result {
             Err(idmint_core::Error::MarkReached { .. })
-                if Instant::now() < deadline && state.worker.status().lease == LeaseState::Held =>
+                if Instant::now()
+                    < *deadline
+                        .get_or_insert_with(|| Instant::now() + Duration::from_millis(250))
+                    && state.worker.status().lease == LeaseState::Held =>
             {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
