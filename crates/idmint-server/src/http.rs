@@ -334,16 +334,7 @@ async fn leaf_snowflake(
     key: Result<Path<String>, PathRejection>,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Path(key) = key.map_err(path_error)?;
-    let Query(params) = query.map_err(query_error)?;
-    check_key(&key)?;
-    check_key_token(&state, &key, &headers, &params)?;
-    let spec = state.spec(&key);
-    let spec = KeySpec {
-        strategy: Strategy::Snowflake,
-        public: spec.public && spec.strategy == Strategy::Snowflake,
-    };
-    single(&state, &key, spec).await
+    leaf_single(state, Strategy::Snowflake, headers, key, query).await
 }
 
 /// `GET /api/segment/get/{key}`: the key's next segment ID as plain text.
@@ -353,14 +344,26 @@ async fn leaf_segment(
     key: Result<Path<String>, PathRejection>,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    leaf_single(state, Strategy::Segment, headers, key, query).await
+}
+
+/// One ID of `strategy` for a Leaf route: the route, not the key's config,
+/// picks the strategy; the key is public only if configured public for it.
+async fn leaf_single(
+    state: Arc<AppState>,
+    strategy: Strategy,
+    headers: HeaderMap,
+    key: Result<Path<String>, PathRejection>,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Result<Response, ApiError> {
     let Path(key) = key.map_err(path_error)?;
     let Query(params) = query.map_err(query_error)?;
     check_key(&key)?;
     check_key_token(&state, &key, &headers, &params)?;
-    let spec = state.spec(&key);
+    let configured = state.spec(&key);
     let spec = KeySpec {
-        strategy: Strategy::Segment,
-        public: spec.public && spec.strategy == Strategy::Segment,
+        strategy,
+        public: configured.public && configured.strategy == strategy,
     };
     single(&state, &key, spec).await
 }
