@@ -710,8 +710,19 @@ impl Snowflake {
                 // Wait until the last tick is within the absorbed lead again.
                 let target = last - self.absorb;
                 let d = self.tick_start_ns(target).saturating_sub(now_ns).max(1) as u64;
-                *waited += Duration::from_nanos(d);
                 self.clock.wait(Duration::from_nanos(d));
+                // Count the time that passed, not the time asked for: a wait
+                // wakes a little early by design, and counting `d` would charge
+                // the rest of the step twice and fail a step of exactly `max`.
+                // A clock that didn't move (a manual one) or moved back counts
+                // as the whole wait, so the loop always ends.
+                let elapsed = self.clock.now_nanos().saturating_sub(now_ns);
+                let counted = if elapsed > 0 && (elapsed as u64) < d {
+                    elapsed as u64
+                } else {
+                    d
+                };
+                *waited += Duration::from_nanos(counted);
                 Ok(Behind::Retry)
             }
             ClockBehind::RollbackBits => self.roll_back(cur, now),
