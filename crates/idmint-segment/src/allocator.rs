@@ -232,6 +232,11 @@ struct KeyEntry {
     /// Mirrors for status pages (read without the async lock).
     loading: AtomicBool,
     shown: Mutex<Shown>,
+    /// After a failed lease, callers don't try the store again before this:
+    /// they fail at once with the failure (the preloader keeps probing).
+    /// Without it, every caller of a key whose store is down waits out its
+    /// own store timeout and adds a connection attempt to the storm.
+    retry_at: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// The leasing state, under [`KeyEntry::loader`].
@@ -705,6 +710,7 @@ impl Inner {
         deadline: tokio::time::Instant,
     ) -> Result<()> {
         while entry.buffer.buffered_end() < target {
+            self.check_backoff(entry)?;
             let Ok(mut loader) = tokio::time::timeout_at(deadline, entry.loader.lock()).await
             else {
                 return Err(self.unavailable(
@@ -718,9 +724,25 @@ impl Inner {
             if entry.buffer.buffered_end() >= target {
                 break;
             }
+            // A lease queued ahead of this caller may have just failed.
+            self.check_backoff(entry)?;
             self.lease(entry, &mut loader, demand, deadline).await?;
         }
         Ok(())
+    }
+
+    /// Fails at once, with the last failure, while `entry` backs off from
+    /// its store.
+    fn check_backoff(&self, entry: &KeyEntry) -> Result<()> {
+        let Some(left) = entry.backing_off() else {
+            return Ok(());
+        };
+        let last = entry.shown().last_error.clone().unwrap_or_default();
+        Err(SegmentError::Unavailable {
+            key: entry.key.to_string(),
+            reason: format!("the last lease failed ({last}); the store is tried again in {left:?}"),
+            retry_after: left,
+        })
     }
 
     /// Background preload: leases the next segment unless one is buffered.
@@ -756,7 +778,7 @@ impl Inner {
             Ok(Err(error)) if error.is_transient() => {
                 tracing::warn!(key = %entry.key, store = self.store.kind(), %error,
                     "segment lease failed");
-                return Err(self.unavailable(entry, error.to_string()));
+                return Err(self.lease_failed(entry, error.to_string()));
             }
             Ok(Err(error)) => {
                 entry.shown().last_error = Some(error.to_string());
@@ -769,7 +791,7 @@ impl Inner {
                 );
                 tracing::warn!(key = %entry.key, store = self.store.kind(), %reason,
                     "segment lease failed");
-                return Err(self.unavailable(entry, reason));
+                return Err(self.lease_failed(entry, reason));
             }
         };
         if let Some(previous_end) = loader.last_end
@@ -788,6 +810,7 @@ impl Inner {
         let segment =
             Segment::from_range(grant.start(), grant.max_id, grant.delta, grant.remainder)?;
         entry.buffer.install(segment)?;
+        lock(&entry.retry_at).take();
         loader.last_end = Some(grant.max_id);
         loader.last_lease = Some(now);
         loader.step = step;
@@ -800,6 +823,12 @@ impl Inner {
         tracing::debug!(key = %entry.key, first = %segment.first(), last = %segment.last(),
             step = lease_step, "segment leased");
         Ok(())
+    }
+
+    /// A lease the store failed: callers back off from it for the retry hint.
+    fn lease_failed(&self, entry: &KeyEntry, reason: String) -> SegmentError {
+        *lock(&entry.retry_at) = Some(tokio::time::Instant::now() + self.config.retry_after);
+        self.unavailable(entry, reason)
     }
 
     fn unavailable(&self, entry: &KeyEntry, reason: String) -> SegmentError {
@@ -909,7 +938,16 @@ impl KeyEntry {
                 remainder: info.remainder,
                 last_error: None,
             }),
+            retry_at: Mutex::new(None),
         }
+    }
+
+    /// How long callers must still wait before trying the store again after
+    /// a failed lease; `None` when they may try now.
+    fn backing_off(&self) -> Option<Duration> {
+        let retry_at = (*lock(&self.retry_at))?;
+        let left = retry_at.saturating_duration_since(tokio::time::Instant::now());
+        (!left.is_zero()).then_some(left)
     }
 
     fn shown(&self) -> std::sync::MutexGuard<'_, Shown> {

@@ -247,7 +247,10 @@ async fn a_store_outage_serves_the_buffer_then_fails_typed_then_recovers_above()
             Ok(id) => issued.push(id.get()),
             Err(error) => {
                 assert_eq!(error.code(), "unavailable", "{error}");
-                assert_eq!(error.retry_after(), Some(Duration::from_millis(50)));
+                // The full hint after a failed lease; what is left of it
+                // for the callers that fail at once while backing off.
+                let hint = error.retry_after().unwrap();
+                assert!(hint > Duration::ZERO && hint <= Duration::from_millis(50));
                 failures += 1;
             }
         }
@@ -257,6 +260,7 @@ async fn a_store_outage_serves_the_buffer_then_fails_typed_then_recovers_above()
     let status = allocator.served_keys().pop().unwrap();
     assert!(status.last_error.unwrap().contains("connection refused"));
     store.down.store(false, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let after = allocator.next_ids("k", 500).await.unwrap();
     assert!(after.first().unwrap().get() > *issued.last().unwrap());
 }
@@ -273,10 +277,24 @@ async fn a_hanging_store_times_out_and_a_lost_lease_is_never_used() {
     assert!(error.to_string().contains("timed out"), "{error}");
     assert!(started.elapsed() < Duration::from_millis(450));
     store.hang.store(false, Ordering::Relaxed);
+    // Until the retry hint has passed, callers fail at once without a store call.
+    let fetches = store.fetches.load(Ordering::Relaxed);
+    let started = tokio::time::Instant::now();
+    let error = allocator.next_id("k").await.unwrap_err();
+    assert!(error.to_string().contains("tried again in"), "{error}");
+    assert!(error.retry_after().unwrap() <= Duration::from_millis(50));
+    assert!(started.elapsed() < Duration::from_millis(20));
+    assert_eq!(
+        store.fetches.load(Ordering::Relaxed),
+        fetches,
+        "no store call while backing off"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
     // The store leases [11, 21) but the answer never arrives.
     store.lose.store(true, Ordering::Relaxed);
     assert!(allocator.next_id("k").await.is_err());
     store.lose.store(false, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let next = allocator.next_id("k").await.unwrap().get();
     assert!(next > first.last().unwrap().get());
     let lost_step = lock(&store.steps)[1];
