@@ -853,9 +853,10 @@ impl Task {
                 .checked_sub(self.ctx.config.lease_margin)
                 .is_none_or(|f| mono >= f)
         });
+        let newly_expired = expired && self.shared.status().lease != LeaseState::Expired;
         if expired {
             self.generator.retract_mark(Timestamp::MIN);
-            if self.shared.status().lease != LeaseState::Expired {
+            if newly_expired {
                 tracing::warn!(
                     worker = claim.worker,
                     "worker lease ran out: issuing stopped"
@@ -864,7 +865,15 @@ impl Task {
             self.set_state(LeaseState::Expired);
         }
 
-        if self.next_renew.is_some_and(|r| mono >= r) || expired {
+        // Once expired, renewing is tried at once, then every check interval:
+        // not on every wake, as callers hitting the retracted mark nudge this
+        // task once per refused ID (that was a registry call, and a log line,
+        // per refused request).
+        let renew_due = self.next_renew.is_some_and(|r| mono >= r) || newly_expired;
+        if expired && !renew_due {
+            return;
+        }
+        if renew_due {
             match self
                 .ctx
                 .call("renew", self.ctx.registry.renew(&claim))
@@ -885,7 +894,12 @@ impl Task {
                 }
                 Err(e) => {
                     self.set_error(&e);
-                    self.next_renew = Some(mono + self.retry_after());
+                    let retry = if expired {
+                        self.ctx.config.check_interval
+                    } else {
+                        self.retry_after()
+                    };
+                    self.next_renew = Some(mono + retry);
                     if !expired {
                         self.set_state(LeaseState::Renewing);
                     }
