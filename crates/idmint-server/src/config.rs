@@ -21,8 +21,36 @@
 //! (the CLI's variable) is `obfuscation.key`. Other `IDMINT_` variables without
 //! a double underscore (`IDMINT_LOG`) are not config.
 //!
+//! # Slow and greedy clients (`[server]`, DESIGN.md §5 "Bad input")
+//! - `max_connections` (default 4,096): client connections open at once,
+//!   HTTP and RESP together. At the cap each listener holds the next
+//!   connection it accepted unserved and accepts no more, so further clients
+//!   wait (in the kernel's backlog) until a connection closes (a log line
+//!   when the cap is reached, at most one a minute). It bounds
+//!   what idle and slow clients can hold: about 15 KiB of memory each when
+//!   idle (measured with 1,000 open), and file descriptors (keep the
+//!   process's `ulimit -n` above it).
+//! - `read_timeout` (default `10s`): a client that started a request must
+//!   finish sending it within this (HTTP: request line and headers, which
+//!   may not pass 32 KiB; RESP: one whole command), or it is disconnected;
+//!   this is what stops slowloris clients. An HTTP connection on which no
+//!   byte moved this long (opened and silent, or an idle keep-alive) is
+//!   closed too; an idle RESP connection is kept, as Redis keeps idle
+//!   clients (`timeout 0`), since Redis clients pool connections and don't
+//!   expect the server to drop them.
+//!
+//! Environment: `IDMINT_SERVER__MAX_CONNECTIONS=10000`,
+//! `IDMINT_SERVER__READ_TIMEOUT=5s`.
+//!
 //! # Snowflake policies (`[snowflake]`, DESIGN.md §2 "Clock behaviour")
 //! Each is a string, `NAME` or `NAME:ARGUMENT`; durations as `"5ms"`, `"1s"`.
+//! - `clock`: the time IDs are made from. `"monotonic"` (the default): the
+//!   wall clock read once at start, advanced by the monotonic clock, so a
+//!   wall-clock step while running is invisible; the drift between the two is
+//!   exported (`idmint_clock_drift_seconds`, the status page, the admin
+//!   workers route). `"wall"`: the raw wall clock, which steps back and forward
+//!   with the system clock (the classic behaviour; the policies below then
+//!   decide); its drift is 0 by definition, as IDs follow the wall clock.
 //! - `clock_behind`: what to do when the clock reads earlier than the last ID
 //!   issued. `"fail"`; `"wait:5ms"` (wait up to the bound, then fail; the
 //!   default, Leaf's); `"borrow:50ms"` (keep issuing from the last time while
@@ -36,7 +64,8 @@
 //!   default) or `"random:100"` (below the bound, at most the layout's IDs per
 //!   tick; Leaf uses 100).
 //!
-//! Environment: `IDMINT_SNOWFLAKE__CLOCK_BEHIND=borrow:50ms` and so on.
+//! Environment: `IDMINT_SNOWFLAKE__CLOCK=wall`,
+//! `IDMINT_SNOWFLAKE__CLOCK_BEHIND=borrow:50ms` and so on.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -138,6 +167,9 @@ pub struct ServerConfig {
     /// Where the Redis-protocol (RESP2) listener listens (default: none, off;
     /// port 0 picks a free port).
     pub resp_addr: Option<SocketAddr>,
+    /// Where the gRPC listener (`idmint.v1.IdService`) listens (default:
+    /// none, off; port 0 picks a free port).
+    pub grpc_addr: Option<SocketAddr>,
     /// The data directory: worker lease file, default SQLite segment store
     /// (default `./idmint-data`, created if missing).
     pub data_dir: PathBuf,
@@ -149,6 +181,15 @@ pub struct ServerConfig {
     /// How long a shutdown waits for in-flight requests (default `10s`).
     #[serde(deserialize_with = "duration")]
     pub shutdown_grace: Duration,
+    /// The most client connections open at once, HTTP and RESP together
+    /// (default 4,096); further clients wait to be accepted. See "Slow and
+    /// greedy clients" above.
+    pub max_connections: usize,
+    /// How long a client may take to send a request once it started (HTTP:
+    /// the request line and headers; RESP: one whole command), and how long
+    /// an HTTP connection may sit idle (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub read_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -156,10 +197,13 @@ impl Default for ServerConfig {
         ServerConfig {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             resp_addr: None,
+            grpc_addr: None,
             data_dir: PathBuf::from("./idmint-data"),
             admin_token: None,
             max_count: 100_000,
             shutdown_grace: Duration::from_secs(10),
+            max_connections: 4096,
+            read_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -203,6 +247,28 @@ impl RegistryKind {
     }
 }
 
+/// The time snowflake IDs are made from (`snowflake.clock`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockSource {
+    /// The wall clock read once at start, advanced by the monotonic clock: a
+    /// wall-clock step while running is invisible (the default).
+    #[default]
+    Monotonic,
+    /// The raw wall clock: it steps back and forward with the system clock.
+    Wall,
+}
+
+impl ClockSource {
+    /// The name as written in config.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClockSource::Monotonic => "monotonic",
+            ClockSource::Wall => "wall",
+        }
+    }
+}
+
 /// `[snowflake]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -218,6 +284,8 @@ pub struct SnowflakeConfig {
     /// How far ahead the high-water mark is persisted (default `3s`).
     #[serde(deserialize_with = "duration")]
     pub window: Duration,
+    /// The time IDs are made from: `monotonic` (default) or `wall`.
+    pub clock: ClockSource,
     /// When the clock is behind the last issued ID: `fail`, `wait:5ms`
     /// (default), `borrow:50ms`, `rollback-bits` or `history:N`.
     #[serde(deserialize_with = "clock_behind")]
@@ -253,6 +321,7 @@ impl Default for SnowflakeConfig {
             worker: None,
             datacenter: None,
             window: Duration::from_secs(3),
+            clock: ClockSource::Monotonic,
             clock_behind: ClockBehind::Wait {
                 max: Duration::from_millis(5),
             },
@@ -815,14 +884,25 @@ impl Config {
                     }
                     let origin = overlay
                         .iter()
-                        .find(|v| key.starts_with(&v.path.join(".")))
+                        .find(|v| {
+                            // The variable set the key, a table holding it,
+                            // or a key inside it (an unknown section or key
+                            // of its own, a field its table then lacks).
+                            let path = v.path.join(".");
+                            let under = |inner: &str, outer: &str| {
+                                inner.strip_prefix(outer).is_some_and(|rest| {
+                                    rest.is_empty() || rest.starts_with(['.', '['])
+                                })
+                            };
+                            under(&key, &path) || under(&path, &key)
+                        })
                         .map_or(file_origin.clone(), |v| {
                             format!("environment variable {}", v.var)
                         });
-                    let key = if key == "." {
-                        "(top level)".to_owned()
-                    } else {
-                        key
+                    let key = match key.as_str() {
+                        "." => "(top level)".to_owned(),
+                        "" => "\"\" (an empty key)".to_owned(),
+                        _ => key,
                     };
                     return Err(ConfigError::Invalid {
                         key,
@@ -869,6 +949,18 @@ impl Config {
                     self.server.max_count,
                     idmint_core::Snowflake::MAX_BATCH
                 ),
+            );
+        }
+        if self.server.max_connections == 0 {
+            return invalid(
+                "server.max_connections",
+                "0 is out of range: at least 1 connection".to_owned(),
+            );
+        }
+        if self.server.read_timeout.is_zero() {
+            return invalid(
+                "server.read_timeout",
+                "0s is out of range: a client needs some time to send a request".to_owned(),
             );
         }
         if self.snowflake.window < Duration::from_millis(600) {
@@ -1068,6 +1160,12 @@ fn literal(raw: &str) -> toml::Value {
         .unwrap_or_else(|| toml::Value::String(raw.to_owned()))
 }
 
+/// The deepest key path a variable may name. No config key is deeper than
+/// `segment.keys.<name>.step`; the bound turns a name nested thousands of
+/// levels deep (which made a table whose clone and drop recurse per level,
+/// and overflowed the stack) into an error.
+const MAX_ENV_DEPTH: usize = 8;
+
 fn insert(
     table: &mut toml::Table,
     path: &[String],
@@ -1085,6 +1183,16 @@ fn insert(
             key: path.join("."),
             origin: format!("environment variable {var}"),
             message: "an empty key part (three underscores in a row?)".to_owned(),
+        });
+    }
+    if path.len() > MAX_ENV_DEPTH {
+        return Err(ConfigError::Invalid {
+            key: format!("{}...", path[..MAX_ENV_DEPTH].join(".")),
+            origin: format!("environment variable {var}"),
+            message: format!(
+                "nested {} levels deep; no config key is deeper than {MAX_ENV_DEPTH}",
+                path.len()
+            ),
         });
     }
     let mut here = table;
@@ -1147,6 +1255,67 @@ mod tests {
         assert_eq!(config.snowflake.sql.cluster, "42");
         assert_eq!(config.snowflake.window, Duration::from_secs(5));
         assert_eq!(config.keys["order"].strategy, Strategy::Segment);
+    }
+
+    #[test]
+    fn connection_limits_load_from_file_and_env_and_are_checked() {
+        let config = Config::load(None, env(&[])).unwrap();
+        assert_eq!(config.server.max_connections, 4096);
+        assert_eq!(config.server.read_timeout, Duration::from_secs(10));
+        let f = file("[server]\nmax_connections = 20\nread_timeout = \"2s\"\n");
+        let config = Config::load(Some(f.path()), env(&[])).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.server.max_connections, 20);
+        assert_eq!(config.server.read_timeout, Duration::from_secs(2));
+        let config = Config::load(None, env(&[("IDMINT_SERVER__READ_TIMEOUT", "500ms")])).unwrap();
+        assert_eq!(config.server.read_timeout, Duration::from_millis(500));
+        for (vars, key) in [
+            (
+                &[("IDMINT_SERVER__MAX_CONNECTIONS", "0")],
+                "server.max_connections",
+            ),
+            (
+                &[("IDMINT_SERVER__READ_TIMEOUT", "0s")],
+                "server.read_timeout",
+            ),
+        ] {
+            let err = Config::load(None, env(vars))
+                .and_then(|c| c.validate().map(|()| c))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{err}");
+        }
+        let err = Config::load(None, env(&[("IDMINT_SERVER__MAX_CONNECTIONS", "lots")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("IDMINT_SERVER__MAX_CONNECTIONS"), "{err}");
+    }
+
+    #[test]
+    fn the_grpc_listener_is_off_unless_set_in_the_file_or_environment() {
+        assert_eq!(Config::load(None, env(&[])).unwrap().server.grpc_addr, None);
+        let f = file("[server]\ngrpc_addr = \"127.0.0.1:50051\"\n");
+        let config = Config::load(Some(f.path()), env(&[])).unwrap();
+        assert_eq!(
+            config.server.grpc_addr,
+            Some(SocketAddr::from(([127, 0, 0, 1], 50051)))
+        );
+        let config = Config::load(
+            Some(f.path()),
+            env(&[("IDMINT_SERVER__GRPC_ADDR", "0.0.0.0:0")]),
+        )
+        .unwrap();
+        assert_eq!(
+            config.server.grpc_addr,
+            Some(SocketAddr::from(([0, 0, 0, 0], 0)))
+        );
+        let err = Config::load(None, env(&[("IDMINT_SERVER__GRPC_ADDR", "nowhere")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("server.grpc_addr") && err.contains("IDMINT_SERVER__GRPC_ADDR"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1343,6 +1512,42 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("snowflake.sequence_start"), "{err}");
+    }
+
+    #[test]
+    fn clock_source_loads_from_file_and_env_with_errors_naming_the_key() {
+        let config = Config::load(None, env(&[])).unwrap();
+        assert_eq!(config.snowflake.clock, ClockSource::Monotonic);
+        let f = file("[snowflake]\nclock = \"wall\"\n");
+        let config = Config::load(Some(f.path()), env(&[])).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.snowflake.clock, ClockSource::Wall);
+        assert_eq!(config.snowflake.clock.name(), "wall");
+        let config = Config::load(
+            Some(f.path()),
+            env(&[("IDMINT_SNOWFLAKE__CLOCK", "monotonic")]),
+        )
+        .unwrap();
+        assert_eq!(config.snowflake.clock, ClockSource::Monotonic);
+
+        let f = file("[snowflake]\nclock = \"sundial\"\n");
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("snowflake.clock ")
+                && err.contains("sundial")
+                && err.contains("monotonic")
+                && !err.contains('\n'),
+            "{err}"
+        );
+        let err = Config::load(None, env(&[("IDMINT_SNOWFLAKE__CLOCK", "Wall")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("snowflake.clock ") && err.contains("IDMINT_SNOWFLAKE__CLOCK"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //! fitting status: 400 bad input, 401 a missing or wrong admin or key token
 //! (with `WWW-Authenticate: Bearer`), 403 the
 //! admin API switched off, 404 an unknown key or endpoint, 409 a key that
-//! exists, 503 (with `Retry-After`) when the worker lease or segment store
-//! can't serve right now. Never an ID of 0 or −1, never a 200 for a failure.
+//! exists, 413 an admin request body over 64 KiB, 503 (with `Retry-After`)
+//! when the worker lease or segment store can't serve right now. Never an ID
+//! of 0 or −1, never a 200 for a failure. A parameter given twice
+//! (`?count=1&count=2`) is a 400. Before any route, hyper answers a request
+//! head over 32 KiB with 431, without a body.
 //!
 //! # Batch bodies (`GET /v1/ids/{key}`, `GET /v1/uuid`), chosen by `Accept`
 //! - `application/octet-stream`: the compact binary form. Integer IDs (and
@@ -27,25 +30,35 @@
 //! constant time and never logged nor echoed.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use idmint_core::{Id, Layout};
 use idmint_segment::{KeyStatus, NewKey, SegmentError};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
 
 use crate::config::{ADMIN_TOKEN_ENV, Strategy};
 pub(crate) use crate::issue::{AppState, KeySpec};
 use crate::issue::{
-    ErrorClass, IssueError, Issued, constant_time_eq, issue, make_uuids, text_of, uuid_text,
+    ConnectionLimits, ErrorClass, IssueError, Issued, constant_time_eq, issue, make_uuids, text_of,
+    uuid_text,
 };
 use crate::{metrics, status};
 
@@ -70,10 +83,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics::scrape))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            metrics::track,
-        ))
+        .layer(metrics::LatencyLayer::new(state.metrics.clone()))
         .with_state(state)
 }
 
@@ -160,6 +170,38 @@ fn path_error(e: PathRejection) -> ApiError {
 
 fn query_error(e: QueryRejection) -> ApiError {
     ApiError::bad_request("invalid_query", e.body_text())
+}
+
+/// The query string's parameters, each name at most once: `?count=1&count=2`
+/// is a 400 naming `count` (`invalid_count`), not one of the two chosen
+/// silently. Other repeated names are `invalid_query`.
+struct Params(HashMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Params {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Params, ApiError> {
+        let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
+            .await
+            .map_err(query_error)?;
+        let mut params = HashMap::with_capacity(pairs.len());
+        for (name, value) in pairs {
+            if params.contains_key(&name) {
+                let code = if name == "count" {
+                    "invalid_count"
+                } else {
+                    "invalid_query"
+                };
+                let shown: String = name.chars().take(64).collect();
+                return Err(ApiError::bad_request(
+                    code,
+                    format!("query parameter {shown:?} is given more than once: give it once"),
+                ));
+            }
+            params.insert(name, value);
+        }
+        Ok(Params(params))
+    }
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {
@@ -330,36 +372,41 @@ fn plain(text: String) -> Response {
 /// `/api/snowflake/get/{key}`; the key only matters when it is configured public).
 async fn leaf_snowflake(
     State(state): Shared,
-    headers: HeaderMap,
     key: Result<Path<String>, PathRejection>,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    query: Params,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    leaf_single(state, Strategy::Snowflake, headers, key, query).await
+    leaf_single(state, Strategy::Snowflake, key, query, request).await
 }
 
 /// `GET /api/segment/get/{key}`: the key's next segment ID as plain text.
 async fn leaf_segment(
     State(state): Shared,
-    headers: HeaderMap,
     key: Result<Path<String>, PathRejection>,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    query: Params,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    leaf_single(state, Strategy::Segment, headers, key, query).await
+    leaf_single(state, Strategy::Segment, key, query, request).await
 }
 
 /// One ID of `strategy` for a Leaf route: the route, not the key's config,
 /// picks the strategy; the key is public only if configured public for it.
+///
+/// The single-ID routes and `/v1/ids` take the whole `request` for its
+/// headers, read by reference: the `HeaderMap` extractor clones them, an
+/// allocation on the hottest path.
 async fn leaf_single(
     state: Arc<AppState>,
     strategy: Strategy,
-    headers: HeaderMap,
     key: Result<Path<String>, PathRejection>,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    query: Params,
+    request: Request,
 ) -> Result<Response, ApiError> {
     let Path(key) = key.map_err(path_error)?;
-    let Query(params) = query.map_err(query_error)?;
+    let Params(params) = query;
     check_key(&key)?;
-    check_key_token(&state, &key, &headers, &params)?;
+    check_key_token(&state, &key, request.headers(), &params)?;
+    drop(request);
     let configured = state.spec(&key);
     let spec = KeySpec {
         strategy,
@@ -390,11 +437,8 @@ async fn single(state: &Arc<AppState>, key: &str, spec: KeySpec) -> Result<Respo
 /// "<unix ms>(<yyyy-MM-dd HH:mm:ss.SSS> UTC)", "workerId": "...", "sequenceId":
 /// "..."}`, decoded with this server's layout; `workerId` is the whole node
 /// field (datacenter and worker), as Leaf's.
-async fn leaf_decode(
-    State(state): Shared,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
-) -> Result<Response, ApiError> {
-    let Query(params) = query.map_err(query_error)?;
+async fn leaf_decode(State(state): Shared, query: Params) -> Result<Response, ApiError> {
+    let Params(params) = query;
     let text = params.get("snowflakeId").ok_or_else(|| {
         ApiError::bad_request("invalid_id", "missing query parameter snowflakeId")
     })?;
@@ -429,20 +473,22 @@ fn decode_text(layout: &Layout, text: &str) -> Result<idmint_core::Decoded, ApiE
 /// `GET /v1/ids/{key}?count=N`.
 async fn ids(
     State(state): Shared,
-    headers: HeaderMap,
     key: Result<Path<String>, PathRejection>,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    query: Params,
+    request: Request,
 ) -> Result<Response, ApiError> {
     let Path(key) = key.map_err(path_error)?;
-    let Query(params) = query.map_err(query_error)?;
+    let Params(params) = query;
     check_key(&key)?;
-    check_key_token(&state, &key, &headers, &params)?;
+    check_key_token(&state, &key, request.headers(), &params)?;
     let n = count_of(&params, state.max_count)?;
+    let format = negotiate(request.headers());
+    drop(request);
     let spec = state.spec(&key);
     let issued = issue(&state, &key, spec, n).await?;
     render(
         &state,
-        negotiate(&headers),
+        format,
         json!({"key": key, "strategy": spec.strategy.name(), "public": spec.public}),
         issued,
     )
@@ -473,9 +519,9 @@ async fn decode(
 async fn uuids(
     State(state): Shared,
     headers: HeaderMap,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    query: Params,
 ) -> Result<Response, ApiError> {
-    let Query(params) = query.map_err(query_error)?;
+    let Params(params) = query;
     let v7 = match params.get("version").map(|v| v.trim()) {
         None | Some("7") => true,
         Some("4") => false,
@@ -507,11 +553,15 @@ async fn healthz() -> Response {
     axum::Json(json!({"status": "ok"})).into_response()
 }
 
-/// `GET /readyz`: 200 while the worker claim is held and its mark persisted;
-/// 503 with the reason otherwise (a load balancer then sends traffic elsewhere).
+/// `GET /readyz`: 200 while the worker claim is held, its mark persisted and
+/// the clock not behind beyond what the clock policy absorbs; 503 with the
+/// reason otherwise (a load balancer then sends traffic elsewhere).
 async fn readyz(State(state): Shared) -> Result<Response, ApiError> {
     let status = state.worker.status();
-    match status.not_ready_reason() {
+    let reason = status
+        .not_ready_reason()
+        .or_else(|| crate::issue::clock_not_ready(&state));
+    match reason {
         None => Ok(axum::Json(json!({
             "status": "ready",
             "registry": status.registry,
@@ -581,6 +631,38 @@ fn one() -> u64 {
     1
 }
 
+/// The most an admin request's body may hold: its JSON is a few fields.
+const MAX_ADMIN_BODY: usize = 64 * 1024;
+
+/// Reads an admin request's body (call it once the token is checked, so an
+/// unauthorized client can't make the server read anything): at most
+/// [`MAX_ADMIN_BODY`] bytes, else 413 `body_too_large`, told by the declared
+/// length before any byte is read when there is one.
+async fn read_body(mut body: Body) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("request body over {MAX_ADMIN_BODY} bytes: admin requests are small JSON"),
+        )
+    };
+    if body.size_hint().lower() > MAX_ADMIN_BODY as u64 {
+        return Err(too_large());
+    }
+    let mut read = Vec::new();
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame
+            .map_err(|e| ApiError::bad_request("invalid_body", format!("request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            if read.len() + data.len() > MAX_ADMIN_BODY {
+                return Err(too_large());
+            }
+            read.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(read))
+}
+
 fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request("invalid_json", format!("request body: {e}")))
@@ -590,10 +672,10 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError
 async fn admin_create_key(
     State(state): Shared,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    let req: CreateKey = json_body(&body)?;
+    let req: CreateKey = json_body(&read_body(body).await?)?;
     let key = NewKey::new(req.key, req.step)
         .with_start(req.start)
         .with_delta(req.delta, req.remainder)
@@ -674,8 +756,9 @@ async fn admin_workers(State(state): Shared, headers: HeaderMap) -> Result<Respo
         "persisted_mark": s.persisted_mark.map(|t| t.to_string()),
         "generation": s.generation,
         "last_error": s.last_error,
+        "clock": state.clock.source().name(),
         "clock_drift_ms": state.clock.drift() as f64 / 1e6,
-        "ready": s.is_ready(),
+        "ready": s.is_ready() && crate::issue::clock_not_ready(&state).is_none(),
     });
     Ok(axum::Json(json!({ "workers": [worker] })).into_response())
 }
@@ -692,10 +775,10 @@ struct RevealRequest {
 async fn admin_reveal(
     State(state): Shared,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    let req: RevealRequest = json_body(&body)?;
+    let req: RevealRequest = json_body(&read_body(body).await?)?;
     let obfuscator = state.obfuscator.as_ref().ok_or_else(|| {
         ApiError::bad_request(
             "obfuscation_disabled",
@@ -705,4 +788,216 @@ async fn admin_reveal(
     let public = state.codec.decode(req.id.trim()).map_err(core_error)?;
     let id = obfuscator.reveal(public).map_err(core_error)?;
     Ok(axum::Json(json!({"public": req.id, "id": id.get().to_string()})).into_response())
+}
+
+// ---- Serving connections ----
+
+/// The largest request head (request line and headers) read, in bytes;
+/// a larger one is answered 431 before more is buffered. idmint's requests
+/// are a path, a short query and a token.
+const MAX_REQUEST_HEAD: usize = 32 * 1024;
+
+/// Serves HTTP/1.1 on `listener` with `app` until `shutdown` completes; then
+/// stops accepting, lets each connection finish the request it is on, and
+/// returns once all are closed.
+///
+/// By hand rather than with `axum::serve`, which sets hyper no timer (so the
+/// header read timeout never fires), keeps idle connections forever and
+/// takes every connection offered. Here, with `server.read_timeout`:
+/// - a client must send its request line and headers within it of starting
+///   them, or it is disconnected (slowloris);
+/// - a connection on which no byte moved for it (opened and silent, or an
+///   idle keep-alive) is closed, after the request in flight if there is one;
+/// - a head over [`MAX_REQUEST_HEAD`] gets 431;
+/// - each accepted connection takes a slot of `server.max_connections`
+///   (shared with RESP) before it is served, and the loop accepts no more
+///   until it has one: at the cap, new clients wait in the listen backlog.
+///
+/// HTTP/1.1 only: `axum::serve` also took HTTP/2 with prior knowledge, which
+/// no idmint client speaks (gRPC has its own listener), and its protocol
+/// sniffing waits for the first bytes without any timeout.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.read_timeout)
+        .max_buf_size(MAX_REQUEST_HEAD);
+    // Each connection holds a receiver: `true` asks it to finish; the sender
+    // sees every receiver gone once all connections have closed.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: pass, don't spin.
+                    tracing::warn!(error = %e, "HTTP accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let slot = tokio::select! {
+            () = &mut shutdown => break,
+            slot = limits.slot("http") => slot,
+        };
+        let Some(slot) = slot else { break };
+        let _ = stream.set_nodelay(true);
+        let (stream, activity) = Tracked::new(stream);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = http1.serve_connection(TokioIo::new(stream), service);
+        let stopping = stopping.clone();
+        let idle = limits.read_timeout;
+        tokio::spawn(async move {
+            serve_connection(connection, &activity, idle, stopping).await;
+            tracing::trace!(%peer, "HTTP connection closed");
+            drop(slot);
+        });
+    }
+    drop(listener);
+    drop(stopping);
+    let _ = stop.send(true);
+    stop.closed().await;
+}
+
+type HttpConnection =
+    hyper::server::conn::http1::Connection<TokioIo<Tracked>, TowerToHyperService<Router>>;
+
+/// Drives one connection to its end. It is asked to finish (the request in
+/// flight, then close) when the server stops, or once no byte moved for
+/// `idle`.
+async fn serve_connection(
+    connection: HttpConnection,
+    activity: &Activity,
+    idle: Duration,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut connection = std::pin::pin!(connection);
+    let mut finishing = false;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "HTTP connection ended");
+                }
+                return;
+            }
+            _ = stopping.wait_for(|&stop| stop), if !finishing => {
+                connection.as_mut().graceful_shutdown();
+                finishing = true;
+            }
+            () = tokio::time::sleep_until(activity.last() + idle), if !finishing => {
+                if activity.last() + idle <= tokio::time::Instant::now() {
+                    connection.as_mut().graceful_shutdown();
+                    finishing = true;
+                }
+            }
+        }
+    }
+}
+
+/// When bytes last moved on a connection, either way.
+#[derive(Debug)]
+struct Activity {
+    opened: tokio::time::Instant,
+    /// Milliseconds from `opened` to the last byte moved.
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn touch(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> tokio::time::Instant {
+        self.opened + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// A client's TCP stream that notes in its [`Activity`] when bytes move.
+#[derive(Debug)]
+struct Tracked {
+    stream: tokio::net::TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl Tracked {
+    fn new(stream: tokio::net::TcpStream) -> (Tracked, Arc<Activity>) {
+        let activity = Arc::new(Activity {
+            opened: tokio::time::Instant::now(),
+            last_ms: AtomicU64::new(0),
+        });
+        let tracked = Tracked {
+            stream,
+            activity: activity.clone(),
+        };
+        (tracked, activity)
+    }
+
+    /// Notes activity when `polled` moved bytes.
+    fn note<T>(
+        &self,
+        polled: Poll<std::io::Result<T>>,
+        moved: impl Fn(&T) -> bool,
+    ) -> Poll<std::io::Result<T>> {
+        if let Poll::Ready(Ok(value)) = &polled {
+            if moved(value) {
+                self.activity.touch();
+            }
+        }
+        polled
+    }
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        let after = buf.filled().len();
+        self.note(polled, |()| after > before)
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.note(polled, |&n| n > 0)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.note(polled, |&n| n > 0)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
 }

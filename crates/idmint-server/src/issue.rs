@@ -10,15 +10,26 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use idmint_core::clock::MonotonicClock;
+use idmint_core::clock::{Clock, MonotonicClock, WallClock};
 use idmint_core::uuid::UuidGenerator;
-use idmint_core::{Id, IdBatch, Layout, Obfuscator, PublicId, PublicIdCodec, TextFormat};
+use idmint_core::{
+    ClockBehind, Id, IdBatch, Layout, Obfuscator, PublicId, PublicIdCodec, SequenceExhausted,
+    TextFormat,
+};
 use idmint_registry::{LeaseState, WorkerHandle};
 use idmint_segment::{SegmentAllocator, SegmentError};
+use smallvec::{SmallVec, smallvec};
 
-use crate::config::{Secret, Strategy};
+use crate::config::{ClockSource, Secret, Strategy};
+
+/// A map by key name, with a fast hasher: every request looks a key up in a
+/// few of these, and SipHash was a sixth of a RESP `INCR`'s instructions.
+/// HashDoS doesn't apply: the maps hold configured keys (and at most
+/// `MAX_KEYS` counted ones); callers only look up, they never insert.
+pub(crate) type KeyMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 /// What a configured key does.
 #[derive(Debug, Clone, Copy)]
@@ -32,18 +43,85 @@ pub(crate) struct AppState {
     pub worker: WorkerHandle,
     pub layout: Layout,
     pub layout_text: String,
-    pub clock: Arc<MonotonicClock>,
+    pub clock: IdClock,
+    /// `snowflake.clock_behind` and `snowflake.sequence_exhausted`: what the
+    /// generator absorbs of a clock behind its last ID, for `/readyz`.
+    pub clock_policy: (ClockBehind, SequenceExhausted),
+    /// Until when (nanoseconds on [`AppState::clock`]) snowflake IDs fail
+    /// because the clock went back beyond the policy: the last such failure's
+    /// verdict, for `/readyz`.
+    pub clock_failed_until: AtomicI64,
     pub segments: SegmentAllocator,
     pub uuids: UuidGenerator,
-    pub keys: HashMap<String, KeySpec>,
+    pub keys: KeyMap<KeySpec>,
     pub obfuscator: Option<Obfuscator>,
     pub codec: PublicIdCodec,
     pub admin_token: Option<Secret>,
     /// `keys.<name>.token`: the keys whose ID requests need a token.
-    pub key_tokens: HashMap<String, Secret>,
+    pub key_tokens: KeyMap<Secret>,
     pub max_count: u64,
     /// The node's metrics (`metrics.rs`): issued IDs are counted in [`issue`].
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// `server.max_connections` and `server.read_timeout`, which every listener keeps.
+    pub connections: ConnectionLimits,
+}
+
+/// What bounds slow and greedy clients, on every listener
+/// (`server.max_connections`, `server.read_timeout`; see `config.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionLimits {
+    /// One permit per open client connection, HTTP and RESP together: a
+    /// listener takes one before it accepts, so at the cap new clients wait.
+    pub slots: Arc<tokio::sync::Semaphore>,
+    /// `server.max_connections`, for the log line when the cap is reached.
+    pub max: usize,
+    /// How long a started request may take to arrive whole.
+    pub read_timeout: Duration,
+    /// When the cap was last logged: one line a minute at most, however
+    /// many clients wait.
+    logged: Arc<std::sync::Mutex<Option<Instant>>>,
+}
+
+impl ConnectionLimits {
+    /// Limits of `max` connections and `read_timeout`.
+    pub(crate) fn new(max: usize, read_timeout: Duration) -> ConnectionLimits {
+        ConnectionLimits {
+            slots: Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+            read_timeout,
+            logged: Arc::default(),
+        }
+    }
+
+    /// A slot for one more connection, held until the connection closes: at
+    /// once when one is free; otherwise logs that the cap is reached (naming
+    /// `listener`) and waits for one. `None` only if the slots were closed.
+    pub(crate) async fn slot(
+        &self,
+        listener: &'static str,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
+            return Some(permit);
+        }
+        if self.first_in_a_minute() {
+            tracing::warn!(
+                listener,
+                max_connections = self.max,
+                "connection cap reached (server.max_connections): new connections wait"
+            );
+        }
+        self.slots.clone().acquire_owned().await.ok()
+    }
+
+    fn first_in_a_minute(&self) -> bool {
+        let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let first = logged.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60));
+        if first {
+            *logged = Some(now);
+        }
+        first
+    }
 }
 
 impl fmt::Debug for AppState {
@@ -78,6 +156,129 @@ impl AppState {
             .map(|(key, _)| key.clone())
             .collect()
     }
+}
+
+/// The clock snowflake IDs are made from (`snowflake.clock`), as the
+/// surfaces report it.
+#[derive(Debug, Clone)]
+pub(crate) enum IdClock {
+    /// The wall clock read once at start, advanced by the monotonic clock.
+    Monotonic(Arc<MonotonicClock>),
+    /// The raw wall clock.
+    Wall(Arc<WallClock>),
+}
+
+impl IdClock {
+    /// The clock `source` names, anchored now.
+    pub(crate) fn new(source: ClockSource) -> IdClock {
+        match source {
+            ClockSource::Monotonic => IdClock::Monotonic(Arc::new(MonotonicClock::new())),
+            ClockSource::Wall => IdClock::Wall(Arc::new(WallClock)),
+        }
+    }
+
+    /// The clock itself, for the generator (no dispatch on its hot path).
+    pub(crate) fn shared(&self) -> Arc<dyn Clock> {
+        match self {
+            IdClock::Monotonic(c) => c.clone(),
+            IdClock::Wall(c) => c.clone(),
+        }
+    }
+
+    /// Which clock this is.
+    pub(crate) fn source(&self) -> ClockSource {
+        match self {
+            IdClock::Monotonic(_) => ClockSource::Monotonic,
+            IdClock::Wall(_) => ClockSource::Wall,
+        }
+    }
+
+    /// The wall clock minus this clock, in nanoseconds: how far a wall-clock
+    /// step (or slew) has moved the wall clock away from the time IDs carry.
+    /// Always 0 for the wall clock, which IDs follow step for step.
+    pub(crate) fn drift(&self) -> i64 {
+        match self {
+            IdClock::Monotonic(c) => c.drift(),
+            IdClock::Wall(_) => 0,
+        }
+    }
+}
+
+impl Clock for IdClock {
+    fn now_nanos(&self) -> i64 {
+        match self {
+            IdClock::Monotonic(c) => c.now_nanos(),
+            IdClock::Wall(c) => c.now_nanos(),
+        }
+    }
+}
+
+/// Why the clock keeps the node out of rotation, if it does (DESIGN.md §2
+/// "Taking a sick node out of rotation"): snowflake IDs fail, or would fail,
+/// because the clock reads further behind the last issued ID than the clock
+/// policy absorbs. Clears by itself once the clock catches up (or is set
+/// right).
+///
+/// Two readings, the first that applies:
+/// - a failure seen: the last `clock_behind` or `rollback_exhausted` error
+///   said until when IDs fail ([`note_clock_failure`]); this covers
+///   `rollback-bits` with every counter value in use and a `history` ring
+///   run dry, which only issuing can tell;
+/// - the clock against the last issued ID, without waiting for a request:
+///   `fail` absorbs nothing, `wait` its bound, `borrow` its lead, `history:N`
+///   N ticks, and `sequence_exhausted = "borrow:…"` its lead on top (the
+///   generator may run that far ahead of a clock that did not move).
+///   `rollback-bits` absorbs any step back while a counter value is free.
+pub(crate) fn clock_not_ready(state: &AppState) -> Option<String> {
+    let (policy, exhausted) = state.clock_policy;
+    let source = state.clock.source().name();
+    let now = state.clock.now_nanos();
+    let until = state.clock_failed_until.load(Ordering::Acquire);
+    if now < until {
+        return Some(format!(
+            "snowflake IDs fail for {:.3} ms more: the {source} clock went back further than \
+             snowflake.clock_behind = \"{}\" absorbs",
+            (until - now) as f64 / 1e6,
+            policy.name(),
+        ));
+    }
+    let absorbed = match policy {
+        ClockBehind::Wait { max } => max,
+        ClockBehind::Borrow { max_lead } => max_lead,
+        ClockBehind::History { ticks } => state.layout.unit().saturating_mul(ticks),
+        ClockBehind::RollbackBits => return None,
+        _ => Duration::ZERO,
+    };
+    let absorbed = match exhausted {
+        SequenceExhausted::Borrow { max_lead } => absorbed.max(max_lead),
+        _ => absorbed,
+    };
+    let behind = state.worker.generator().lead();
+    (behind > absorbed).then(|| {
+        format!(
+            "the {source} clock is {:.3} ms behind the last issued ID; \
+             snowflake.clock_behind = \"{}\" absorbs {:.3} ms",
+            behind.as_secs_f64() * 1e3,
+            policy.name(),
+            absorbed.as_secs_f64() * 1e3,
+        )
+    })
+}
+
+/// Records until when snowflake IDs fail after a clock error (`error`'s own
+/// verdict: the time the clock must reach), for [`clock_not_ready`].
+fn note_clock_failure(state: &AppState, error: &idmint_core::Error) {
+    let now = state.clock.now_nanos();
+    let until = match error {
+        idmint_core::Error::ClockBehind { behind, .. } => {
+            now.saturating_add(i64::try_from(behind.as_nanos()).unwrap_or(i64::MAX))
+        }
+        idmint_core::Error::RollbackExhausted { retry_after, .. } => {
+            i64::try_from(retry_after.as_nanosecond()).unwrap_or(i64::MAX)
+        }
+        _ => return,
+    };
+    state.clock_failed_until.fetch_max(until, Ordering::AcqRel);
 }
 
 /// Compares `given` with `secret` in time that depends only on the secret's
@@ -184,10 +385,14 @@ impl From<SegmentError> for IssueError {
 
 // ---- Issuing ----
 
+/// Integer IDs. One is held inline, so a single-ID request (the hot path of
+/// every surface) makes no allocation for it.
+pub(crate) type Ints = SmallVec<[u64; 1]>;
+
 /// IDs ready to render.
 pub(crate) enum Issued {
     /// Integer IDs, already obfuscated when `public`.
-    Ints { values: Vec<u64>, public: bool },
+    Ints { values: Ints, public: bool },
     /// UUIDs.
     Uuids(Vec<u128>),
 }
@@ -227,12 +432,12 @@ pub(crate) fn parse_count(text: &str, max: u64) -> Result<u64, IssueError> {
 /// `n` snowflake IDs from the worker. A `MarkReached` while the lease is held
 /// means the keeper is persisting the next window: waited out briefly (the
 /// keeper was nudged) before answering unavailable.
-async fn snowflakes(state: &Arc<AppState>, n: u64) -> Result<Vec<u64>, IssueError> {
+async fn snowflakes(state: &Arc<AppState>, n: u64) -> Result<Ints, IssueError> {
     // Read the clock only once the mark holds a call back, not per ID.
     let mut deadline = None;
     loop {
-        let result: idmint_core::Result<Vec<u64>> = if n == 1 {
-            state.worker.next_id().map(|id| vec![id.get()])
+        let result: idmint_core::Result<Ints> = if n == 1 {
+            state.worker.next_id().map(|id| smallvec![id.get()])
         } else if n <= state.layout.ids_per_tick() {
             state.worker.next_ids(n).map(|b| flatten(&b))
         } else {
@@ -262,21 +467,25 @@ async fn snowflakes(state: &Arc<AppState>, n: u64) -> Result<Vec<u64>, IssueErro
                     Duration::from_secs(1),
                 ));
             }
-            other => return other.map_err(IssueError::from),
+            Err(e) => {
+                note_clock_failure(state, &e);
+                return Err(IssueError::from(e));
+            }
+            Ok(ids) => return Ok(ids),
         }
     }
 }
 
-fn flatten(batch: &IdBatch) -> Vec<u64> {
+fn flatten(batch: &IdBatch) -> Ints {
     let mut out = Vec::with_capacity(usize::try_from(batch.len()).unwrap_or(0));
     out.extend(batch.iter().map(Id::get));
-    out
+    Ints::from_vec(out)
 }
 
-async fn segment_ids(state: &AppState, key: &str, n: u64) -> Result<Vec<u64>, IssueError> {
+async fn segment_ids(state: &AppState, key: &str, n: u64) -> Result<Ints, IssueError> {
     if n == 1 {
         let id = state.segments.next_id(key).await?;
-        Ok(vec![id.get()])
+        Ok(smallvec![id.get()])
     } else {
         let batch = state.segments.next_ids(key, n).await?;
         Ok(flatten(&batch))
@@ -310,7 +519,7 @@ pub(crate) async fn issue(
     }
     let obfuscate = {
         let state = state.clone();
-        move || -> Result<Vec<u64>, IssueError> {
+        move || -> Result<Ints, IssueError> {
             let obfuscator = state.obfuscator.as_ref().ok_or_else(|| {
                 IssueError::new(
                     ErrorClass::Internal,

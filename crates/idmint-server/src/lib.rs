@@ -2,11 +2,11 @@
 //!
 //! [`Server::start`] does the I/O of starting, in this order, each step named
 //! in its error: bind the HTTP listener (its port names this node to the
-//! registry) and the RESP listener when configured, claim the worker ID through the registry's
+//! registry) and the RESP and gRPC listeners when configured, claim the worker ID through the registry's
 //! [`WorkerKeeper`](idmint_registry::WorkerKeeper) (which persists the first
 //! high-water mark before any ID may be issued), open the segment store and
 //! create the keys declared in config, and start the segment preloader.
-//! [`Server::serve`] answers HTTP (and RESP) until the shutdown future completes, then
+//! [`Server::serve`] answers HTTP (and RESP, gRPC) until the shutdown future completes, then
 //! stops accepting, lets in-flight requests finish (bounded by
 //! `server.shutdown_grace`), and releases the worker claim.
 //!
@@ -17,12 +17,15 @@
 //! The HTTP surface is in `http.rs`; its error bodies are
 //! `{"error": {"code": "...", "message": "..."}}` with stable codes.
 //! The Redis-protocol (RESP2) surface, on its own port when
-//! `server.resp_addr` is set, is in `resp.rs`; both issue IDs through
+//! `server.resp_addr` is set, is in `resp.rs`; the gRPC surface
+//! (`idmint.v1.IdService`, from `proto/idmint/v1/idmint.proto`), on its own
+//! port when `server.grpc_addr` is set, in [`grpc`]. All issue IDs through
 //! `issue.rs`, which resolves a key's strategy and maps failures to those codes.
 
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod grpc;
 mod http;
 mod issue;
 mod metrics;

@@ -40,6 +40,18 @@
 //! read (or sooner when it passes [`FLUSH_AT`], so a pipeline of large
 //! batches doesn't pile up in memory).
 //!
+//! # Slow, idle and too many clients
+//! A request must arrive whole within `server.read_timeout` of its first
+//! byte, or the connection is answered `-ERR timeout ...` and closed: a
+//! client trickling a frame can't hold a connection (or the up to a frame's
+//! worth of memory it makes the server buffer) for longer. An idle
+//! connection, with nothing half sent, is kept however long, as Redis keeps
+//! idle clients by default (`timeout 0`): Redis clients pool connections and
+//! don't expect the server to drop them. What bounds idle clients is
+//! `server.max_connections`, shared with HTTP: each connection holds a slot
+//! from accept to close, and at the cap the listener accepts no more until
+//! one frees.
+//!
 //! # Shutdown
 //! When the server stops, the listener stops accepting; each connection
 //! answers the requests it has read (and finishes one it is halfway through
@@ -108,9 +120,18 @@ impl RespListener {
                 () = stopped(&mut stop) => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
+                        let slot = tokio::select! {
+                            () = stopped(&mut stop) => break,
+                            slot = state.connections.slot("resp") => slot,
+                        };
+                        let Some(slot) = slot else { break };
                         let _ = stream.set_nodelay(true);
                         let conn = Connection::new(stream, peer, state.clone(), stats.clone());
-                        connections.spawn(conn.run(stop_connections.clone()));
+                        let run = conn.run(stop_connections.clone());
+                        connections.spawn(async move {
+                            run.await;
+                            drop(slot);
+                        });
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: pass, don't spin.
@@ -145,6 +166,14 @@ impl RespListener {
 /// Completes when `stop` turns true, or its sender is gone (stop then too).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|&stopped| stopped).await;
+}
+
+/// Completes at `deadline`; never when there is none.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn log_join(done: Result<(), tokio::task::JoinError>) {
@@ -239,8 +268,19 @@ impl Connection {
 
     async fn serve(&mut self, stop: &mut watch::Receiver<bool>) -> std::io::Result<()> {
         let mut stopping = *stop.borrow();
+        let read_timeout = self.state.connections.read_timeout;
+        // When the request now partly read began to arrive.
+        let mut started: Option<tokio::time::Instant> = None;
         loop {
+            let unparsed = self.input.len();
             let flow = self.answer_buffered().await?;
+            started = match started {
+                _ if self.input.is_empty() => None,
+                // Requests were answered: what is left began in the last read.
+                _ if self.input.len() < unparsed => Some(tokio::time::Instant::now()),
+                Some(at) => Some(at),
+                None => Some(tokio::time::Instant::now()),
+            };
             if !self.out.is_empty() {
                 self.stream.write_all(&self.out).await?;
                 self.out.clear();
@@ -270,6 +310,17 @@ impl Connection {
                 }
                 () = stopped(stop), if !stopping => {
                     stopping = true;
+                }
+                () = until(started.map(|at| at + read_timeout)) => {
+                    tracing::debug!(peer = %self.peer, "RESP request not whole within the read timeout; closing");
+                    let message = format!(
+                        "timeout: the request was not whole within {read_timeout:?} \
+                         (server.read_timeout); closing"
+                    );
+                    frame::error(&mut self.out, "ERR", &message);
+                    // Best effort: a client that doesn't read gets nothing.
+                    let _ = self.stream.try_write(&self.out);
+                    return Ok(());
                 }
             }
         }

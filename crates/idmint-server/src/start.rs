@@ -1,13 +1,12 @@
 //! Starting and stopping: from a [`Config`] to a listening [`Server`], and the
 //! orderly shutdown that releases the worker claim.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
-use idmint_core::clock::MonotonicClock;
 use idmint_core::uuid::UuidGenerator;
 use idmint_core::{Layout, PublicIdCodec};
 use idmint_registry::etcd_registry::{EtcdConfig, EtcdRegistry};
@@ -29,8 +28,9 @@ use tokio::task::JoinHandle;
 use crate::config::{
     Config, ConfigError, RegistryKind, SchemaName, SqlModeName, Strategy, ZooKeeperModeName,
 };
+use crate::grpc::GrpcListener;
 use crate::http;
-use crate::issue::{AppState, KeySpec};
+use crate::issue::{AppState, ConnectionLimits, IdClock, KeyMap, KeySpec};
 use crate::metrics::{CountingRegistry, CountingStore, Metrics, SamplerGuard};
 use crate::resp::RespListener;
 
@@ -53,6 +53,14 @@ pub enum ServerError {
     /// The RESP (Redis-protocol) listener could not be bound.
     #[error("cannot listen on server.resp_addr {addr}: {source}")]
     BindResp {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The gRPC listener could not be bound.
+    #[error("cannot listen on server.grpc_addr {addr}: {source}")]
+    BindGrpc {
         /// The address.
         addr: SocketAddr,
         /// Why.
@@ -114,6 +122,7 @@ pub struct Server {
     watcher: WatcherGuard,
     sampler: SamplerGuard,
     resp: Option<RespListener>,
+    grpc: Option<GrpcListener>,
     grace: Duration,
 }
 
@@ -148,6 +157,14 @@ impl Server {
             ),
             None => None,
         };
+        let grpc = match config.server.grpc_addr {
+            Some(addr) => Some(
+                GrpcListener::bind(addr)
+                    .await
+                    .map_err(|source| ServerError::BindGrpc { addr, source })?,
+            ),
+            None => None,
+        };
 
         let kind = config.snowflake.registry;
         let registry_error = |source| ServerError::Registry {
@@ -158,9 +175,9 @@ impl Server {
         let metrics = Arc::new(Metrics::new(node.to_string()));
         let registry = open_registry(&config).await.map_err(registry_error)?;
         let registry = CountingRegistry::wrap(registry, metrics.clone());
-        let clock = Arc::new(MonotonicClock::new());
+        let clock = IdClock::new(config.snowflake.clock);
         let mut settings = GeneratorSettings::new(layout)
-            .with_clock(clock.clone())
+            .with_clock(clock.shared())
             .with_clock_behind(config.snowflake.clock_behind)
             .with_sequence_exhausted(config.snowflake.sequence_exhausted)
             .with_sequence_start(config.snowflake.sequence_start);
@@ -175,6 +192,7 @@ impl Server {
         let status = worker.status();
         tracing::info!(
             registry = kind.name(),
+            clock = clock.source().name(),
             worker = status.worker,
             node = %node,
             mark = ?status.persisted_mark,
@@ -198,7 +216,7 @@ impl Server {
 
         let obfuscator = config.obfuscation.obfuscator()?;
         let codec = PublicIdCodec::new(config.obfuscation.text_format()?);
-        let mut keys: HashMap<String, KeySpec> = config
+        let mut keys: KeyMap<KeySpec> = config
             .segment
             .keys
             .keys()
@@ -227,6 +245,11 @@ impl Server {
             layout,
             layout_text: layout_name(&layout),
             clock,
+            clock_policy: (
+                config.snowflake.clock_behind,
+                config.snowflake.sequence_exhausted,
+            ),
+            clock_failed_until: AtomicI64::new(i64::MIN),
             segments,
             uuids: UuidGenerator::new(),
             keys,
@@ -240,12 +263,19 @@ impl Server {
                 .collect(),
             max_count: config.server.max_count,
             metrics: metrics.clone(),
+            connections: ConnectionLimits::new(
+                config.server.max_connections,
+                config.server.read_timeout,
+            ),
         });
         let watcher = WatcherGuard::spawn(worker);
         let sampler = SamplerGuard::spawn(metrics);
         tracing::info!(addr = %local_addr, "listening for HTTP");
         if let Some(resp) = &resp {
             tracing::info!(addr = %resp.local_addr(), "listening for RESP (Redis protocol)");
+        }
+        if let Some(grpc) = &grpc {
+            tracing::info!(addr = %grpc.local_addr(), "listening for gRPC (idmint.v1.IdService)");
         }
         Ok(Server {
             listener,
@@ -256,6 +286,7 @@ impl Server {
             watcher,
             sampler,
             resp,
+            grpc,
             grace: config.server.shutdown_grace,
         })
     }
@@ -270,7 +301,12 @@ impl Server {
         self.resp.as_ref().map(RespListener::local_addr)
     }
 
-    /// Serves HTTP (and RESP) until `shutdown` completes; then stops accepting, waits for
+    /// The address the gRPC listener listens on, when `server.grpc_addr` is set.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc.as_ref().map(GrpcListener::local_addr)
+    }
+
+    /// Serves HTTP (and RESP, gRPC) until `shutdown` completes; then stops accepting, waits for
     /// in-flight requests (at most `server.shutdown_grace`), and releases the
     /// worker claim.
     ///
@@ -289,11 +325,13 @@ impl Server {
             watcher,
             sampler,
             resp,
+            grpc,
             grace,
         } = self;
         let stopping = Arc::new(tokio::sync::Notify::new());
         let signal = stopping.clone();
         let (stop_resp, resp_stopped) = tokio::sync::watch::channel(false);
+        let grpc = grpc.map(|g| tokio::spawn(g.serve(state.clone(), resp_stopped.clone(), grace)));
         let resp = resp.map(|r| tokio::spawn(r.serve(state.clone(), resp_stopped, grace)));
         let shutdown = async move {
             shutdown.await;
@@ -301,10 +339,11 @@ impl Server {
             signal.notify_one();
             let _ = stop_resp.send(true);
         };
+        let limits = state.connections.clone();
         let app = http::router(state);
-        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown);
+        let served = http::serve(listener, app, limits, shutdown);
         let result = tokio::select! {
-            r = served => r.map_err(ServerError::Serve),
+            () = served => Ok(()),
             () = async { stopping.notified().await; tokio::time::sleep(grace).await } => {
                 tracing::warn!(grace = ?grace, "requests still in flight after the shutdown grace; closing");
                 Ok(())
@@ -314,6 +353,12 @@ impl Server {
             // Stopped with HTTP; it waits up to the grace for its connections.
             if let Err(e) = resp.await {
                 tracing::error!(error = %e, "the RESP listener task failed");
+            }
+        }
+        if let Some(grpc) = grpc {
+            // Stopped with HTTP; it waits up to the grace for its calls and streams.
+            if let Err(e) = grpc.await {
+                tracing::error!(error = %e, "the gRPC listener task failed");
             }
         }
         drop(watcher);

@@ -165,7 +165,7 @@ pub(crate) fn snapshot(state: &AppState) -> Value {
             "held": s.lease == LeaseState::Held,
             "lease_left_ms": s.lease_left.map(|d| d.as_millis() as u64),
             "generation": s.generation,
-            "ready": s.is_ready(),
+            "ready": s.is_ready() && crate::issue::clock_not_ready(state).is_none(),
             "last_error": s.last_error,
         },
         "mark": {
@@ -175,6 +175,8 @@ pub(crate) fn snapshot(state: &AppState) -> Value {
             "persisted_lead_ms": s.persisted_mark.map(|t| ms(lead_seconds(t, now_nanos))),
         },
         "clock": {
+            "source": state.clock.source().name(),
+            "not_ready": crate::issue::clock_not_ready(state),
             "drift_ms": ms(state.clock.drift() as f64 / 1e9),
         },
         "layout": {

@@ -4,7 +4,7 @@
 //!
 //! Precedence, lowest first: the embedded defaults, `--config FILE`, the
 //! `IDMINT_…` environment variables, then the flags `--data-dir`,
-//! `--http-addr` and `--resp-addr`.
+//! `--http-addr`, `--resp-addr` and `--grpc-addr`.
 //!
 //! # The ready file
 //! `--ready-file FILE` is written (whole, by a rename) once the server
@@ -14,6 +14,7 @@
 //! ```text
 //! 127.0.0.1:41237
 //! resp=127.0.0.1:38911
+//! grpc=127.0.0.1:40529
 //! ```
 
 use std::net::SocketAddr;
@@ -46,9 +47,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     resp_addr: Option<SocketAddr>,
 
+    /// Where the gRPC listener (idmint.v1.IdService) listens (overrides
+    /// server.grpc_addr; off unless set; port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    grpc_addr: Option<SocketAddr>,
+
     /// Once serving, write the addresses to this file, for scripts and tests
     /// that start the server on port 0: the HTTP address (`127.0.0.1:PORT`)
-    /// on the first line, then `resp=ADDR` when RESP is on.
+    /// on the first line, then `resp=ADDR` when RESP is on and `grpc=ADDR`
+    /// when gRPC is on.
     #[arg(long, value_name = "FILE")]
     ready_file: Option<PathBuf>,
 }
@@ -66,6 +73,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     if let Some(addr) = args.resp_addr {
         config.server.resp_addr = Some(addr);
+    }
+    if let Some(addr) = args.grpc_addr {
+        config.server.grpc_addr = Some(addr);
     }
     config
         .validate()
@@ -86,6 +96,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
             let mut text = format!("{}\n", server.local_addr());
             if let Some(addr) = server.resp_addr() {
                 text.push_str(&format!("resp={addr}\n"));
+            }
+            if let Some(addr) = server.grpc_addr() {
+                text.push_str(&format!("grpc={addr}\n"));
             }
             write_ready_file(path, &text)?;
         }

@@ -10,7 +10,7 @@ const KEYS: &str = "[keys.sf]\nstrategy = \"snowflake\"\n\n[segment.keys.order]\
 /// Asserts a report block has the figures and found no duplicate; returns
 /// the number of IDs it counted.
 #[track_caller]
-fn check_report(out: &str) -> u64 {
+pub(crate) fn check_report(out: &str) -> u64 {
     for label in [
         "target ",
         "concurrency ",
@@ -153,7 +153,7 @@ fn bench_failures_exit_non_zero() {
 
     // Bad targets and flags are bad input (exit 2).
     for args in [
-        &["bench", "--target", "grpc://127.0.0.1:1"][..],
+        &["bench", "--target", "grpc://127.0.0.1:1", "--prefetch", "5"][..],
         &["bench", "--target", "127.0.0.1:1"][..],
         &["bench", "--target", "resp://127.0.0.1:1", "--prefetch", "5"][..],
     ] {

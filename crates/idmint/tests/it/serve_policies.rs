@@ -243,3 +243,93 @@ fn serve_key_tokens_need_auth_over_resp() {
     let log = server.log();
     assert!(!log.contains(TOKEN) && !log.contains("12345"), "{log}");
 }
+
+/// The time source (`snowflake.clock`): `wall` starts and serves IDs that
+/// decode to the wall clock's time, and every surface says which clock is in
+/// use (its drift is 0 by definition); `monotonic` is the default. A bad
+/// value stops the start with exit code 2 and one line naming the key.
+#[test]
+fn serve_clock_source_is_configurable_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = client();
+    let config = "[snowflake]\nclock = \"wall\"\n\n[keys.sf]\nstrategy = \"snowflake\"\n";
+    let key = ("IDMINT_KEYS__SF__STRATEGY", "snowflake");
+    for (name, config, env, source) in [
+        ("wall", Some(config), &[][..], "wall"),
+        (
+            "wall-env",
+            None,
+            &[("IDMINT_SNOWFLAKE__CLOCK", "wall"), key][..],
+            "wall",
+        ),
+        ("default", None, &[key][..], "monotonic"),
+    ] {
+        let server = Served::start(&dir.path().join(name), config, env);
+        let before_ms = now_ms();
+        let (status, body) = get(&c, &server.url("/v1/ids/sf?count=50"));
+        assert_eq!(status, StatusCode::OK, "{name}: {body}");
+        let ids: Vec<u64> = body.lines().map(|l| l.parse().unwrap()).collect();
+        assert_eq!(ids.len(), 50);
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "{name}: not increasing"
+        );
+        let made_ms = (ids[0] >> TIME_SHIFT) + TWITTER_EPOCH_MS;
+        assert!(
+            made_ms + 2_000 >= before_ms && made_ms <= now_ms() + 2_000,
+            "{name}: ID time {made_ms} ms, wall clock {before_ms} ms"
+        );
+
+        let (_, status) = get(&c, &server.url("/v1/status"));
+        let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+        assert_eq!(status["clock"]["source"], source, "{name}: {status}");
+        let drift = status["clock"]["drift_ms"].as_f64().unwrap();
+        if source == "wall" {
+            assert_eq!(drift, 0.0, "{name}");
+        } else {
+            assert!(drift.abs() < 60_000.0, "{name}: {drift}");
+        }
+        let (_, text) = get(&c, &server.url("/metrics"));
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!(
+                "idmint_clock_drift_seconds{{clock=\"{source}\"}} "
+            ))),
+            "{name}: {text}"
+        );
+        let (status, body) = get(&c, &server.url("/readyz"));
+        assert_eq!(status, StatusCode::OK, "{name}: {body}");
+    }
+
+    let bad_env = [("IDMINT_SNOWFLAKE__CLOCK", "ntp")];
+    for (i, (config, env)) in [
+        (Some("[snowflake]\nclock = \"sundial\"\n"), &[][..]),
+        (None, &bad_env[..]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (mut child, _, log) = spawn(&dir.path().join(format!("bad{i}")), config, env);
+        let status = child.wait().unwrap();
+        let stderr = std::fs::read_to_string(log).unwrap();
+        assert_eq!(status.code(), Some(2), "{stderr}");
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("error: "))
+            .collect();
+        assert_eq!(errors.len(), 1, "{stderr}");
+        assert!(
+            errors[0].contains("snowflake.clock ") && errors[0].contains("monotonic"),
+            "{stderr}"
+        );
+    }
+}
+
+/// The `twitter` layout's epoch, 2010-11-04T01:42:54.657Z, in Unix milliseconds.
+const TWITTER_EPOCH_MS: u64 = 1_288_834_974_657;
+
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    u64::try_from(since.as_millis()).unwrap()
+}
