@@ -14,10 +14,13 @@
 //!   drop `flock`ed files.
 //! - [`bench`]: what the benchmark harnesses share (run count, median, cost
 //!   per call on N threads).
+//! - [`proxy`]: a TCP proxy that cuts a client off from a service.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+pub mod proxy;
 
 /// The machine's PostgreSQL, for tests.
 pub const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
