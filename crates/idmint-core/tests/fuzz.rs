@@ -15,13 +15,14 @@
 //! run in `cargo test` with a modest case count; `scripts/fuzz` runs every
 //! `fuzz_` test in release with `PROPTEST_CASES` (default 200,000).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idmint_core::uuid::{Uuid, UuidNamespace, UuidVersion};
 use idmint_core::{
     Error, FieldOrder, Id, IdParts, Layout, LayoutSpec, ObfuscationKey, Obfuscator, PublicId,
     PublicIdCodec, TextFormat,
 };
+use idmint_testkit::fuzz::{self, arbitrary, cases, mutated};
 use jiff::Timestamp;
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -33,33 +34,9 @@ use proptest::test_runner::TestCaseError;
 /// machine: these parsers are linear in input of at most a few hundred bytes.
 const BOUND: Duration = Duration::from_millis(50);
 
-/// `cases` per test, unless `PROPTEST_CASES` says otherwise (`scripts/fuzz`).
-fn cases(cases: u32) -> ProptestConfig {
-    if std::env::var_os("PROPTEST_CASES").is_some() {
-        ProptestConfig::default()
-    } else {
-        ProptestConfig::with_cases(cases)
-    }
-}
-
-/// Runs `f`, failing the case if it takes longer than [`BOUND`]. A slow call
-/// is timed twice more and the fastest run counts, so a scheduler stall on a
-/// shared machine is not taken for a slow input; a pathological input is slow
-/// every time.
-fn timed<T>(what: &str, mut f: impl FnMut() -> T) -> Result<T, TestCaseError> {
-    let start = Instant::now();
-    let out = f();
-    let mut fastest = start.elapsed();
-    for _ in 0..2 {
-        if fastest <= BOUND {
-            break;
-        }
-        let again = Instant::now();
-        f();
-        fastest = fastest.min(again.elapsed());
-    }
-    prop_assert!(fastest <= BOUND, "{what} took {fastest:?}");
-    Ok(out)
+/// [`fuzz::timed`] with this file's [`BOUND`].
+fn timed<T>(what: &str, f: impl FnMut() -> T) -> Result<T, TestCaseError> {
+    fuzz::timed(BOUND, what, f)
 }
 
 /// An error's message must say something, on one line (the CLI prints it as
@@ -81,178 +58,6 @@ fn check_quoted(quoted: &str, input: &str) -> Result<(), TestCaseError> {
         "quoted {quoted:?} for input {input:?}"
     );
     Ok(())
-}
-
-// ---- Mutations ----
-
-/// One random edit of a text. Positions are taken modulo the text's length,
-/// in characters, so every edit applies to every text.
-#[derive(Debug, Clone)]
-enum Edit {
-    /// Cut the text here.
-    Truncate(usize),
-    /// Remove up to this many characters from a position.
-    Delete(usize, usize),
-    /// Insert a token at a position.
-    Insert(usize, String),
-    /// Replace one character with any Unicode scalar value.
-    Replace(usize, char),
-    /// Repeat a stretch of up to this many characters in place.
-    Duplicate(usize, usize),
-    /// Append digits to one of the text's digit runs (or insert them).
-    InflateDigits(usize, String),
-    /// Double every separator.
-    DoubleSeparators,
-    /// Upper-case (`true`) or lower-case the whole text.
-    Case(bool),
-}
-
-/// Tokens every parser here may choke on.
-const COMMON_TOKENS: &[&str] = &[
-    "",
-    ",",
-    "=",
-    ",,",
-    "==",
-    ":",
-    "-",
-    "+",
-    ".",
-    " ",
-    "\t",
-    "\n",
-    "\r\n",
-    "\0",
-    "é",
-    "🦀",
-    "\u{202e}",
-    "\u{feff}",
-    "0",
-    "-1",
-    "-0",
-    "64",
-    "65",
-    "255",
-    "256",
-    "4294967296",
-    "9223372036854775807",
-    "9223372036854775808",
-    "18446744073709551615",
-    "18446744073709551616",
-    "99999999999999999999999999999999",
-    "1e3",
-    "0x10",
-    "NaN",
-    "inf",
-];
-
-/// A token: a common one, one of the target's own (`extra`), or any short text.
-fn token(extra: &'static [&'static str]) -> impl Strategy<Value = String> {
-    let extra = if extra.is_empty() {
-        COMMON_TOKENS
-    } else {
-        extra
-    };
-    prop_oneof![
-        select(COMMON_TOKENS).prop_map(str::to_owned),
-        select(extra).prop_map(str::to_owned),
-        "\\PC{0,6}",
-    ]
-}
-
-fn edit(extra: &'static [&'static str]) -> impl Strategy<Value = Edit> {
-    prop_oneof![
-        any::<usize>().prop_map(Edit::Truncate),
-        (any::<usize>(), 1usize..8).prop_map(|(at, n)| Edit::Delete(at, n)),
-        (any::<usize>(), token(extra)).prop_map(|(at, t)| Edit::Insert(at, t)),
-        (any::<usize>(), any::<char>()).prop_map(|(at, c)| Edit::Replace(at, c)),
-        (any::<usize>(), 1usize..16).prop_map(|(at, n)| Edit::Duplicate(at, n)),
-        (any::<usize>(), "[0-9]{1,40}").prop_map(|(at, d)| Edit::InflateDigits(at, d)),
-        Just(Edit::DoubleSeparators),
-        any::<bool>().prop_map(Edit::Case),
-    ]
-}
-
-fn apply(text: &str, edits: &[Edit]) -> String {
-    let mut chars: Vec<char> = text.chars().collect();
-    for edit in edits {
-        let len = chars.len();
-        let at = |p: usize| p % (len + 1);
-        match edit {
-            Edit::Truncate(p) => chars.truncate(at(*p)),
-            Edit::Delete(p, n) => {
-                let start = at(*p);
-                chars.drain(start..(start + n).min(len));
-            }
-            Edit::Insert(p, token) => {
-                let start = at(*p);
-                chars.splice(start..start, token.chars());
-            }
-            Edit::Replace(p, c) => {
-                if len > 0 {
-                    chars[p % len] = *c;
-                }
-            }
-            Edit::Duplicate(p, n) => {
-                let start = at(*p);
-                let end = (start + n).min(len);
-                let copy = chars[start..end].to_vec();
-                chars.splice(end..end, copy);
-            }
-            Edit::InflateDigits(p, digits) => {
-                let ends: Vec<usize> = (0..len)
-                    .filter(|&i| {
-                        chars[i].is_ascii_digit()
-                            && chars.get(i + 1).is_none_or(|c| !c.is_ascii_digit())
-                    })
-                    .collect();
-                let start = match ends.as_slice() {
-                    [] => at(*p),
-                    ends => ends[p % ends.len()] + 1,
-                };
-                chars.splice(start..start, digits.chars());
-            }
-            Edit::DoubleSeparators => {
-                chars = chars
-                    .into_iter()
-                    .flat_map(|c| {
-                        let n = if ",=:.-/&".contains(c) { 2 } else { 1 };
-                        std::iter::repeat_n(c, n)
-                    })
-                    .collect();
-            }
-            Edit::Case(upper) => {
-                let text: String = chars.iter().collect();
-                let text = if *upper {
-                    text.to_uppercase()
-                } else {
-                    text.to_lowercase()
-                };
-                chars = text.chars().collect();
-            }
-        }
-    }
-    chars.into_iter().collect()
-}
-
-/// Valid text from `seed`, with one to four edits.
-fn mutated(
-    seed: impl Strategy<Value = String>,
-    extra: &'static [&'static str],
-) -> impl Strategy<Value = String> {
-    (seed, prop::collection::vec(edit(extra), 1..=4)).prop_map(|(text, edits)| apply(&text, &edits))
-}
-
-/// Arbitrary text: printable Unicode, anything but a newline, text over
-/// `alphabet` (which reaches deeper into a parser), or raw bytes read as UTF-8.
-fn arbitrary(alphabet: &'static str) -> impl Strategy<Value = String> {
-    prop_oneof![
-        "\\PC{0,80}",
-        ".{0,80}",
-        proptest::string::string_regex(&format!("[{alphabet}]{{0,60}}")).expect("a valid regex"),
-        prop::collection::vec(any::<u8>(), 0..80)
-            .prop_map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
-    ]
 }
 
 // ---- Layouts ----

@@ -20,6 +20,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod fuzz;
 pub mod proxy;
 
 /// The machine's PostgreSQL, for tests.

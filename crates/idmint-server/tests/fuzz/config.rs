@@ -13,10 +13,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::support::{arbitrary, cases, mutated, timed};
 use idmint_core::{ClockBehind, SequenceExhausted, SequenceStart};
 use idmint_server::config::{parse_clock_behind, parse_sequence_exhausted, parse_sequence_start};
 use idmint_server::{Config, ConfigError, Server};
+use idmint_testkit::fuzz::{arbitrary, cases, mutated, timed};
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::TestCaseError;

@@ -23,10 +23,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use crate::support::{arbitrary, cases, mutated, timed};
 use idmint_core::uuid::Uuid;
 use idmint_core::{Id, IdParts, Layout};
 use idmint_server::{Config, Server};
+use idmint_testkit::fuzz::{arbitrary, cases, mutated, timed};
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::{TestCaseError, TestRunner};

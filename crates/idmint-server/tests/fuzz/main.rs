@@ -5,4 +5,3 @@
 
 mod config;
 mod http;
-mod support;

@@ -1,13 +1,11 @@
-//! What the server's fuzz tests share: the case count, the time bound on
-//! each call, and the text mutator (valid text with random edits) and the
+//! What the fuzz tests of every crate share: the case count, the time bound
+//! on each call, the text mutator (valid text with random edits) and the
 //! arbitrary-text strategies.
 //!
 //! proptest stands in for cargo-fuzz, which needs a nightly toolchain this
 //! project's machines cannot fetch. The tests run in `cargo test` with a
 //! modest case count; `scripts/fuzz` runs every `fuzz_` test in release with
-//! a large `PROPTEST_CASES`. The mutator is the one in
-//! `idmint-core/tests/fuzz.rs`; test targets of two crates can't share a
-//! module without a crate between them.
+//! a large `PROPTEST_CASES`.
 
 use std::time::{Duration, Instant};
 
