@@ -54,6 +54,7 @@ use crate::issue::{
     self, AppState, ConnectionLimits, ErrorClass, IssueError, Issued, KeySpec, constant_time_eq,
 };
 use crate::metrics::Metrics;
+use crate::start::Bound;
 use proto::id_service_server::{IdService, IdServiceServer};
 use proto::{DecodeRequest, DecodeResponse, GetIdsRequest, GetIdsResponse, StreamIdsRequest};
 
@@ -76,65 +77,41 @@ const GET_IDS: &str = "GetIds";
 const DECODE: &str = "Decode";
 const STREAM_IDS: &str = "StreamIds";
 
-/// The gRPC listener, bound; [`GrpcListener::serve`] accepts on it.
-#[derive(Debug)]
-pub(crate) struct GrpcListener {
-    listener: TcpListener,
-    local_addr: SocketAddr,
-}
-
-impl GrpcListener {
-    /// Binds `addr` (port 0 picks a free port).
-    pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<GrpcListener> {
-        let listener = TcpListener::bind(addr).await?;
-        let local_addr = listener.local_addr()?;
-        Ok(GrpcListener {
-            listener,
-            local_addr,
-        })
-    }
-
-    /// The address it listens on (the chosen port when asked for 0).
-    pub(crate) fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-
-    /// Serves until `stop` turns true; then stops accepting, lets calls in
-    /// flight finish and streams end, for at most `grace`.
-    pub(crate) async fn serve(
-        self,
-        state: Arc<AppState>,
-        mut stop: watch::Receiver<bool>,
-        grace: Duration,
-    ) {
-        let GrpcListener {
-            listener,
-            local_addr,
-        } = self;
-        let limits = state.connections.clone();
-        let service = IdServiceServer::new(Service {
-            state,
-            stop: stop.clone(),
-        });
-        let shutdown = {
-            let mut stop = stop.clone();
-            async move {
-                stopped(&mut stop).await;
-                tracing::info!(addr = %local_addr, "gRPC: no new connections");
+/// Serves gRPC on `bound` until `stop` turns true; then stops accepting,
+/// lets calls in flight finish and streams end, for at most `grace`.
+pub(crate) async fn serve(
+    bound: Bound,
+    state: Arc<AppState>,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let Bound {
+        listener,
+        local_addr,
+    } = bound;
+    let limits = state.connections.clone();
+    let service = IdServiceServer::new(Service {
+        state,
+        stop: stop.clone(),
+    });
+    let shutdown = {
+        let mut stop = stop.clone();
+        async move {
+            stopped(&mut stop).await;
+            tracing::info!(addr = %local_addr, "gRPC: no new connections");
+        }
+    };
+    let served = tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(accept(listener, local_addr, limits), shutdown);
+    tokio::select! {
+        result = served => {
+            if let Err(e) = result {
+                tracing::error!(addr = %local_addr, error = %e, "serving gRPC failed");
             }
-        };
-        let served = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(accept(listener, local_addr, limits), shutdown);
-        tokio::select! {
-            result = served => {
-                if let Err(e) = result {
-                    tracing::error!(addr = %local_addr, error = %e, "serving gRPC failed");
-                }
-            }
-            () = async { stopped(&mut stop).await; tokio::time::sleep(grace).await } => {
-                tracing::warn!(grace = ?grace, "gRPC calls still open after the shutdown grace; closing");
-            }
+        }
+        () = async { stopped(&mut stop).await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace = ?grace, "gRPC calls still open after the shutdown grace; closing");
         }
     }
 }

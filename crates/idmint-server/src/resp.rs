@@ -67,99 +67,77 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::issue::{self, AppState, ErrorClass, IssueError, Issued};
+use crate::start::Bound;
 use frame::LIMITS;
 
 /// Output buffered past this is written before the next request is answered.
 const FLUSH_AT: usize = 256 * 1024;
 
-/// The RESP listener, bound; [`RespListener::serve`] accepts on it.
-#[derive(Debug)]
-pub(crate) struct RespListener {
-    listener: TcpListener,
-    local_addr: SocketAddr,
-}
-
-impl RespListener {
-    /// Binds `addr` (port 0 picks a free port).
-    pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<RespListener> {
-        let listener = TcpListener::bind(addr).await?;
-        let local_addr = listener.local_addr()?;
-        Ok(RespListener {
-            listener,
-            local_addr,
-        })
-    }
-
-    /// The address it listens on (the chosen port when asked for 0).
-    pub(crate) fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-
-    /// Accepts connections until `stop` turns true; then waits up to `grace`
-    /// for open connections to answer what they have read, and drops the rest.
-    pub(crate) async fn serve(
-        self,
-        state: Arc<AppState>,
-        mut stop: watch::Receiver<bool>,
-        grace: Duration,
-    ) {
-        let RespListener {
-            listener,
-            local_addr,
-        } = self;
-        let stats = Arc::new(Stats::new(local_addr));
-        let mut connections = JoinSet::new();
-        let stop_connections = stop.clone();
-        loop {
-            tokio::select! {
-                () = stopped(&mut stop) => break,
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let slot = tokio::select! {
-                            () = stopped(&mut stop) => break,
-                            slot = state.connections.slot("resp") => slot,
-                        };
-                        let Some(slot) = slot else { break };
-                        let _ = stream.set_nodelay(true);
-                        let conn = Connection::new(stream, peer, state.clone(), stats.clone());
-                        let run = conn.run(stop_connections.clone());
-                        connections.spawn(async move {
-                            run.await;
-                            drop(slot);
-                        });
-                    }
-                    Err(e) => {
-                        // Out of file descriptors and the like: pass, don't spin.
-                        tracing::warn!(addr = %local_addr, error = %e, "RESP accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-                Some(done) = connections.join_next(), if !connections.is_empty() => {
-                    log_join(done);
+/// Accepts RESP connections on `bound` until `stop` turns true; then waits up
+/// to `grace` for open connections to answer what they have read, and drops
+/// the rest.
+pub(crate) async fn serve(
+    bound: Bound,
+    state: Arc<AppState>,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let Bound {
+        listener,
+        local_addr,
+    } = bound;
+    let stats = Arc::new(Stats::new(local_addr));
+    let mut connections = JoinSet::new();
+    let stop_connections = stop.clone();
+    loop {
+        tokio::select! {
+            () = stopped(&mut stop) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let slot = tokio::select! {
+                        () = stopped(&mut stop) => break,
+                        slot = state.connections.slot("resp") => slot,
+                    };
+                    let Some(slot) = slot else { break };
+                    let _ = stream.set_nodelay(true);
+                    let conn = Connection::new(stream, peer, state.clone(), stats.clone());
+                    let run = conn.run(stop_connections.clone());
+                    connections.spawn(async move {
+                        run.await;
+                        drop(slot);
+                    });
                 }
-            }
-        }
-        drop(listener);
-        tracing::info!(addr = %local_addr, open = connections.len(), "RESP: no new connections");
-        let drained = tokio::time::timeout(grace, async {
-            while let Some(done) = connections.join_next().await {
+                Err(e) => {
+                    // Out of file descriptors and the like: pass, don't spin.
+                    tracing::warn!(addr = %local_addr, error = %e, "RESP accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(done) = connections.join_next(), if !connections.is_empty() => {
                 log_join(done);
             }
-        })
-        .await;
-        if drained.is_err() {
-            tracing::warn!(
-                open = connections.len(),
-                grace = ?grace,
-                "RESP connections still open after the shutdown grace; closing"
-            );
-            connections.shutdown().await;
         }
+    }
+    drop(listener);
+    tracing::info!(addr = %local_addr, open = connections.len(), "RESP: no new connections");
+    let drained = tokio::time::timeout(grace, async {
+        while let Some(done) = connections.join_next().await {
+            log_join(done);
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            grace = ?grace,
+            "RESP connections still open after the shutdown grace; closing"
+        );
+        connections.shutdown().await;
     }
 }
 

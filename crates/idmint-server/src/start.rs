@@ -28,11 +28,9 @@ use tokio::task::JoinHandle;
 use crate::config::{
     Config, ConfigError, RegistryKind, SchemaName, SqlModeName, Strategy, ZooKeeperModeName,
 };
-use crate::grpc::GrpcListener;
-use crate::http;
 use crate::issue::{AppState, ConnectionLimits, IdClock, KeyMap, KeySpec};
 use crate::metrics::{CountingRegistry, CountingStore, Metrics, SamplerGuard};
-use crate::resp::RespListener;
+use crate::{grpc, http, resp};
 
 /// Why the server could not start or serve. Each names the step and the
 /// config key behind it.
@@ -109,6 +107,26 @@ impl ServerError {
     }
 }
 
+/// A listener bound at start, so a port that can't be had fails the start
+/// before anything is claimed (port 0 picks a free port), with the address
+/// it got. HTTP, RESP and gRPC each serve on one.
+#[derive(Debug)]
+pub(crate) struct Bound {
+    pub listener: TcpListener,
+    pub local_addr: SocketAddr,
+}
+
+impl Bound {
+    async fn bind(addr: SocketAddr) -> std::io::Result<Bound> {
+        let listener = TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        Ok(Bound {
+            listener,
+            local_addr,
+        })
+    }
+}
+
 /// A started server: listener bound, worker claimed, segment store open.
 /// Dropping it without [`Server::serve`] stops issuing and releases the claim
 /// in the background.
@@ -121,8 +139,8 @@ pub struct Server {
     preloader: PreloaderGuard,
     watcher: WatcherGuard,
     sampler: SamplerGuard,
-    resp: Option<RespListener>,
-    grpc: Option<GrpcListener>,
+    resp: Option<Bound>,
+    grpc: Option<Bound>,
     grace: Duration,
 }
 
@@ -143,15 +161,15 @@ impl Server {
         })?;
 
         let addr = config.server.http_addr;
-        let listener = TcpListener::bind(addr)
+        let Bound {
+            listener,
+            local_addr,
+        } = Bound::bind(addr)
             .await
-            .map_err(|source| ServerError::Bind { addr, source })?;
-        let local_addr = listener
-            .local_addr()
             .map_err(|source| ServerError::Bind { addr, source })?;
         let resp = match config.server.resp_addr {
             Some(addr) => Some(
-                RespListener::bind(addr)
+                Bound::bind(addr)
                     .await
                     .map_err(|source| ServerError::BindResp { addr, source })?,
             ),
@@ -159,7 +177,7 @@ impl Server {
         };
         let grpc = match config.server.grpc_addr {
             Some(addr) => Some(
-                GrpcListener::bind(addr)
+                Bound::bind(addr)
                     .await
                     .map_err(|source| ServerError::BindGrpc { addr, source })?,
             ),
@@ -272,10 +290,10 @@ impl Server {
         let sampler = SamplerGuard::spawn(metrics);
         tracing::info!(addr = %local_addr, "listening for HTTP");
         if let Some(resp) = &resp {
-            tracing::info!(addr = %resp.local_addr(), "listening for RESP (Redis protocol)");
+            tracing::info!(addr = %resp.local_addr, "listening for RESP (Redis protocol)");
         }
         if let Some(grpc) = &grpc {
-            tracing::info!(addr = %grpc.local_addr(), "listening for gRPC (idmint.v1.IdService)");
+            tracing::info!(addr = %grpc.local_addr, "listening for gRPC (idmint.v1.IdService)");
         }
         Ok(Server {
             listener,
@@ -298,12 +316,12 @@ impl Server {
 
     /// The address the RESP listener listens on, when `server.resp_addr` is set.
     pub fn resp_addr(&self) -> Option<SocketAddr> {
-        self.resp.as_ref().map(RespListener::local_addr)
+        self.resp.as_ref().map(|b| b.local_addr)
     }
 
     /// The address the gRPC listener listens on, when `server.grpc_addr` is set.
     pub fn grpc_addr(&self) -> Option<SocketAddr> {
-        self.grpc.as_ref().map(GrpcListener::local_addr)
+        self.grpc.as_ref().map(|b| b.local_addr)
     }
 
     /// Serves HTTP (and RESP, gRPC) until `shutdown` completes; then stops accepting, waits for
@@ -331,8 +349,9 @@ impl Server {
         let stopping = Arc::new(tokio::sync::Notify::new());
         let signal = stopping.clone();
         let (stop_resp, resp_stopped) = tokio::sync::watch::channel(false);
-        let grpc = grpc.map(|g| tokio::spawn(g.serve(state.clone(), resp_stopped.clone(), grace)));
-        let resp = resp.map(|r| tokio::spawn(r.serve(state.clone(), resp_stopped, grace)));
+        let grpc =
+            grpc.map(|g| tokio::spawn(grpc::serve(g, state.clone(), resp_stopped.clone(), grace)));
+        let resp = resp.map(|r| tokio::spawn(resp::serve(r, state.clone(), resp_stopped, grace)));
         let shutdown = async move {
             shutdown.await;
             tracing::info!(addr = %local_addr, "shutting down: no new connections");
