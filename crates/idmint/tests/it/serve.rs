@@ -603,9 +603,7 @@ fn serve_sigterm_releases_the_lease_for_the_next_server() {
 #[test]
 fn serve_rejects_bad_config_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    /// Config file, environment, and what the error line must name.
-    type Case<'a> = (Option<&'a str>, &'a [(&'a str, &'a str)], &'a str);
-    let cases: &[Case] = &[
+    let cases: &[BadConfig] = &[
         (Some("[server]\nhttp_adr = \"x\"\n"), &[], "http_adr"),
         (
             Some("[snowflake]\nlayout = \"twiter\"\n"),
@@ -629,8 +627,18 @@ fn serve_rejects_bad_config_naming_the_key() {
             "keys.p.public",
         ),
     ];
+    assert_start_refused(dir.path(), cases);
+}
+
+/// A config case for [`assert_start_refused`]: config file, environment, and
+/// what the `error:` line must name.
+pub type BadConfig<'a> = (Option<&'a str>, &'a [(&'a str, &'a str)], &'a str);
+
+/// Starts `idmint serve` once per case, each in its own directory under `dir`:
+/// each must exit 2 with an `error:` line naming what the case expects.
+pub fn assert_start_refused(dir: &Path, cases: &[BadConfig]) {
     for (i, &(config, env, expected)) in cases.iter().enumerate() {
-        let (mut child, _, log) = spawn(&dir.path().join(format!("d{i}")), config, env);
+        let (mut child, _, log) = spawn(&dir.join(format!("d{i}")), config, env);
         let status = child.wait().unwrap();
         let stderr = std::fs::read_to_string(log).unwrap();
         assert_eq!(status.code(), Some(2), "{stderr}");

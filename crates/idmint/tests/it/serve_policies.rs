@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::serve::{Served, binary_ids, client, expect_error, get, spawn};
+use crate::serve::{
+    BadConfig, Served, assert_start_refused, binary_ids, client, expect_error, get, spawn,
+};
 
 /// The `twitter` layout's sequence width: an ID's time is `id >> 22` ms.
 const TIME_SHIFT: u32 = 22;
@@ -69,9 +71,7 @@ fn serve_sequence_exhausted_borrow_issues_long_batches_without_waiting() {
 #[test]
 fn serve_rejects_bad_snowflake_policies_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    /// Config file, environment, and the key the error line must name.
-    type Case<'a> = (Option<&'a str>, &'a [(&'a str, &'a str)], &'a str);
-    let cases: &[Case] = &[
+    let cases: &[BadConfig] = &[
         (
             Some("[snowflake]\nclock_behind = \"sometimes\"\n"),
             &[],
@@ -93,17 +93,7 @@ fn serve_rejects_bad_snowflake_policies_naming_the_key() {
             "snowflake.clock_behind",
         ),
     ];
-    for (i, &(config, env, expected)) in cases.iter().enumerate() {
-        let (mut child, _, log) = spawn(&dir.path().join(format!("d{i}")), config, env);
-        let status = child.wait().unwrap();
-        let stderr = std::fs::read_to_string(log).unwrap();
-        assert_eq!(status.code(), Some(2), "{stderr}");
-        let line = stderr
-            .lines()
-            .find(|l| l.starts_with("error: "))
-            .unwrap_or("");
-        assert!(line.contains(expected), "{expected}: {stderr}");
-    }
+    assert_start_refused(dir.path(), cases);
 }
 
 const TOKEN: &str = "s3cret-Token_42";
