@@ -30,11 +30,8 @@
 //! constant time and never logged nor echoed.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -45,22 +42,20 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use idmint_core::{Id, Layout};
 use idmint_segment::{KeyStatus, NewKey, SegmentError};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
 
 use crate::config::{ADMIN_TOKEN_ENV, Strategy};
 pub(crate) use crate::issue::{AppState, KeySpec};
 use crate::issue::{
-    ConnectionLimits, ErrorClass, IssueError, Issued, constant_time_eq, issue, make_uuids, text_of,
-    uuid_text,
+    ErrorClass, IssueError, Issued, constant_time_eq, issue, make_uuids, text_of, uuid_text,
 };
 use crate::{metrics, status};
+
+mod conn;
+pub(crate) use conn::serve;
 
 type Shared = State<Arc<AppState>>;
 
@@ -362,8 +357,11 @@ fn binary(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response()
 }
 
+/// The content type of single IDs and text bodies.
+const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
+
 fn plain(text: String) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+    ([(header::CONTENT_TYPE, TEXT_PLAIN)], text).into_response()
 }
 
 // ---- Leaf-compatible ----
@@ -404,18 +402,29 @@ async fn leaf_single(
 ) -> Result<Response, ApiError> {
     let Path(key) = key.map_err(path_error)?;
     let Params(params) = query;
-    check_key(&key)?;
-    check_key_token(&state, &key, request.headers(), &params)?;
-    drop(request);
-    let configured = state.spec(&key);
+    let text = single_text(&state, strategy, &key, request.headers(), &params).await?;
+    Ok(plain(text))
+}
+
+/// The query parameters of a request ([`Params`]).
+type QueryParams = HashMap<String, String>;
+
+/// One ID of `strategy` for `key` as text, after checking the key and its
+/// token: the single-ID routes, routed or answered by `conn::Front`.
+async fn single_text(
+    state: &Arc<AppState>,
+    strategy: Strategy,
+    key: &str,
+    headers: &HeaderMap,
+    params: &QueryParams,
+) -> Result<String, ApiError> {
+    check_key(key)?;
+    check_key_token(state, key, headers, params)?;
+    let configured = state.spec(key);
     let spec = KeySpec {
         strategy,
         public: configured.public && configured.strategy == strategy,
     };
-    single(&state, &key, spec).await
-}
-
-async fn single(state: &Arc<AppState>, key: &str, spec: KeySpec) -> Result<Response, ApiError> {
     match issue(state, key, spec, 1).await? {
         Issued::Ints { values, public } => {
             let value = values.first().copied().ok_or_else(|| {
@@ -425,11 +434,9 @@ async fn single(state: &Arc<AppState>, key: &str, spec: KeySpec) -> Result<Respo
                     "no ID issued",
                 )
             })?;
-            Ok(plain(text_of(state, value, public)?))
+            Ok(text_of(state, value, public)?)
         }
-        Issued::Uuids(values) => Ok(plain(
-            values.first().map_or_else(String::new, |v| uuid_text(*v)),
-        )),
+        Issued::Uuids(values) => Ok(values.first().map_or_else(String::new, |v| uuid_text(*v))),
     }
 }
 
@@ -788,216 +795,4 @@ async fn admin_reveal(
     let public = state.codec.decode(req.id.trim()).map_err(core_error)?;
     let id = obfuscator.reveal(public).map_err(core_error)?;
     Ok(axum::Json(json!({"public": req.id, "id": id.get().to_string()})).into_response())
-}
-
-// ---- Serving connections ----
-
-/// The largest request head (request line and headers) read, in bytes;
-/// a larger one is answered 431 before more is buffered. idmint's requests
-/// are a path, a short query and a token.
-const MAX_REQUEST_HEAD: usize = 32 * 1024;
-
-/// Serves HTTP/1.1 on `listener` with `app` until `shutdown` completes; then
-/// stops accepting, lets each connection finish the request it is on, and
-/// returns once all are closed.
-///
-/// By hand rather than with `axum::serve`, which sets hyper no timer (so the
-/// header read timeout never fires), keeps idle connections forever and
-/// takes every connection offered. Here, with `server.read_timeout`:
-/// - a client must send its request line and headers within it of starting
-///   them, or it is disconnected (slowloris);
-/// - a connection on which no byte moved for it (opened and silent, or an
-///   idle keep-alive) is closed, after the request in flight if there is one;
-/// - a head over [`MAX_REQUEST_HEAD`] gets 431;
-/// - each accepted connection takes a slot of `server.max_connections`
-///   (shared with RESP) before it is served, and the loop accepts no more
-///   until it has one: at the cap, new clients wait in the listen backlog.
-///
-/// HTTP/1.1 only: `axum::serve` also took HTTP/2 with prior knowledge, which
-/// no idmint client speaks (gRPC has its own listener), and its protocol
-/// sniffing waits for the first bytes without any timeout.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    app: Router,
-    limits: ConnectionLimits,
-    shutdown: impl Future<Output = ()>,
-) {
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.read_timeout)
-        .max_buf_size(MAX_REQUEST_HEAD);
-    // Each connection holds a receiver: `true` asks it to finish; the sender
-    // sees every receiver gone once all connections have closed.
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors and the like: pass, don't spin.
-                    tracing::warn!(error = %e, "HTTP accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let slot = tokio::select! {
-            () = &mut shutdown => break,
-            slot = limits.slot("http") => slot,
-        };
-        let Some(slot) = slot else { break };
-        let _ = stream.set_nodelay(true);
-        let (stream, activity) = Tracked::new(stream);
-        let service = TowerToHyperService::new(app.clone());
-        let connection = http1.serve_connection(TokioIo::new(stream), service);
-        let stopping = stopping.clone();
-        let idle = limits.read_timeout;
-        tokio::spawn(async move {
-            serve_connection(connection, &activity, idle, stopping).await;
-            tracing::trace!(%peer, "HTTP connection closed");
-            drop(slot);
-        });
-    }
-    drop(listener);
-    drop(stopping);
-    let _ = stop.send(true);
-    stop.closed().await;
-}
-
-type HttpConnection =
-    hyper::server::conn::http1::Connection<TokioIo<Tracked>, TowerToHyperService<Router>>;
-
-/// Drives one connection to its end. It is asked to finish (the request in
-/// flight, then close) when the server stops, or once no byte moved for
-/// `idle`.
-async fn serve_connection(
-    connection: HttpConnection,
-    activity: &Activity,
-    idle: Duration,
-    mut stopping: tokio::sync::watch::Receiver<bool>,
-) {
-    let mut connection = std::pin::pin!(connection);
-    let mut finishing = false;
-    loop {
-        tokio::select! {
-            result = connection.as_mut() => {
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "HTTP connection ended");
-                }
-                return;
-            }
-            _ = stopping.wait_for(|&stop| stop), if !finishing => {
-                connection.as_mut().graceful_shutdown();
-                finishing = true;
-            }
-            () = tokio::time::sleep_until(activity.last() + idle), if !finishing => {
-                if activity.last() + idle <= tokio::time::Instant::now() {
-                    connection.as_mut().graceful_shutdown();
-                    finishing = true;
-                }
-            }
-        }
-    }
-}
-
-/// When bytes last moved on a connection, either way.
-#[derive(Debug)]
-struct Activity {
-    opened: tokio::time::Instant,
-    /// Milliseconds from `opened` to the last byte moved.
-    last_ms: AtomicU64,
-}
-
-impl Activity {
-    fn touch(&self) {
-        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Ordering::Relaxed);
-    }
-
-    fn last(&self) -> tokio::time::Instant {
-        self.opened + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
-    }
-}
-
-/// A client's TCP stream that notes in its [`Activity`] when bytes move.
-#[derive(Debug)]
-struct Tracked {
-    stream: tokio::net::TcpStream,
-    activity: Arc<Activity>,
-}
-
-impl Tracked {
-    fn new(stream: tokio::net::TcpStream) -> (Tracked, Arc<Activity>) {
-        let activity = Arc::new(Activity {
-            opened: tokio::time::Instant::now(),
-            last_ms: AtomicU64::new(0),
-        });
-        let tracked = Tracked {
-            stream,
-            activity: activity.clone(),
-        };
-        (tracked, activity)
-    }
-
-    /// Notes activity when `polled` moved bytes.
-    fn note<T>(
-        &self,
-        polled: Poll<std::io::Result<T>>,
-        moved: impl Fn(&T) -> bool,
-    ) -> Poll<std::io::Result<T>> {
-        if let Poll::Ready(Ok(value)) = &polled {
-            if moved(value) {
-                self.activity.touch();
-            }
-        }
-        polled
-    }
-}
-
-impl AsyncRead for Tracked {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
-        let after = buf.filled().len();
-        self.note(polled, |()| after > before)
-    }
-}
-
-impl AsyncWrite for Tracked {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
-        self.note(polled, |&n| n > 0)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
-        self.note(polled, |&n| n > 0)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
 }

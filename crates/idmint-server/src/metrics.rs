@@ -347,7 +347,7 @@ impl Metrics {
     // ---- HTTP latency ----
 
     /// The latency histograms of `route`, one per status class (1xx to 5xx).
-    fn route_histograms(&self, route: &str) -> Arc<[Histogram; 5]> {
+    pub(crate) fn route_histograms(&self, route: &str) -> Arc<[Histogram; 5]> {
         match self.latency.load().get(route) {
             Some(h) => h.clone(),
             None => self.insert_route(route),
@@ -769,7 +769,7 @@ where
 }
 
 /// Records one request's latency in the histogram of its status class.
-fn record_latency(histograms: &[Histogram; 5], status: StatusCode, elapsed: Duration) {
+pub(crate) fn record_latency(histograms: &[Histogram; 5], status: StatusCode, elapsed: Duration) {
     let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
     histograms[class].record(elapsed.as_secs_f64());
 }

@@ -246,6 +246,10 @@ impl Connection {
 
     async fn serve(&mut self, stop: &mut watch::Receiver<bool>) -> std::io::Result<()> {
         let mut stopping = *stop.borrow();
+        // Made once for the connection's life, not once per request: waiting
+        // on the stop channel registers on a waiter list that every
+        // connection shares, under its lock.
+        let mut stop_signal = std::pin::pin!(stopped(stop));
         let read_timeout = self.state.connections.read_timeout;
         // When the request now partly read began to arrive.
         let mut started: Option<tokio::time::Instant> = None;
@@ -286,7 +290,7 @@ impl Connection {
                         return Ok(());
                     }
                 }
-                () = stopped(stop), if !stopping => {
+                () = &mut stop_signal, if !stopping => {
                     stopping = true;
                 }
                 () = until(started.map(|at| at + read_timeout)) => {

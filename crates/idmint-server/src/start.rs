@@ -359,8 +359,8 @@ impl Server {
             let _ = stop_resp.send(true);
         };
         let limits = state.connections.clone();
-        let app = http::router(state);
-        let served = http::serve(listener, app, limits, shutdown);
+        let app = http::router(state.clone());
+        let served = http::serve(listener, state, app, limits, shutdown);
         let result = tokio::select! {
             () = served => Ok(()),
             () = async { stopping.notified().await; tokio::time::sleep(grace).await } => {
