@@ -492,9 +492,23 @@ async fn segment_ids(state: &AppState, key: &str, n: u64) -> Result<Ints, IssueE
     }
 }
 
-/// Makes `n` IDs of `key` per its spec; public keys' IDs obfuscated. The
-/// caller has checked `key` ([`check_key`]) and `n` (1 to `max_count`).
+/// Makes `n` IDs of `key` per its spec; public keys' IDs obfuscated; counts
+/// them in the metrics. The caller has checked `key` ([`check_key`]) and `n`
+/// (1 to `max_count`).
 pub(crate) async fn issue(
+    state: &Arc<AppState>,
+    key: &str,
+    spec: KeySpec,
+    n: u64,
+) -> Result<Issued, IssueError> {
+    let issued = issue_uncounted(state, key, spec, n).await?;
+    crate::metrics::count_issued(state, key, spec.strategy, issued.len() as u64);
+    Ok(issued)
+}
+
+/// [`issue`] without counting: for a caller that counts with an
+/// [`IssuedCounter`](crate::metrics::IssuedCounter) it holds.
+pub(crate) async fn issue_uncounted(
     state: &Arc<AppState>,
     key: &str,
     spec: KeySpec,
@@ -505,12 +519,9 @@ pub(crate) async fn issue(
         Strategy::Segment => segment_ids(state, key, n).await?,
         Strategy::Uuid4 | Strategy::Uuid7 => {
             let v7 = spec.strategy == Strategy::Uuid7;
-            let uuids = make_uuids(&state.uuids, v7, n);
-            crate::metrics::count_issued(state, key, spec.strategy, n);
-            return Ok(Issued::Uuids(uuids));
+            return Ok(Issued::Uuids(make_uuids(&state.uuids, v7, n)));
         }
     };
-    crate::metrics::count_issued(state, key, spec.strategy, n);
     if !spec.public {
         return Ok(Issued::Ints {
             values,

@@ -238,17 +238,22 @@ impl Metrics {
     /// key the store knows); otherwise it counts under `key="*"`.
     #[inline]
     pub(crate) fn count_issued(&self, key: &str, named: bool, strategy: Strategy, n_ids: u64) {
+        self.issued_cell(key, named, strategy)
+            .n_ids
+            .fetch_add(n_ids, Ordering::Relaxed);
+    }
+
+    /// The cell that counts `key`'s IDs of `strategy` (the `other` key's
+    /// when `key` is not `named`, or past [`MAX_KEYS`]).
+    fn issued_cell(&self, key: &str, named: bool, strategy: Strategy) -> Arc<IssuedCell> {
         let key = if named { key } else { OTHER_KEY };
         let strategy = strategy.name();
         if let Some(cells) = self.issued.load().get(key)
             && let Some(cell) = cells.iter().find(|c| c.strategy == strategy)
         {
-            cell.n_ids.fetch_add(n_ids, Ordering::Relaxed);
-            return;
+            return cell.clone();
         }
         self.insert_issued(key, strategy)
-            .n_ids
-            .fetch_add(n_ids, Ordering::Relaxed);
     }
 
     #[cold]
@@ -653,8 +658,31 @@ pub(crate) fn buffer_fill(k: &KeyStatus) -> (u64, u64) {
 /// keyless, as `/v1/uuid`).
 #[inline]
 pub(crate) fn count_issued(state: &AppState, key: &str, strategy: Strategy, n_ids: u64) {
-    let named = !key.is_empty() && (strategy == Strategy::Segment || state.keys.contains_key(key));
-    state.metrics.count_issued(key, named, strategy, n_ids);
+    state
+        .metrics
+        .count_issued(key, is_named(state, key, strategy), strategy, n_ids);
+}
+
+/// Whether `key` gets its own `idmint_ids_issued_total` series: segment keys
+/// and configured keys do; any other snowflake or UUID key counts as `other`.
+fn is_named(state: &AppState, key: &str, strategy: Strategy) -> bool {
+    !key.is_empty() && (strategy == Strategy::Segment || state.keys.contains_key(key))
+}
+
+/// `key`'s issued counter, found once for a caller that issues for the same
+/// key many times (a RESP connection): adding to it skips the lookups
+/// [`count_issued`] makes.
+pub(crate) struct IssuedCounter(Arc<IssuedCell>);
+
+impl IssuedCounter {
+    pub(crate) fn new(state: &AppState, key: &str, strategy: Strategy) -> IssuedCounter {
+        let named = is_named(state, key, strategy);
+        IssuedCounter(state.metrics.issued_cell(key, named, strategy))
+    }
+
+    pub(crate) fn add(&self, n_ids: u64) {
+        self.0.n_ids.fetch_add(n_ids, Ordering::Relaxed);
+    }
 }
 
 /// `GET /metrics`: the Prometheus text format (version 0.0.4).

@@ -72,6 +72,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::issue::{self, AppState, ErrorClass, IssueError, Issued};
+use crate::metrics::IssuedCounter;
 use crate::start::Bound;
 use frame::LIMITS;
 
@@ -194,6 +195,30 @@ enum Flow {
     Close,
 }
 
+/// A key a connection issued for: it passed the key and token checks (AUTH
+/// only ever unlocks more), so the next request for it skips them.
+struct LastKey {
+    key: String,
+    spec: issue::KeySpec,
+    counter: IssuedCounter,
+    /// IDs issued and not yet added to `counter`: added before each write.
+    pending: u64,
+}
+
+impl LastKey {
+    fn flush(&mut self) {
+        if self.pending > 0 {
+            self.counter.add(std::mem::take(&mut self.pending));
+        }
+    }
+}
+
+impl Drop for LastKey {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
 /// One client connection.
 struct Connection {
     stream: TcpStream,
@@ -212,7 +237,10 @@ struct Connection {
     name: Option<Vec<u8>>,
     /// The keys with a token that `AUTH` unlocked on this connection.
     authorized: Vec<String>,
-    /// Counted here, added to [`Stats`] once per read.
+    /// The key last issued for, checked and resolved: clients mostly ask for
+    /// the same key again, and then skip the checks and map lookups.
+    last_key: Option<LastKey>,
+    /// Counted here, added to [`Stats`] before each write.
     n_commands: u64,
     n_ids: u64,
 }
@@ -231,6 +259,7 @@ impl Connection {
             args: Vec::with_capacity(4),
             name: None,
             authorized: Vec::new(),
+            last_key: None,
             n_commands: 0,
             n_ids: 0,
         }
@@ -264,15 +293,8 @@ impl Connection {
                 None => Some(tokio::time::Instant::now()),
             };
             if !self.out.is_empty() {
-                self.stream.write_all(&self.out).await?;
-                self.out.clear();
+                self.write_out().await?;
             }
-            self.stats
-                .commands
-                .fetch_add(std::mem::take(&mut self.n_commands), Ordering::Relaxed);
-            self.stats
-                .ids_issued
-                .fetch_add(std::mem::take(&mut self.n_ids), Ordering::Relaxed);
             // Stopping: close once nothing is half read.
             if flow == Flow::Close || (stopping && self.input.is_empty()) {
                 return Ok(());
@@ -308,6 +330,23 @@ impl Connection {
         }
     }
 
+    /// Writes the replies in `out`, having counted what they answer first
+    /// (so a client that reads a reply and then scrapes the metrics sees it).
+    async fn write_out(&mut self) -> std::io::Result<()> {
+        self.stats
+            .commands
+            .fetch_add(std::mem::take(&mut self.n_commands), Ordering::Relaxed);
+        self.stats
+            .ids_issued
+            .fetch_add(std::mem::take(&mut self.n_ids), Ordering::Relaxed);
+        if let Some(last) = &mut self.last_key {
+            last.flush();
+        }
+        self.stream.write_all(&self.out).await?;
+        self.out.clear();
+        Ok(())
+    }
+
     /// Answers every whole request in `input` into `out`, and drops them
     /// from `input`.
     async fn answer_buffered(&mut self) -> std::io::Result<Flow> {
@@ -338,8 +377,7 @@ impl Connection {
                 }
             }
             if self.out.len() >= FLUSH_AT {
-                self.stream.write_all(&self.out).await?;
-                self.out.clear();
+                self.write_out().await?;
             }
         }
         self.input.drain(..consumed);
@@ -470,17 +508,10 @@ impl Connection {
     }
 
     async fn try_issue(&mut self, key: &[u8], count: Option<&[u8]>) -> Result<u64, IssueError> {
-        let key = std::str::from_utf8(key).map_err(|_| {
-            IssueError::bad_input("invalid_key", format!("key {:?} is not UTF-8", shown(key)))
-        })?;
-        issue::check_key(key)?;
-        if self.state.token_for(key).is_some() && !self.authorized.iter().any(|k| k == key) {
-            return Err(IssueError::new(
-                ErrorClass::Unauthorized,
-                "noauth",
-                format!("Authentication required: key {key:?} needs AUTH <token> first"),
-            ));
-        }
+        let last = match &mut self.last_key {
+            Some(last) if last.key.as_bytes() == key => last,
+            slot => slot.insert(resolve(&self.state, &self.authorized, key)?),
+        };
         let n = match count {
             None => 1,
             Some(text) => {
@@ -488,8 +519,8 @@ impl Connection {
                 issue::parse_count(&text, self.state.max_count)?
             }
         };
-        let spec = self.state.spec(key);
-        let issued = issue::issue(&self.state, key, spec, n).await?;
+        let issued = issue::issue_uncounted(&self.state, &last.key, last.spec, n).await?;
+        last.pending += issued.len() as u64;
         if count.is_some() {
             frame::array(&mut self.out, issued.len());
         }
@@ -674,6 +705,29 @@ enum Command {
 impl Command {
     /// How many commands `COMMAND COUNT` reports.
     const COUNT: i64 = 13;
+}
+
+/// Checks `key` and its token (`authorized`: the keys AUTH unlocked), and
+/// looks up what issuing for it needs.
+fn resolve(state: &AppState, authorized: &[String], key: &[u8]) -> Result<LastKey, IssueError> {
+    let key = std::str::from_utf8(key).map_err(|_| {
+        IssueError::bad_input("invalid_key", format!("key {:?} is not UTF-8", shown(key)))
+    })?;
+    issue::check_key(key)?;
+    if state.token_for(key).is_some() && !authorized.iter().any(|k| k == key) {
+        return Err(IssueError::new(
+            ErrorClass::Unauthorized,
+            "noauth",
+            format!("Authentication required: key {key:?} needs AUTH <token> first"),
+        ));
+    }
+    let spec = state.spec(key);
+    Ok(LastKey {
+        key: key.to_owned(),
+        spec,
+        counter: IssuedCounter::new(state, key, spec.strategy),
+        pending: 0,
+    })
 }
 
 fn command(name: &[u8]) -> Command {

@@ -162,6 +162,18 @@ fn serve_resp_incr_get_and_batch_issue_each_keys_strategy() {
     }
     // Nothing was issued by the failures.
     assert_eq!(cmd::<u64>(&mut con, &["INCR", "order"]).unwrap(), 109);
+
+    // Every ID is counted under its key, as soon as its reply is read (the
+    // connection counts a key's IDs in batches, before writing the replies).
+    let (_, metrics) = get(&client(), &server.url("/metrics"));
+    for (key, n) in [("order", 10), ("sf", 10_003), ("u7", 4), ("pub", 100)] {
+        let label = format!("key=\"{key}\"");
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("idmint_ids_issued_total{") && l.contains(&label))
+            .unwrap_or_else(|| panic!("no series for {key}: {metrics}"));
+        assert!(line.ends_with(&format!(" {n}")), "{line}");
+    }
 }
 
 #[test]
