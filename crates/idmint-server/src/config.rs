@@ -98,7 +98,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The config file is not TOML.
-    #[error("config file {path} is not valid TOML: {message}")]
+    #[error("config file {path} is not valid TOML: {}", clipped(.message))]
     Syntax {
         /// The file.
         path: PathBuf,
@@ -106,7 +106,7 @@ pub enum ConfigError {
         message: String,
     },
     /// A key's value is wrong, or the key is unknown.
-    #[error("config key {key} (from {origin}): {message}")]
+    #[error("config key {key} (from {origin}): {}", clipped(.message))]
     Invalid {
         /// The key, dotted (`snowflake.sql.url`).
         key: String,
@@ -115,6 +115,18 @@ pub enum ConfigError {
         /// What is wrong, naming the value (never a secret).
         message: String,
     },
+}
+
+/// The longest error message shown whole, in characters.
+const MAX_SHOWN: usize = 300;
+
+/// `message`, cut short when a huge bad value (a 100 KB environment
+/// variable) would make it a huge error line.
+fn clipped(message: &str) -> std::borrow::Cow<'_, str> {
+    match message.char_indices().nth(MAX_SHOWN) {
+        None => message.into(),
+        Some((end, _)) => format!("{}… ({} bytes in all)", &message[..end], message.len()).into(),
+    }
 }
 
 /// A secret from config (admin token, obfuscation keys): never shown by `Debug`.
@@ -951,6 +963,23 @@ impl Config {
                 ),
             );
         }
+        // Schemes are checked here, before the data directory is made and a
+        // worker ID claimed for a start that would fail at the segment store.
+        if let Some(url) = &self.segment.url {
+            let url = url.expose();
+            let redis = url.starts_with("redis://") || url.starts_with("rediss://");
+            if !redis && let Err(e) = idmint_sql::Dialect::from_url(url) {
+                return invalid(
+                    "segment.url",
+                    format!("{e}, or redis:// (rediss://) for a Redis store"),
+                );
+            }
+        }
+        if let Some(url) = &self.snowflake.sql.url
+            && let Err(e) = idmint_sql::Dialect::from_url(url.expose())
+        {
+            return invalid("snowflake.sql.url", e.to_string());
+        }
         if self.server.max_connections == 0 {
             return invalid(
                 "server.max_connections",
@@ -1289,6 +1318,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("IDMINT_SERVER__MAX_CONNECTIONS"), "{err}");
+    }
+
+    #[test]
+    fn a_huge_bad_value_makes_a_short_error_naming_its_source() {
+        let huge = "é".repeat(100_000);
+        // Named by the variable when it fails to load, by its key when it
+        // fails the checks after loading.
+        for (var, named) in [
+            ("IDMINT_SERVER__MAX_COUNT", "IDMINT_SERVER__MAX_COUNT"),
+            ("IDMINT_SNOWFLAKE__LAYOUT", "snowflake.layout"),
+        ] {
+            let err = Config::load(None, env(&[(var, &huge)]))
+                .and_then(|c| c.validate().map(|()| c))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(named), "{err}");
+            assert!(err.len() < 1000, "{} bytes", err.len());
+            assert!(err.contains("bytes in all)"), "{err}");
+        }
+        let f = file(&format!("[server]\nhttp_addr = \"{huge}\"\n"));
+        let err = Config::load(Some(f.path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("server.http_addr") && err.len() < 1000,
+            "{err}"
+        );
     }
 
     #[test]

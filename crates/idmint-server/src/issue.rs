@@ -414,12 +414,19 @@ pub(crate) fn check_key(key: &str) -> Result<(), IssueError> {
 
 /// A requested count: a whole number from 1 to `max` (`server.max_count`).
 pub(crate) fn parse_count(text: &str, max: u64) -> Result<u64, IssueError> {
-    let n: u64 = text.trim().parse().map_err(|_| {
-        IssueError::bad_input(
-            "invalid_count",
-            format!("count {text:?} is not a whole number: ask for 1..={max} IDs"),
-        )
-    })?;
+    // Digits only, as IDs are read: no sign (`str::parse` takes `+5`).
+    let digits = text.trim();
+    let n = Some(digits)
+        .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|d| d.parse::<u64>().ok())
+        .ok_or_else(|| {
+            let shown: String = text.chars().take(40).collect();
+            let more = if shown.len() < text.len() { "…" } else { "" };
+            IssueError::bad_input(
+                "invalid_count",
+                format!("count {shown:?}{more} is not a whole number: ask for 1..={max} IDs"),
+            )
+        })?;
     if n == 0 || n > max {
         return Err(IssueError::bad_input(
             "invalid_count",
@@ -596,7 +603,33 @@ pub(crate) fn uuid_text(value: u128) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::{constant_time_eq, parse_count};
+
+    #[test]
+    fn counts_are_digits_only_and_in_range() {
+        assert_eq!(parse_count("5", 10).unwrap(), 5);
+        assert_eq!(parse_count(" 10 ", 10).unwrap(), 10);
+        for bad in [
+            "+5",
+            "-1",
+            "0",
+            "11",
+            "",
+            " ",
+            "1e3",
+            "0x5",
+            "5.0",
+            "٣",
+            "99999999999999999999",
+        ] {
+            let e = parse_count(bad, 10).unwrap_err();
+            assert_eq!(e.code, "invalid_count", "{bad:?}");
+            assert!(e.message.contains("1..=10"), "{}", e.message);
+        }
+        // A huge bad count is quoted in part, not whole.
+        let e = parse_count(&"x".repeat(1 << 20), 10).unwrap_err();
+        assert!(e.message.len() < 200, "{}", e.message.len());
+    }
 
     #[test]
     fn constant_time_eq_compares_whole_values() {

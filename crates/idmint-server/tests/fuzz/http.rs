@@ -401,10 +401,9 @@ fn configured(key: &str) -> Option<Stream> {
 fn count(params: &HashMap<String, String>) -> Result<u64, Expect> {
     match params.get("count") {
         None => Ok(1),
-        Some(text) => text
-            .trim()
-            .parse::<u64>()
-            .ok()
+        Some(text) => Some(text.trim())
+            .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|d| d.parse::<u64>().ok())
             .filter(|n| (1..=MAX_COUNT).contains(n))
             .ok_or(Expect::Error(400, "invalid_count")),
     }

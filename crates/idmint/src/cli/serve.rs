@@ -89,7 +89,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
             if e.is_config() {
                 bad_input(format!("config: {e}"))
             } else {
-                anyhow::Error::new(e).context("starting the server")
+                // Its message already ends with its cause's; the chain would
+                // print the cause twice.
+                anyhow::anyhow!("starting the server: {e}")
             }
         })?;
         if let Some(path) = &args.ready_file {

@@ -692,8 +692,44 @@ fn serve_rejects_bad_config_naming_the_key() {
             &[],
             "keys.p.public",
         ),
+        // Unknown schemes are refused before any file is made or worker claimed.
+        (
+            Some("[segment]\nurl = \"nonsense://x\"\n"),
+            &[],
+            "segment.url",
+        ),
+        (
+            Some("[snowflake]\nregistry = \"sql\"\n[snowflake.sql]\nurl = \"nonsense://x\"\n"),
+            &[],
+            "snowflake.sql.url",
+        ),
     ];
     assert_start_refused(dir.path(), cases);
+    for i in [6, 7] {
+        let data = dir.path().join(format!("d{i}"));
+        let made: Vec<_> = std::fs::read_dir(&data)
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default();
+        assert!(!made.iter().any(|f| f == "worker.lease"), "{made:?}");
+    }
+}
+
+#[test]
+fn serve_unreachable_registry_fails_the_start_saying_why_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    let config =
+        "[snowflake]\nregistry = \"redis\"\n[snowflake.redis]\nurl = \"redis://127.0.0.1:1/\"\n";
+    let (mut child, _, log) = spawn(&dir.path().join("data"), Some(config), &[]);
+    let status = child.wait().unwrap();
+    let stderr = std::fs::read_to_string(log).unwrap();
+    assert!(!status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"));
+    assert!(line.contains("snowflake worker registry (redis)"), "{line}");
+    assert_eq!(line.matches("refused").count(), 1, "{line}");
 }
 
 /// A config case for [`assert_start_refused`]: config file, environment, and
