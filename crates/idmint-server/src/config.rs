@@ -37,7 +37,9 @@
 //!   byte moved this long (opened and silent, or an idle keep-alive) is
 //!   closed too; an idle RESP connection is kept, as Redis keeps idle
 //!   clients (`timeout 0`), since Redis clients pool connections and don't
-//!   expect the server to drop them.
+//!   expect the server to drop them. A client that stops reading its
+//!   replies (HTTP or RESP) is disconnected once none has moved for this
+//!   long.
 //!
 //! Environment: `IDMINT_SERVER__MAX_CONNECTIONS=10000`,
 //! `IDMINT_SERVER__READ_TIMEOUT=5s`.

@@ -44,7 +44,10 @@
 //! A request must arrive whole within `server.read_timeout` of its first
 //! byte, or the connection is answered `-ERR timeout ...` and closed: a
 //! client trickling a frame can't hold a connection (or the up to a frame's
-//! worth of memory it makes the server buffer) for longer. An idle
+//! worth of memory it makes the server buffer) for longer. Replies the
+//! socket can't take at once must be taken within the same timeout, or the
+//! connection is closed: a client that pipelines and never reads doesn't
+//! hold a connection and its replies either. An idle
 //! connection, with nothing half sent, is kept however long, as Redis keeps
 //! idle clients by default (`timeout 0`): Redis clients pool connections and
 //! don't expect the server to drop them. What bounds idle clients is
@@ -342,7 +345,25 @@ impl Connection {
         if let Some(last) = &mut self.last_key {
             last.flush();
         }
-        self.stream.write_all(&self.out).await?;
+        // Most replies fit the socket buffer at once: no timer for those.
+        let written = match self.stream.try_write(&self.out) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(e) => return Err(e),
+        };
+        if written < self.out.len() {
+            // A client that doesn't read its replies holds a connection slot
+            // and its buffers: it gets the read timeout to take them.
+            let timeout = self.state.connections.read_timeout;
+            tokio::time::timeout(timeout, self.stream.write_all(&self.out[written..]))
+                .await
+                .map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("replies not read within {timeout:?} (server.read_timeout)"),
+                    )
+                })??;
+        }
         self.out.clear();
         Ok(())
     }

@@ -610,6 +610,59 @@ fn serve_hostile_connection_cap_makes_new_clients_wait_their_turn() {
     assert!(server.log().contains("max_connections"), "{}", server.log());
 }
 
+/// Reads `conn` until the server closes it; the bytes read, or `None` if
+/// `limit` bytes came first (the server went on writing).
+fn drain_until_closed(conn: &mut TcpStream, limit: usize) -> Option<usize> {
+    conn.set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0;
+    while total < limit {
+        match conn.read(&mut buf) {
+            Ok(0) => return Some(total),
+            Ok(n) => total += n,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return Some(total),
+            Err(e) => panic!("after {total} bytes: {e}"),
+        }
+    }
+    None
+}
+
+#[test]
+fn serve_hostile_clients_that_never_read_replies_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(
+        &dir.path().join("data"),
+        "max_connections = 2\nread_timeout = \"1s\"",
+    );
+    let resp = resp_addr(&server);
+    // Both slots taken by clients that ask for far more than the socket
+    // buffers hold (about 2 MB per reply) and never read a byte.
+    let mut http = TcpStream::connect(&server.addr).unwrap();
+    http.write_all(&b"GET /v1/ids/sf?count=100000 HTTP/1.1\r\nHost: x\r\n\r\n".repeat(200))
+        .unwrap();
+    let mut redis = TcpStream::connect(&resp).unwrap();
+    redis
+        .write_all(&command(&[b"IDMINT.BATCH", b"sf", b"100000"]).repeat(200))
+        .unwrap();
+    // A third client waits for a slot, which it gets once both are closed
+    // for not reading for a read timeout.
+    let started = Instant::now();
+    let (status, _) = get(&client(), &server.url("/v1/ids/sf"));
+    let waited = started.elapsed();
+    assert_eq!(status, StatusCode::OK);
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    // Both are closed within a read timeout and a sweep of going quiet (the
+    // slot above may have come from the first), with their replies mostly
+    // unsent: reading now ends long before 400 MB.
+    std::thread::sleep(Duration::from_secs(3));
+    for (what, conn) in [("HTTP", &mut http), ("RESP", &mut redis)] {
+        let read = drain_until_closed(conn, 100 << 20);
+        assert!(read.is_some(), "{what}: the server kept writing");
+    }
+    eprintln!("non-reading clients: the waiting client got a slot after {waited:?}");
+}
+
 /// A small deterministic generator of bytes (xorshift64).
 fn garbage(n: usize, mut state: u64) -> Vec<u8> {
     (0..n)
