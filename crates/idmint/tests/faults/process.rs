@@ -313,7 +313,7 @@ fn sigstop_past_ttl(ctx: &Ctx, registry: Registry) -> Result<Outcome> {
     );
     out.require_ok(&refused, "a after SIGCONT");
     out.require(
-        nodes[0].log().contains("worker lease lost"),
+        nodes[0].log_says("worker lease lost", Duration::from_secs(5)),
         "a's log does not say it lost its lease",
     );
     // After SIGCONT: no snowflake ID from a at all (b and c hold both IDs),

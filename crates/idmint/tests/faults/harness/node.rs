@@ -192,6 +192,21 @@ impl Node {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
+    /// Whether the log says `text` within `within`: lines some time after an
+    /// event (the server's lease watcher looks every 250 ms) are waited for.
+    pub fn log_says(&self, text: &str, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.log().contains(text) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The process ID, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
