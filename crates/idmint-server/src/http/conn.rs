@@ -392,16 +392,14 @@ impl Watcher {
         }
     }
 
-    /// The server is stopping: connections with nothing in flight close now,
-    /// the others after their response.
+    /// The server is stopping: every connection finishes the response it is
+    /// on, if any, and closes (hyper closes an idle keep-alive at once). Not
+    /// [`CLOSE`] for those with no request being read or handled: the
+    /// counters can't tell an idle connection from one whose response is
+    /// still being written.
     fn stop_all(&self) {
         for (_, watch) in self.lock().iter() {
-            let order = if watch.conn.head.load(Ordering::Relaxed) == 0 {
-                CLOSE
-            } else {
-                FINISH
-            };
-            watch.conn.raise(order);
+            watch.conn.raise(FINISH);
         }
     }
 }
