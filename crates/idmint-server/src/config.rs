@@ -37,9 +37,10 @@
 //!   byte moved this long (opened and silent, or an idle keep-alive) is
 //!   closed too; an idle RESP connection is kept, as Redis keeps idle
 //!   clients (`timeout 0`), since Redis clients pool connections and don't
-//!   expect the server to drop them. A client that stops reading its
-//!   replies (HTTP or RESP) is disconnected once none has moved for this
-//!   long.
+//!   expect the server to drop them. A client that stops reading is
+//!   disconnected too: over HTTP once no byte has moved for this long, over
+//!   RESP when replies the socket couldn't take at once are not all taken
+//!   within it.
 //!
 //! Environment: `IDMINT_SERVER__MAX_CONNECTIONS=10000`,
 //! `IDMINT_SERVER__READ_TIMEOUT=5s`.
