@@ -238,22 +238,29 @@ impl Metrics {
     /// key the store knows); otherwise it counts under `key="*"`.
     #[inline]
     pub(crate) fn count_issued(&self, key: &str, named: bool, strategy: Strategy, n_ids: u64) {
-        self.issued_cell(key, named, strategy)
-            .n_ids
-            .fetch_add(n_ids, Ordering::Relaxed);
+        self.with_issued_cell(key, named, strategy, |cell| {
+            cell.n_ids.fetch_add(n_ids, Ordering::Relaxed);
+        });
     }
 
-    /// The cell that counts `key`'s IDs of `strategy` (the `other` key's
-    /// when `key` is not `named`, or past [`MAX_KEYS`]).
-    fn issued_cell(&self, key: &str, named: bool, strategy: Strategy) -> Arc<IssuedCell> {
+    /// Calls `f` with the cell that counts `key`'s IDs of `strategy` (the
+    /// `other` key's when `key` is not `named`, or past [`MAX_KEYS`]): by
+    /// reference, so counting one request clones no `Arc`.
+    fn with_issued_cell<R>(
+        &self,
+        key: &str,
+        named: bool,
+        strategy: Strategy,
+        f: impl FnOnce(&Arc<IssuedCell>) -> R,
+    ) -> R {
         let key = if named { key } else { OTHER_KEY };
         let strategy = strategy.name();
         if let Some(cells) = self.issued.load().get(key)
             && let Some(cell) = cells.iter().find(|c| c.strategy == strategy)
         {
-            return cell.clone();
+            return f(cell);
         }
-        self.insert_issued(key, strategy)
+        f(&self.insert_issued(key, strategy))
     }
 
     #[cold]
@@ -677,7 +684,11 @@ pub(crate) struct IssuedCounter(Arc<IssuedCell>);
 impl IssuedCounter {
     pub(crate) fn new(state: &AppState, key: &str, strategy: Strategy) -> IssuedCounter {
         let named = is_named(state, key, strategy);
-        IssuedCounter(state.metrics.issued_cell(key, named, strategy))
+        IssuedCounter(
+            state
+                .metrics
+                .with_issued_cell(key, named, strategy, Arc::clone),
+        )
     }
 
     pub(crate) fn add(&self, n_ids: u64) {
