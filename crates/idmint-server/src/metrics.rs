@@ -1009,6 +1009,68 @@ mod tests {
         Metrics::new("test (127.0.0.1:1)".to_owned())
     }
 
+    /// Every metric the server describes: the alert rules and the dashboard in
+    /// `deploy/` may name only these.
+    fn described_names() -> Vec<&'static str> {
+        let mut names = vec![
+            ISSUED,
+            HTTP_LATENCY,
+            GRPC_LATENCY,
+            REGISTRY_ERRORS,
+            LEASE_FAILURES,
+        ];
+        names.extend(GAUGE_HELP.iter().map(|(name, _)| *name));
+        names.extend(STATS_HELP.iter().map(|(name, _, _)| *name));
+        names
+    }
+
+    /// The `idmint_*` names a text mentions, histogram suffixes removed.
+    fn names_in(text: &str) -> std::collections::BTreeSet<String> {
+        let mut found = std::collections::BTreeSet::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("idmint_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+                .unwrap_or(tail.len());
+            let name = &tail[..end];
+            let name = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .filter(|base| *base == HTTP_LATENCY || *base == GRPC_LATENCY)
+                .unwrap_or(name);
+            // `idmint_*` in prose names the family, not a metric.
+            if name.len() > "idmint_".len() {
+                found.insert(name.to_owned());
+            }
+            rest = &tail[end..];
+        }
+        found
+    }
+
+    #[test]
+    fn deploy_alerts_and_dashboard_name_only_exported_metrics() {
+        let known = described_names();
+        for file in [
+            "prometheus/idmint-alerts.yml",
+            "prometheus/idmint-alerts.test.yml",
+            "grafana/idmint-dashboard.json",
+        ] {
+            let path = format!("{}/../../deploy/{file}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let names = names_in(&text);
+            assert!(names.len() >= 5, "{file} names only {names:?}");
+            let unknown: Vec<_> = names
+                .iter()
+                .filter(|n| !known.contains(&n.as_str()))
+                .collect();
+            assert!(
+                unknown.is_empty(),
+                "{file} names metrics the server does not export: {unknown:?}"
+            );
+        }
+    }
+
     #[test]
     fn issued_counts_per_key_and_strategy() {
         let m = metrics();
