@@ -58,11 +58,31 @@ pub struct ServeArgs {
     /// when gRPC is on.
     #[arg(long, value_name = "FILE")]
     ready_file: Option<PathBuf>,
+
+    /// The log lines' format on stderr: `text` for people, or `json`, one
+    /// object a line (`timestamp`, `level`, `fields.message`, `target`,
+    /// `span`s), for log shippers.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        env = "IDMINT_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// One line of text per event.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(args: ServeArgs) -> Result<()> {
-    init_logging();
+    init_logging(args.log_format);
     let mut config = Config::load(args.config.as_deref(), std::env::vars())
         .map_err(|e| bad_input(format!("config: {e}")))?;
     if let Some(dir) = args.data_dir {
@@ -109,17 +129,21 @@ pub fn run(args: ServeArgs) -> Result<()> {
     })
 }
 
-/// Logs to stderr, filtered by `IDMINT_LOG` (or `RUST_LOG`), `info` by default.
-fn init_logging() {
+/// Logs to stderr in `format`, filtered by `IDMINT_LOG` (or `RUST_LOG`),
+/// `info` by default.
+fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = std::env::var("IDMINT_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "info".to_owned());
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new(filter))
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
+        .with_ansi(false);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
 }
 
 /// Written whole (temporary file, then rename), so a reader never sees half an address.

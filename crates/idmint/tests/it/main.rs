@@ -13,6 +13,7 @@ mod serve;
 mod serve_cluster;
 mod serve_grpc;
 mod serve_hostile;
+mod serve_logs;
 mod serve_metrics;
 mod serve_outage;
 mod serve_policies;
