@@ -526,6 +526,13 @@ impl Metrics {
             )
             .set(lead_seconds(end, now));
         }
+        // The same answer as `/readyz`, so an alert can watch it without probing.
+        let ready = s
+            .not_ready_reason()
+            .or_else(|| crate::issue::clock_not_ready(state))
+            .is_none();
+        self.gauge("idmint_ready", vec![])
+            .set(if ready { 1.0 } else { 0.0 });
         self.gauge("idmint_grpc_streams_open", vec![])
             .set(self.grpc_streams_open.load(Ordering::Relaxed) as f64);
         self.gauge("idmint_uptime_seconds", vec![])
@@ -627,6 +634,10 @@ const GAUGE_HELP: &[(&str, &str)] = &[
     (
         "idmint_layout_seconds_left",
         "seconds until the snowflake layout runs out",
+    ),
+    (
+        "idmint_ready",
+        "1 while /readyz answers ready, 0 otherwise (its body says why)",
     ),
     ("idmint_uptime_seconds", "seconds since the server started"),
     ("idmint_grpc_streams_open", "gRPC StreamIds calls open now"),

@@ -153,6 +153,7 @@ fn serve_metrics_are_prometheus_text_and_count_issued_ids_exactly() {
         value(&before, "idmint_worker_lease_held", &[("registry", "file")]),
         Some(1.0)
     );
+    assert_eq!(value(&before, "idmint_ready", &[]), Some(1.0));
     assert!(value(&before, "idmint_clock_drift_seconds", &[]).is_some_and(|d| d.abs() < 60.0));
     let lead = value(&before, "idmint_snowflake_mark_lead_seconds", &[]).unwrap();
     assert!(lead > -60.0 && lead < 60.0, "{lead}");

@@ -264,6 +264,8 @@ fn lease_lost_then_back(service: Service, registry: impl Fn(&str) -> String) {
         Duration::from_secs(15),
     );
     assert_eq!(not_ready.unavailable(), "not_ready", "{name}");
+    let metrics = fetch(&c, &server.url("/metrics")).body;
+    assert!(metrics.contains("\nidmint_ready 0\n"), "{name}: {metrics}");
     load.wait_for(StatusCode::SERVICE_UNAVAILABLE, 1, Duration::from_secs(15));
     // Down: every surface refuses, typed, with a retry hint.
     for path in ["/v1/ids/sf?count=10", "/v1/ids/sf", "/api/snowflake/get/sf"] {
@@ -292,6 +294,8 @@ fn lease_lost_then_back(service: Service, registry: impl Fn(&str) -> String) {
         StatusCode::OK,
         Duration::from_secs(30),
     );
+    let metrics = fetch(&c, &server.url("/metrics")).body;
+    assert!(metrics.contains("\nidmint_ready 1\n"), "{name}: {metrics}");
     let ok_before = load.count(StatusCode::OK);
     load.wait_for(StatusCode::OK, ok_before + 20, Duration::from_secs(15));
     assert!(resp(&resp_addr, &["INCR", "sf"]).starts_with(':'));
