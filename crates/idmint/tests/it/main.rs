@@ -12,6 +12,7 @@ mod obfuscate;
 mod serve;
 mod serve_cluster;
 mod serve_grpc;
+mod serve_grpc_python;
 mod serve_hostile;
 mod serve_metrics;
 mod serve_outage;
