@@ -7,6 +7,7 @@ mod bench;
 mod client;
 mod decode;
 mod generate;
+mod guides;
 mod layout;
 mod obfuscate;
 mod serve;
