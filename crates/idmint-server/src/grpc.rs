@@ -28,11 +28,16 @@
 //! `StreamIds`, up to its first message), and open streams into
 //! `idmint_grpc_streams_open`.
 //!
+//! # Health and reflection
+//! The same listener serves `grpc.health.v1.Health`, `SERVING` exactly while
+//! `/readyz` is ready (for `""` and `idmint.v1.IdService`, `Watch` streaming
+//! each change), and server reflection v1 and v1alpha (`health.rs`).
+//!
 //! # Shutdown
 //! When the server stops, the listener stops accepting and every connection
 //! is told to go away (HTTP/2 `GOAWAY`); calls in flight finish, and open
 //! streams end after their current message with `UNAVAILABLE`
-//! (`shutting_down`). Whatever is still open after `server.shutdown_grace` is
+//! (`shutting_down`); health turns `NOT_SERVING` and `Watch` streams end. Whatever is still open after `server.shutdown_grace` is
 //! dropped.
 
 use std::net::SocketAddr;
@@ -58,12 +63,18 @@ use crate::start::Bound;
 use proto::id_service_server::{IdService, IdServiceServer};
 use proto::{DecodeRequest, DecodeResponse, GetIdsRequest, GetIdsResponse, StreamIdsRequest};
 
+mod health;
+
 /// The code generated from `proto/idmint/v1/idmint.proto`: the messages, the
 /// server (`id_service_server`) and a client (`id_service_client`), which
 /// the binary's `bench` and the tests use.
 #[allow(missing_docs)]
 pub mod proto {
     tonic::include_proto!("idmint.v1");
+
+    /// The encoded `FileDescriptorSet` of `idmint.proto`, which server
+    /// reflection serves.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("idmint_descriptor");
 }
 
 /// The metadata key of the stable error code of a failed call.
@@ -90,6 +101,14 @@ pub(crate) async fn serve(
         local_addr,
     } = bound;
     let limits = state.connections.clone();
+    let (health, _follower) = health::health(state.clone(), stop.clone()).await;
+    let (reflection_v1, reflection_v1alpha) = match health::reflection() {
+        Ok((v1, v1alpha)) => (Some(v1), Some(v1alpha)),
+        Err(e) => {
+            tracing::error!(error = %e, "gRPC server reflection is off: its descriptors don't decode");
+            (None, None)
+        }
+    };
     let service = IdServiceServer::new(Service {
         state,
         stop: stop.clone(),
@@ -103,6 +122,9 @@ pub(crate) async fn serve(
     };
     let served = tonic::transport::Server::builder()
         .add_service(service)
+        .add_service(health)
+        .add_optional_service(reflection_v1)
+        .add_optional_service(reflection_v1alpha)
         .serve_with_incoming_shutdown(accept(listener, local_addr, limits), shutdown);
     tokio::select! {
         result = served => {

@@ -565,10 +565,7 @@ async fn healthz() -> Response {
 /// reason otherwise (a load balancer then sends traffic elsewhere).
 async fn readyz(State(state): Shared) -> Result<Response, ApiError> {
     let status = state.worker.status();
-    let reason = status
-        .not_ready_reason()
-        .or_else(|| crate::issue::clock_not_ready(&state));
-    match reason {
+    match crate::issue::not_ready_reason(&state) {
         None => Ok(axum::Json(json!({
             "status": "ready",
             "registry": status.registry,

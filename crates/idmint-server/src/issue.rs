@@ -265,6 +265,17 @@ pub(crate) fn clock_not_ready(state: &AppState) -> Option<String> {
     })
 }
 
+/// Why the node should take no traffic, or `None` when it is ready: the
+/// worker lease's verdict, then the clock's ([`clock_not_ready`]). `/readyz`
+/// answers from it, and the gRPC health service follows it.
+pub(crate) fn not_ready_reason(state: &AppState) -> Option<String> {
+    state
+        .worker
+        .status()
+        .not_ready_reason()
+        .or_else(|| clock_not_ready(state))
+}
+
 /// Records until when snowflake IDs fail after a clock error (`error`'s own
 /// verdict: the time the clock must reach), for [`clock_not_ready`].
 fn note_clock_failure(state: &AppState, error: &idmint_core::Error) {

@@ -66,7 +66,7 @@ fn start(data_dir: &Path) -> Served {
 }
 
 /// The gRPC address the server logged (`listening for gRPC ... addr=ADDR`).
-fn grpc_addr(server: &Served) -> String {
+pub(crate) fn grpc_addr(server: &Served) -> String {
     let log = server.log();
     log.lines()
         .filter(|l| l.contains("listening for gRPC"))
