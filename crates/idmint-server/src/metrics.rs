@@ -527,10 +527,7 @@ impl Metrics {
             .set(lead_seconds(end, now));
         }
         // The same answer as `/readyz`, so an alert can watch it without probing.
-        let ready = s
-            .not_ready_reason()
-            .or_else(|| crate::issue::clock_not_ready(state))
-            .is_none();
+        let ready = crate::issue::not_ready_reason(state).is_none();
         self.gauge("idmint_ready", vec![])
             .set(if ready { 1.0 } else { 0.0 });
         self.gauge("idmint_grpc_streams_open", vec![])
