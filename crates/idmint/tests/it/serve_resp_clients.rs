@@ -5,6 +5,7 @@
 //! Each client is a small program under `tests/resp_clients/<lang>/` (the
 //! Rust ones are included below as modules) that does the same things and
 //! prints one JSON object of the IDs it got, as decimal strings:
+//! `client_info` (its `CLIENT INFO`, which shows the protocol it chose),
 //! `incr_segment`/`incr_snowflake` (3 `INCR`s each), `incrby` (an `INCR`,
 //! `INCRBY order 10`, an `INCR`), `pipeline` and `transaction` (20 `INCR`s
 //! each, as the client pipelines and runs MULTI/EXEC), `discard` (an `INCR`,
@@ -183,9 +184,15 @@ fn issued(server: &Served, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// What every client must have got (see the module docs).
+/// What every client must have got (see the module docs); `proto` is the
+/// protocol it speaks by default, as its `CLIENT INFO` shows.
 #[track_caller]
-fn check(name: &str, out: &Value, server: &Served) {
+fn check(name: &str, proto: u8, out: &Value, server: &Served) {
+    let info = out["client_info"].as_str().unwrap_or_default();
+    assert!(
+        info.contains(&format!(" resp={proto} ")),
+        "{name}: expected RESP{proto}: {info}"
+    );
     let segment = ids(name, out, "incr_segment");
     assert_eq!(segment.len(), 3, "{name}");
     increasing(name, "INCR (segment)", &segment);
@@ -279,7 +286,12 @@ fn check(name: &str, out: &Value, server: &Served) {
 /// `needs` is what must be there (name, whether it is), e.g. the
 /// interpreter and the package.
 #[track_caller]
-fn external(name: &str, needs: &[(&str, bool)], command: impl FnOnce(&str, u16) -> Command) {
+fn external(
+    name: &str,
+    proto: u8,
+    needs: &[(&str, bool)],
+    command: impl FnOnce(&str, u16) -> Command,
+) {
     for (what, there) in needs {
         if !idmint_testkit::require_service(what, *there) {
             return;
@@ -289,7 +301,7 @@ fn external(name: &str, needs: &[(&str, bool)], command: impl FnOnce(&str, u16) 
     let server = start(&dir.path().join("data"));
     let (host, port) = host_port(&server);
     let out = run_program(name, &mut command(&host, port));
-    check(name, &out, &server);
+    check(name, proto, &out, &server);
 }
 
 fn python_ok() -> bool {
@@ -304,6 +316,7 @@ fn serve_resp_clients_redis_py() {
     let pkgs = target_dir().join("resp-clients/python");
     external(
         "redis-py",
+        3,
         &[
             ("python3", python_ok()),
             ("redis-py (scripts/resp-clients)", installed()),
@@ -333,6 +346,7 @@ fn node(script: &str, host: &str, port: u16) -> Command {
 fn serve_resp_clients_node_redis() {
     external(
         "node-redis",
+        3,
         &[
             ("node", runs("node", &["--version"])),
             ("node-redis (scripts/resp-clients)", installed()),
@@ -345,6 +359,7 @@ fn serve_resp_clients_node_redis() {
 fn serve_resp_clients_ioredis() {
     external(
         "ioredis",
+        3,
         &[
             ("node", runs("node", &["--version"])),
             ("ioredis (scripts/resp-clients)", installed()),
@@ -388,7 +403,7 @@ fn serve_resp_clients_redigo() {
         "go build: {}",
         String::from_utf8_lossy(&build.stderr)
     );
-    external("redigo", &[], |host, port| {
+    external("redigo", 2, &[], |host, port| {
         let mut c = Command::new(&bin);
         c.args([host, &port.to_string(), TOKEN]);
         c
@@ -399,6 +414,7 @@ fn serve_resp_clients_redigo() {
 fn serve_resp_clients_ruby_redis() {
     external(
         "ruby-redis",
+        2,
         &[
             ("ruby", runs("ruby", &["--version"])),
             (
@@ -419,6 +435,7 @@ fn serve_resp_clients_ruby_redis() {
 fn serve_resp_clients_phpredis() {
     external(
         "phpredis",
+        2,
         &[
             ("php (Debian php-cli)", runs("php", &["--version"])),
             (
@@ -439,6 +456,7 @@ fn serve_resp_clients_phpredis() {
 fn serve_resp_clients_perl_redis() {
     external(
         "perl Redis",
+        2,
         &[
             ("perl", runs("perl", &["-v"])),
             (
@@ -461,7 +479,7 @@ fn serve_resp_clients_redis_crate() {
     let server = start(&dir.path().join("data"));
     let (host, port) = host_port(&server);
     let out = redis_rs_client::run(&host, port, TOKEN);
-    check("redis crate", &out, &server);
+    check("redis crate", 2, &out, &server);
 }
 
 #[test]
@@ -475,5 +493,5 @@ fn serve_resp_clients_fred() {
         .build()
         .unwrap();
     let out = runtime.block_on(fred_client::run(&host, port, TOKEN));
-    check("fred", &out, &server);
+    check("fred", 2, &out, &server);
 }

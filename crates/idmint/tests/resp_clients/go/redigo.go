@@ -47,6 +47,9 @@ func main() {
 	defer pool.Close()
 
 	c := pool.Get()
+	info, err := redis.String(c.Do("CLIENT", "INFO"))
+	must(err)
+	out["client_info"] = info
 	var seg, sf []string
 	for i := 0; i < 3; i++ {
 		seg = append(seg, id(c.Do("INCR", "order")))
@@ -79,7 +82,7 @@ func main() {
 	must(c.Send("MULTI"))
 	must(c.Send("INCR", "order"))
 	must(c.Send("INCR", "order"))
-	_, err := c.Do("DISCARD")
+	_, err = c.Do("DISCARD")
 	must(err)
 	out["discard"] = map[string]string{"before": dBefore, "after": id(c.Do("INCR", "order"))}
 

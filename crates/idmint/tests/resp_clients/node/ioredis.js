@@ -19,6 +19,7 @@ async function main() {
   });
 
   const r = new Redis(opts);
+  out.client_info = String(await r.call("CLIENT", "INFO"));
   out.incr_segment = [];
   for (let i = 0; i < 3; i++) out.incr_segment.push(String(await r.incr("order")));
   const exact = new Redis({ ...opts, stringNumbers: true });

@@ -14,6 +14,7 @@ async function main() {
   const strings = (values) => values.map((v) => String(v));
 
   const client = await createClient({ url }).connect();
+  out.client_info = String(await client.sendCommand(["CLIENT", "INFO"]));
   out.incr_segment = [];
   for (let i = 0; i < 3; i++) out.incr_segment.push(String(await client.incr("order")));
   const exact = client.withTypeMapping({ [RESP_TYPES.NUMBER]: String });

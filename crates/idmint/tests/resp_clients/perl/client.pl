@@ -13,6 +13,7 @@ my ($host, $port, $token) = @ARGV;
 my $server = "$host:$port";
 my %out;
 my $r = Redis->new(server => $server);
+$out{client_info} = "" . $r->client_info;
 $out{incr_segment} = [map { "" . $r->incr('order') } 1 .. 3];
 $out{incr_snowflake} = [map { "" . $r->incr('sf') } 1 .. 3];
 

@@ -10,6 +10,7 @@ $strings = fn ($values) => array_map('strval', $values);
 $out = [];
 $r = new Redis();
 $r->connect($host, $port);
+$out['client_info'] = (string) $r->rawCommand('CLIENT', 'INFO');
 $out['incr_segment'] = $strings([$r->incr('order'), $r->incr('order'), $r->incr('order')]);
 $out['incr_snowflake'] = $strings([$r->incr('sf'), $r->incr('sf'), $r->incr('sf')]);
 

@@ -15,6 +15,8 @@ host, port, token = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 out = {}
 
 r = redis.Redis(host=host, port=port)  # defaults: protocol 3, pooled
+info = r.execute_command("CLIENT", "INFO")  # a verbatim string, as bytes
+out["client_info"] = info.decode() if isinstance(info, bytes) else str(info)
 out["incr_segment"] = [str(r.incr("order")) for _ in range(3)]
 out["incr_snowflake"] = [str(r.incr("sf")) for _ in range(3)]
 

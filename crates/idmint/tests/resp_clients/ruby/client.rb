@@ -9,6 +9,7 @@ require "redis"
 host, port, token = ARGV[0], ARGV[1].to_i, ARGV[2]
 out = {}
 r = Redis.new(host: host, port: port)
+out["client_info"] = r.call("CLIENT", "INFO").to_s
 out["incr_segment"] = Array.new(3) { r.incr("order").to_s }
 out["incr_snowflake"] = Array.new(3) { r.incr("sf").to_s }
 

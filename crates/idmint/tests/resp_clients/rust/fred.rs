@@ -23,6 +23,14 @@ pub async fn run(host: &str, port: u16, token: &str) -> Value {
     let client = Builder::from_config(config.clone()).build().unwrap();
     client.init().await.unwrap();
     let mut out = BTreeMap::new();
+    let info: String = client
+        .custom(
+            CustomCommand::new_static("CLIENT", ClusterHash::FirstKey, false),
+            vec!["INFO"],
+        )
+        .await
+        .unwrap();
+    out.insert("client_info", json!(info));
     let mut seg = Vec::new();
     let mut sf = Vec::new();
     for _ in 0..3 {

@@ -22,6 +22,8 @@ pub fn run(host: &str, port: u16, token: &str) -> Value {
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut con = client.get_connection().unwrap();
     let mut out = BTreeMap::new();
+    let info: String = redis::cmd("CLIENT").arg("INFO").query(&mut con).unwrap();
+    out.insert("client_info", json!(info));
     let seg: Vec<String> = (0..3).map(|_| incr(&mut con, "order")).collect();
     let sf: Vec<String> = (0..3).map(|_| incr(&mut con, "sf")).collect();
     out.insert("incr_segment", json!(seg));
