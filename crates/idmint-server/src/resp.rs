@@ -500,7 +500,9 @@ impl Connection {
                 self.issue(arg(1), Some(arg(2))).await;
             }
             Command::IncrBy if n_args == 3 => {
-                self.incr_by(arg(1), arg(2)).await;
+                // Boxed: its future is larger than INCR's, which shouldn't
+                // pay for it.
+                Box::pin(self.incr_by(arg(1), arg(2))).await;
             }
             Command::Auth if n_args == 2 || n_args == 3 => match self.auth(arg(n_args - 1)) {
                 Ok(()) => frame::simple(&mut self.out, "OK"),
@@ -542,6 +544,9 @@ impl Connection {
                     commands::write_all_info(&mut self.out, self.proto);
                 } else if sub.eq_ignore_ascii_case(b"COUNT") && n_args == 2 {
                     frame::integer(&mut self.out, commands::SPECS.len() as i64);
+                } else if sub.eq_ignore_ascii_case(b"INFO") && names.is_empty() {
+                    // Redis 7: no names, every command.
+                    commands::write_all_info(&mut self.out, self.proto);
                 } else if sub.eq_ignore_ascii_case(b"INFO") {
                     commands::write_info(&mut self.out, names.into_iter(), self.proto);
                 } else if sub.eq_ignore_ascii_case(b"DOCS") {

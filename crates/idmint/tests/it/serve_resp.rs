@@ -259,6 +259,8 @@ fn serve_resp_answers_ping_info_quit_and_what_clients_send_at_connect() {
     let commands: Vec<Value> = cmd(&mut con, &["COMMAND"]).unwrap();
     let count: usize = cmd(&mut con, &["COMMAND", "COUNT"]).unwrap();
     assert_eq!(commands.len(), count);
+    let infos: Vec<Value> = cmd(&mut con, &["COMMAND", "INFO"]).unwrap();
+    assert_eq!(infos.len(), count, "no names: every command, as Redis 7");
     let docs: Vec<Value> = cmd(&mut con, &["COMMAND", "DOCS", "incr"]).unwrap();
     assert_eq!(docs.len(), 2, "{docs:?}");
     let config: Vec<String> = cmd(&mut con, &["CONFIG", "GET", "appendonly"]).unwrap();

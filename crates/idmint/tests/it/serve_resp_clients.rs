@@ -282,6 +282,17 @@ fn check(name: &str, proto: u8, out: &Value, server: &Served) {
     );
 }
 
+/// What the clients that read `COMMAND` and `INFO` made of them.
+#[track_caller]
+fn check_introspection(name: &str, out: &Value) {
+    let field = |f: &str| id(name, &out["introspection"][f]);
+    assert_eq!(field("command"), field("command_count"), "{name}");
+    assert!(field("command") >= 20, "{name}");
+    assert_eq!(field("incr_arity"), 2, "{name}");
+    // INFO was read after every ID the program took: 5 of `sf` and `secret`.
+    assert_eq!(field("info_ids_issued"), ORDER_IDS + 5, "{name}");
+}
+
 /// Runs an external client program against a fresh server and checks it;
 /// `needs` is what must be there (name, whether it is), e.g. the
 /// interpreter and the package.
@@ -291,10 +302,10 @@ fn external(
     proto: u8,
     needs: &[(&str, bool)],
     command: impl FnOnce(&str, u16) -> Command,
-) {
+) -> Option<Value> {
     for (what, there) in needs {
         if !idmint_testkit::require_service(what, *there) {
-            return;
+            return None;
         }
     }
     let dir = tempfile::tempdir().unwrap();
@@ -302,6 +313,7 @@ fn external(
     let (host, port) = host_port(&server);
     let out = run_program(name, &mut command(&host, port));
     check(name, proto, &out, &server);
+    Some(out)
 }
 
 fn python_ok() -> bool {
@@ -314,7 +326,7 @@ fn python_ok() -> bool {
 #[test]
 fn serve_resp_clients_redis_py() {
     let pkgs = target_dir().join("resp-clients/python");
-    external(
+    let out = external(
         "redis-py",
         3,
         &[
@@ -329,6 +341,9 @@ fn serve_resp_clients_redis_py() {
             c
         },
     );
+    if let Some(out) = out {
+        check_introspection("redis-py", &out);
+    }
 }
 
 fn node(script: &str, host: &str, port: u16) -> Command {
@@ -344,7 +359,7 @@ fn node(script: &str, host: &str, port: u16) -> Command {
 
 #[test]
 fn serve_resp_clients_node_redis() {
-    external(
+    let out = external(
         "node-redis",
         3,
         &[
@@ -353,6 +368,9 @@ fn serve_resp_clients_node_redis() {
         ],
         |host, port| node("node_redis.js", host, port),
     );
+    if let Some(out) = out {
+        check_introspection("node-redis", &out);
+    }
 }
 
 #[test]

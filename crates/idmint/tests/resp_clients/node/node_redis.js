@@ -60,6 +60,15 @@ async function main() {
     .connect();
   out.auth = [await authed.incr("secret"), await authed.incr("secret")];
   authed.destroy();
+  // What node-redis parses of the server's own replies.
+  const info = await client.info();
+  const [incrInfo] = await client.commandInfo(["incr"]);
+  out.introspection = {
+    command: String((await client.command()).length),
+    command_count: String(await client.commandCount()),
+    incr_arity: String(incrInfo.arity),
+    info_ids_issued: /ids_issued:(\d+)/.exec(info)[1],
+  };
   client.destroy();
 
   console.log(JSON.stringify(out));

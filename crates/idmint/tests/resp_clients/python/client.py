@@ -73,4 +73,13 @@ except redis.exceptions.RedisError as e:  # NOAUTH is an AuthenticationError
 authed = redis.Redis(host=host, port=port, password=token)
 out["auth"] = [str(authed.incr("secret")) for _ in range(2)]
 
+# What redis-py parses of the server's own replies.
+info = r.info("everything")
+out["introspection"] = {
+    "command": str(len(r.command())),
+    "command_count": str(r.command_count()),
+    "incr_arity": str(r.command()["incr"]["arity"]),
+    "info_ids_issued": str(info["ids_issued"]),
+}
+
 print(json.dumps(out))
