@@ -673,3 +673,79 @@ fn serve_resp_transaction_of_large_batches_answers_every_id() {
     let next: u64 = cmd(&mut con, &["INCR", "bulk"]).unwrap();
     assert!(next > ids[ids.len() - 1]);
 }
+
+#[test]
+fn serve_resp_incrby_never_answers_a_run_split_by_another_nodes_segment() {
+    let up = TcpStream::connect_timeout(&"127.0.0.1:5432".parse().unwrap(), Duration::from_secs(2))
+        .is_ok();
+    if !idmint_testkit::require_service("PostgreSQL", up) {
+        return;
+    }
+    let unique = format!(
+        "{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+    );
+    let url = idmint_testkit::POSTGRES_URL;
+    let config = format!(
+        r#"
+[snowflake]
+registry = "sql"
+
+[snowflake.sql]
+url = "{url}"
+cluster = "resp-incrby-{unique}"
+table = "idmint_worker_resp_{unique}"
+
+[segment]
+url = "{url}"
+table = "alloc_resp_{unique}"
+
+[segment.keys.order]
+step = 10
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let [a, b] = [0, 1].map(|i| {
+        Served::start_with_args(
+            &dir.path().join(format!("node{i}")),
+            Some(&config),
+            &[],
+            &["--resp-addr", "127.0.0.1:0"],
+        )
+    });
+    let (mut con_a, mut con_b) = (connect(&a), connect(&b));
+    let settle = || std::thread::sleep(Duration::from_millis(300));
+
+    // A leases (and preloads) first, then B: B's segments sit right above
+    // A's, so A's buffered IDs and A's next lease are no run.
+    let first_a: u64 = cmd(&mut con_a, &["INCR", "order"]).unwrap();
+    settle();
+    let first_b: u64 = cmd(&mut con_b, &["INCR", "order"]).unwrap();
+    settle();
+    let last: u64 = cmd(&mut con_a, &["INCRBY", "order", "25"]).unwrap();
+    let run = last - 24..=last;
+    // The run A answered is A's alone: B's IDs, before and after, are not in it.
+    let mut ids_b: Vec<u64> = vec![first_b];
+    for _ in 0..30 {
+        ids_b.push(cmd(&mut con_b, &["INCR", "order"]).unwrap());
+    }
+    assert!(!run.contains(&first_a));
+    for id in &ids_b {
+        assert!(
+            !run.contains(id),
+            "B's ID {id} is in A's INCRBY run {run:?}"
+        );
+    }
+    let next_a: u64 = cmd(&mut con_a, &["INCR", "order"]).unwrap();
+    assert!(next_a > last);
+    // The split run was dropped and taken again, and said so.
+    let log = a.log();
+    assert!(
+        log.contains("INCRBY run not contiguous across segments"),
+        "{log}"
+    );
+}
