@@ -900,14 +900,7 @@ impl Connection {
     /// `stats`), all of them for none or `default`, `all`, `everything`;
     /// unknown names add nothing.
     fn info(&self, sections: &[&[u8]]) -> String {
-        let wants = |section: &str| {
-            sections.is_empty()
-                || sections.iter().any(|asked| {
-                    [section, "default", "all", "everything"]
-                        .iter()
-                        .any(|name| name.as_bytes().eq_ignore_ascii_case(asked))
-                })
-        };
+        let wants = |section: &str| info_wants(sections, section);
         let stats = &self.stats;
         let mut info = String::new();
         if wants("server") {
@@ -1149,6 +1142,17 @@ fn parse_hello<'a>(
     Ok(hello)
 }
 
+/// Whether `INFO` with the `asked` sections shows `section`: every section
+/// for none, `default`, `all` or `everything`; names in any case.
+fn info_wants(asked: &[&[u8]], section: &str) -> bool {
+    asked.is_empty()
+        || asked.iter().any(|asked| {
+            [section, "default", "all", "everything"]
+                .iter()
+                .any(|name| name.as_bytes().eq_ignore_ascii_case(asked))
+        })
+}
+
 /// Tries of an `INCRBY` run before answering unavailable: a retry takes the
 /// run from one segment unless another node leases in between again.
 const INCRBY_TRIES: u32 = 3;
@@ -1344,6 +1348,18 @@ mod tests {
             assert_eq!(e.code, "not_contiguous");
             assert!(e.message.contains("IDMINT.BATCH k"), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn info_sections_are_chosen_by_name() {
+        assert!(info_wants(&[], "stats"));
+        assert!(info_wants(&[b"Server"], "server"));
+        assert!(!info_wants(&[b"server"], "stats"));
+        assert!(info_wants(&[b"server", b"STATS"], "stats"));
+        for all in [&b"default"[..], b"all", b"everything"] {
+            assert!(info_wants(&[all], "idmint"));
+        }
+        assert!(!info_wants(&[b"nosuch"], "server"));
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //!
 //! # Why hand-written (and not `redis-protocol` or `redis`'s parser)
 //! A server only ever *reads* one shape, `*N\r\n` then N `$len\r\n…\r\n`
-//! (plus inline lines), and only *writes* five reply types; that is the
-//! hundred lines below. What matters is the bounds: every length a client
+//! (plus inline lines), and only *writes* a handful of reply types (RESP3's
+//! maps, sets, `_` null and verbatim strings beside RESP2's five), each a
+//! few lines below. What matters is the bounds: every length a client
 //! declares is checked before anything is buffered or allocated for it, and
 //! the parser borrows the connection's buffer (argument ranges, no copies,
 //! no allocation per command once the range vector has grown). The
