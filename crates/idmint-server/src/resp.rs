@@ -1268,6 +1268,7 @@ fn shown(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn command_names_are_case_insensitive() {
@@ -1369,6 +1370,172 @@ mod tests {
         for bad in [&b"a b"[..], b"a\nb", b"\x7f", "é".as_bytes()] {
             assert!(!valid_client_name(bad), "{bad:?}");
         }
+    }
+
+    /// A whole server on free loopback ports, `keys` configured, in a
+    /// temporary directory; stops when the sender is dropped.
+    struct Served {
+        resp: SocketAddr,
+        _stop: tokio::sync::oneshot::Sender<()>,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn served(keys: &str) -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("idmint.toml");
+        let data = dir.path().join("data");
+        std::fs::write(
+            &path,
+            format!(
+                "[server]\nhttp_addr = \"127.0.0.1:0\"\nresp_addr = \"127.0.0.1:0\"\n\
+                 data_dir = {data:?}\n{keys}"
+            ),
+        )
+        .unwrap();
+        let config = crate::config::Config::load(Some(&path), []).unwrap();
+        let server = crate::start::Server::start(config).await.unwrap();
+        let resp = server.resp_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(server.serve(async move {
+            let _ = stopped.await;
+        }));
+        Served {
+            resp,
+            _stop: stop,
+            _dir: dir,
+        }
+    }
+
+    /// Sends inline `requests` and returns the replies, up to a final
+    /// `PING` marker's (left out).
+    async fn exchange(s: &mut TcpStream, requests: &str) -> String {
+        const MARK: &str = "$4\r\nmark\r\n";
+        s.write_all(format!("{requests}PING mark\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        while !out.ends_with(MARK.as_bytes()) {
+            let n = tokio::time::timeout(Duration::from_secs(30), s.read_buf(&mut out))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&out));
+        }
+        out.truncate(out.len() - MARK.len());
+        String::from_utf8(out).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn new_commands_answer_as_resp2_or_resp3() {
+        let server =
+            served("[segment.keys.order]\nstep = 10\n\n[keys.sf]\nstrategy = \"snowflake\"\n")
+                .await;
+        // (request, RESP2 reply, RESP3 reply); `#` stands for the next ID.
+        let cases: &[(&str, &str, &str)] = &[
+            ("CLIENT GETNAME", "$-1\r\n", "_\r\n"),
+            (
+                "CLIENT SETNAME a b",
+                "-ERR unknown subcommand or wrong number of arguments for 'client|setname'",
+                "-ERR unknown subcommand or wrong number of arguments for 'client|setname'",
+            ),
+            (
+                "CONFIG GET save",
+                "*2\r\n$4\r\nsave\r\n$0\r\n\r\n",
+                "%1\r\n$4\r\nsave\r\n$0\r\n\r\n",
+            ),
+            ("CONFIG GET nosuch", "*0\r\n", "%0\r\n"),
+            ("INFO nosuch", "$0\r\n\r\n", "=4\r\ntxt:\r\n"),
+            ("COMMAND INFO nosuch", "*1\r\n*-1\r\n", "*1\r\n_\r\n"),
+            ("COMMAND COUNT", ":20\r\n", ":20\r\n"),
+            (
+                "COMMAND LIST",
+                "*20\r\n$4\r\nincr\r\n",
+                "*20\r\n$4\r\nincr\r\n",
+            ),
+            (
+                "COMMAND DOCS get",
+                "*2\r\n$3\r\nget\r\n*8\r\n",
+                "%1\r\n$3\r\nget\r\n%4\r\n",
+            ),
+            ("INCR order", ":#\r\n", ":#\r\n"),
+            ("INCRBY order 5", ":#+4\r\n", ":#+4\r\n"),
+            ("INCRBY order 0", "-INVALID_COUNT ", "-INVALID_COUNT "),
+            ("INCRBY sf 2", "-NOT_CONTIGUOUS ", "-NOT_CONTIGUOUS "),
+            (
+                "MULTI\r\nINCR order\r\nEXEC",
+                "+OK\r\n+QUEUED\r\n*1\r\n:#\r\n",
+                "+OK\r\n+QUEUED\r\n*1\r\n:#\r\n",
+            ),
+            (
+                "EXEC",
+                "-ERR EXEC without MULTI\r\n",
+                "-ERR EXEC without MULTI\r\n",
+            ),
+            ("UNWATCH", "+OK\r\n", "+OK\r\n"),
+            ("SELECT 0", "+OK\r\n", "+OK\r\n"),
+        ];
+        let mut s = TcpStream::connect(server.resp).await.unwrap();
+        let mut next = 1;
+        for proto in [2, 3] {
+            let hello = exchange(&mut s, &format!("HELLO {proto}\r\n")).await;
+            let map = if proto == 2 { "*14\r\n" } else { "%7\r\n" };
+            assert!(hello.starts_with(map), "{hello:?}");
+            assert!(hello.contains(&format!("$5\r\nproto\r\n:{proto}\r\n")));
+            for (request, resp2, resp3) in cases {
+                let expected = if proto == 2 { resp2 } else { resp3 };
+                let (expected, used) = if expected.contains("#+4") {
+                    (expected.replace("#+4", &(next + 4).to_string()), 5)
+                } else if expected.contains('#') {
+                    (expected.replace('#', &next.to_string()), 1)
+                } else {
+                    ((*expected).to_owned(), 0)
+                };
+                let reply = exchange(&mut s, &format!("{request}\r\n")).await;
+                assert!(
+                    reply.starts_with(&expected),
+                    "RESP{proto} {request}: {reply:?}, expected {expected:?}"
+                );
+                next += used;
+            }
+        }
+        // RESET: back to RESP2.
+        assert_eq!(
+            exchange(&mut s, "HELLO 3\r\nRESET\r\n")
+                .await
+                .rsplit("\r\n+")
+                .next(),
+            Some("RESET\r\n")
+        );
+        assert_eq!(exchange(&mut s, "CLIENT GETNAME\r\n").await, "$-1\r\n");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_transaction_issues_nothing_until_exec_and_nothing_when_refused() {
+        let server = served("[segment.keys.order]\nstep = 10\n").await;
+        let mut s = TcpStream::connect(server.resp).await.unwrap();
+        assert_eq!(exchange(&mut s, "INCR order\r\n").await, ":1\r\n");
+        assert_eq!(
+            exchange(
+                &mut s,
+                "MULTI\r\nINCR order\r\nIDMINT.BATCH order 2\r\nDISCARD\r\n"
+            )
+            .await,
+            "+OK\r\n+QUEUED\r\n+QUEUED\r\n+OK\r\n"
+        );
+        assert_eq!(
+            exchange(&mut s, "MULTI\r\nINCR order\r\nINCRBY order x\r\nEXEC\r\n").await,
+            "+OK\r\n+QUEUED\r\n-INVALID_COUNT count \"x\" is not a whole number: ask for \
+             1..=100000 IDs\r\n-EXECABORT Transaction discarded because of previous errors.\r\n"
+        );
+        assert_eq!(
+            exchange(
+                &mut s,
+                "MULTI\r\nINCR order\r\nINCRBY order 3\r\nPING\r\nEXEC\r\n"
+            )
+            .await,
+            "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n:2\r\n:5\r\n+PONG\r\n"
+        );
+        assert_eq!(exchange(&mut s, "INCR order\r\n").await, ":6\r\n");
     }
 
     #[test]
