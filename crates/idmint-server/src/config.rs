@@ -179,7 +179,7 @@ pub struct Config {
 pub struct ServerConfig {
     /// Where HTTP listens (default `127.0.0.1:8080`; port 0 picks a free port).
     pub http_addr: SocketAddr,
-    /// Where the Redis-protocol (RESP2) listener listens (default: none, off;
+    /// Where the Redis-protocol (RESP2/RESP3) listener listens (default: none, off;
     /// port 0 picks a free port).
     pub resp_addr: Option<SocketAddr>,
     /// Where the gRPC listener (`idmint.v1.IdService`) listens (default:

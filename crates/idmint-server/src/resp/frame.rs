@@ -1,11 +1,14 @@
-//! RESP2 on the wire: a bounded parser of what clients send (arrays of bulk
+//! RESP on the wire: a bounded parser of what clients send (arrays of bulk
 //! strings, and inline commands typed by hand) and an encoder that writes
-//! replies straight into a connection's output buffer.
+//! replies straight into a connection's output buffer, as RESP2 or, for a
+//! connection that asked with `HELLO 3`, RESP3 (where maps, sets, nulls and
+//! verbatim strings have types of their own).
 //!
 //! # Why hand-written (and not `redis-protocol` or `redis`'s parser)
 //! A server only ever *reads* one shape, `*N\r\n` then N `$len\r\n…\r\n`
-//! (plus inline lines), and only *writes* five reply types; that is the
-//! hundred lines below. What matters is the bounds: every length a client
+//! (plus inline lines), and only *writes* a handful of reply types (RESP3's
+//! maps, sets, `_` null and verbatim strings beside RESP2's five), each a
+//! few lines below. What matters is the bounds: every length a client
 //! declares is checked before anything is buffered or allocated for it, and
 //! the parser borrows the connection's buffer (argument ranges, no copies,
 //! no allocation per command once the range vector has grown). The
@@ -296,9 +299,77 @@ pub(crate) fn bulk(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// `$-1\r\n`, the null bulk string.
-pub(crate) fn null(out: &mut Vec<u8>) {
-    out.extend_from_slice(b"$-1\r\n");
+/// The protocol a connection speaks: RESP2 until it asks `HELLO 3`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proto {
+    Resp2,
+    Resp3,
+}
+
+impl Proto {
+    /// The number `HELLO` and `CLIENT INFO` report.
+    pub(crate) fn number(self) -> i64 {
+        match self {
+            Proto::Resp2 => 2,
+            Proto::Resp3 => 3,
+        }
+    }
+}
+
+/// A null: RESP2's null bulk string `$-1`, RESP3's `_`.
+pub(crate) fn null(out: &mut Vec<u8>, proto: Proto) {
+    out.extend_from_slice(match proto {
+        Proto::Resp2 => b"$-1\r\n",
+        Proto::Resp3 => b"_\r\n",
+    });
+}
+
+/// A null array (`EXEC` of an aborted transaction): RESP2's `*-1`, RESP3's `_`.
+pub(crate) fn null_array(out: &mut Vec<u8>, proto: Proto) {
+    out.extend_from_slice(match proto {
+        Proto::Resp2 => b"*-1\r\n",
+        Proto::Resp3 => b"_\r\n",
+    });
+}
+
+/// A map of `n` pairs: RESP3's `%n`, in RESP2 an array of `2n` elements
+/// (field, value, field, value...). The caller writes the pairs after it.
+pub(crate) fn map(out: &mut Vec<u8>, n: usize, proto: Proto) {
+    match proto {
+        Proto::Resp2 => array(out, 2 * n),
+        Proto::Resp3 => {
+            out.push(b'%');
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+/// A set of `n` elements: RESP3's `~n`, in RESP2 an array.
+pub(crate) fn set(out: &mut Vec<u8>, n: usize, proto: Proto) {
+    match proto {
+        Proto::Resp2 => array(out, n),
+        Proto::Resp3 => {
+            out.push(b'~');
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+/// Text meant for people (`INFO`, `CLIENT INFO`): RESP3's verbatim string
+/// `=len\r\ntxt:...`, in RESP2 a bulk string.
+pub(crate) fn verbatim(out: &mut Vec<u8>, text: &[u8], proto: Proto) {
+    match proto {
+        Proto::Resp2 => bulk(out, text),
+        Proto::Resp3 => {
+            out.push(b'=');
+            out.extend_from_slice(itoa::Buffer::new().format(text.len() + 4).as_bytes());
+            out.extend_from_slice(b"\r\ntxt:");
+            out.extend_from_slice(text);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
 }
 
 /// `*n\r\n`; the caller writes the `n` elements after it.
@@ -469,12 +540,38 @@ mod tests {
         simple(&mut out, "PONG");
         integer(&mut out, -42);
         bulk(&mut out, b"hi");
-        null(&mut out);
+        null(&mut out, Proto::Resp2);
         array(&mut out, 2);
         error(&mut out, "UNAVAILABLE", "a\r\nb");
         assert_eq!(
             out,
             b"+PONG\r\n:-42\r\n$2\r\nhi\r\n$-1\r\n*2\r\n-UNAVAILABLE a  b\r\n"
+        );
+    }
+
+    #[test]
+    fn typed_replies_encode_per_protocol() {
+        // As redis-server 7 writes them (`HELLO 3` then `CLIENT GETNAME`,
+        // `CONFIG GET save`, `COMMAND INFO`'s flags, `INFO`).
+        let encode = |proto: Proto| {
+            let mut out = Vec::new();
+            null(&mut out, proto);
+            null_array(&mut out, proto);
+            map(&mut out, 1, proto);
+            bulk(&mut out, b"save");
+            bulk(&mut out, b"");
+            set(&mut out, 1, proto);
+            simple(&mut out, "fast");
+            verbatim(&mut out, b"a:1", proto);
+            out
+        };
+        assert_eq!(
+            encode(Proto::Resp2),
+            b"$-1\r\n*-1\r\n*2\r\n$4\r\nsave\r\n$0\r\n\r\n*1\r\n+fast\r\n$3\r\na:1\r\n"
+        );
+        assert_eq!(
+            encode(Proto::Resp3),
+            b"_\r\n_\r\n%1\r\n$4\r\nsave\r\n$0\r\n\r\n~1\r\n+fast\r\n=7\r\ntxt:a:1\r\n"
         );
     }
 }

@@ -20,6 +20,7 @@ mod serve_metrics;
 mod serve_outage;
 mod serve_policies;
 mod serve_resp;
+mod serve_resp_clients;
 mod serve_status_page;
 
 use std::io::Write;

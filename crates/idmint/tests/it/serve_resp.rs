@@ -20,6 +20,11 @@ start = 100
 [segment.keys.bulk]
 step = 1000
 
+[segment.keys.odd]
+step = 10
+delta = 2
+remainder = 1
+
 [keys.sf]
 strategy = "snowflake"
 
@@ -251,20 +256,17 @@ fn serve_resp_answers_ping_info_quit_and_what_clients_send_at_connect() {
     );
     assert_eq!(cmd::<String>(&mut con, &["SELECT", "0"]).unwrap(), "OK");
     expect_code(cmd::<String>(&mut con, &["SELECT", "1"]), "ERR");
-    assert!(
-        cmd::<Vec<Value>>(&mut con, &["COMMAND"])
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        cmd::<Vec<Value>>(&mut con, &["COMMAND", "DOCS"])
-            .unwrap()
-            .is_empty()
-    );
+    let commands: Vec<Value> = cmd(&mut con, &["COMMAND"]).unwrap();
+    let count: usize = cmd(&mut con, &["COMMAND", "COUNT"]).unwrap();
+    assert_eq!(commands.len(), count);
+    let infos: Vec<Value> = cmd(&mut con, &["COMMAND", "INFO"]).unwrap();
+    assert_eq!(infos.len(), count, "no names: every command, as Redis 7");
+    let docs: Vec<Value> = cmd(&mut con, &["COMMAND", "DOCS", "incr"]).unwrap();
+    assert_eq!(docs.len(), 2, "{docs:?}");
     let config: Vec<String> = cmd(&mut con, &["CONFIG", "GET", "appendonly"]).unwrap();
     assert_eq!(config, ["appendonly", "no"]);
-    // RESP3 is refused so the client stays on RESP2; HELLO 2 is answered.
-    expect_code(cmd::<Value>(&mut con, &["HELLO", "3"]), "NOPROTO");
+    // Protocols other than 2 and 3 are refused; HELLO 2 is answered.
+    expect_code(cmd::<Value>(&mut con, &["HELLO", "4"]), "NOPROTO");
     let hello: Vec<Value> = cmd(&mut con, &["HELLO", "2"]).unwrap();
     assert_eq!(hello.len(), 14);
     assert_eq!(cmd::<String>(&mut con, &["PING"]).unwrap(), "PONG");
@@ -283,7 +285,10 @@ fn serve_resp_unknown_commands_and_wrong_arity_are_errors() {
 
     let message = expect_code(cmd::<Value>(&mut con, &["FLUSHALL"]), "ERR");
     assert_eq!(message, "unknown command 'FLUSHALL'");
-    expect_code(cmd::<Value>(&mut con, &["INCRBY", "sf", "5"]), "ERR");
+    expect_code(
+        cmd::<Value>(&mut con, &["INCRBY", "sf", "5"]),
+        "NOT_CONTIGUOUS",
+    );
     for args in [
         &["INCR"][..],
         &["INCR", "sf", "sf"],
@@ -406,4 +411,341 @@ fn serve_resp_stops_with_the_server() {
     assert!(log.contains("RESP: no new connections"), "{log}");
     assert!(log.contains("worker claim released"), "{log}");
     assert!(TcpStream::connect(&addr).is_err(), "still accepting");
+}
+
+/// Sends inline `requests` on `s` and returns the replies, up to the reply of
+/// a final `PING` marker (left out).
+fn exchange(s: &mut TcpStream, requests: &str) -> String {
+    const MARK: &str = "$11\r\nidmint-mark\r\n";
+    s.write_all(format!("{requests}PING idmint-mark\r\n").as_bytes())
+        .unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.ends_with(MARK.as_bytes()) {
+        let got = s.read(&mut buf).unwrap();
+        assert!(got > 0, "closed after {:?}", String::from_utf8_lossy(&out));
+        out.extend_from_slice(&buf[..got]);
+    }
+    out.truncate(out.len() - MARK.len());
+    String::from_utf8(out).unwrap()
+}
+
+fn raw_connect(server: &Served) -> TcpStream {
+    let s = TcpStream::connect(resp_addr(server)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+/// The number after `:` of an integer reply.
+fn int_reply(reply: &str) -> u64 {
+    reply
+        .strip_prefix(':')
+        .and_then(|r| r.strip_suffix("\r\n"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not an integer reply: {reply:?}"))
+}
+
+#[test]
+fn serve_resp_hello_3_answers_resp3_until_hello_2_or_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir.path().join("data"));
+    let mut s = raw_connect(&server);
+
+    // Before HELLO: RESP2, a null bulk string.
+    assert_eq!(exchange(&mut s, "CLIENT GETNAME\r\n"), "$-1\r\n");
+    let hello = exchange(&mut s, "HELLO 3\r\n");
+    assert!(
+        hello.starts_with("%7\r\n$6\r\nserver\r\n$6\r\nidmint\r\n$7\r\nversion\r\n"),
+        "{hello:?}"
+    );
+    assert!(
+        hello.contains("$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:"),
+        "{hello:?}"
+    );
+    assert!(hello.ends_with("$7\r\nmodules\r\n*0\r\n"), "{hello:?}");
+    // RESP3's null, map, verbatim string and set.
+    assert_eq!(exchange(&mut s, "CLIENT GETNAME\r\n"), "_\r\n");
+    assert_eq!(
+        exchange(&mut s, "CONFIG GET save\r\n"),
+        "%1\r\n$4\r\nsave\r\n$0\r\n\r\n"
+    );
+    let info = exchange(&mut s, "INFO server\r\n");
+    assert!(
+        info.starts_with('=') && info.contains("\r\ntxt:# Server\r\n"),
+        "{info:?}"
+    );
+    assert!(!info.contains("# Stats"), "{info:?}");
+    assert_eq!(exchange(&mut s, "INFO nosuch\r\n"), "=4\r\ntxt:\r\n");
+    let info = exchange(&mut s, "COMMAND INFO incr nosuch\r\n");
+    assert!(
+        info.starts_with("*2\r\n*10\r\n$4\r\nincr\r\n:2\r\n~3\r\n+write\r\n"),
+        "{info:?}"
+    );
+    assert!(info.ends_with("_\r\n"), "{info:?}");
+    let client_info = exchange(&mut s, "CLIENT INFO\r\n");
+    assert!(client_info.contains(" resp=3 "), "{client_info:?}");
+    // IDs are integers as before.
+    int_reply(&exchange(&mut s, "INCR order\r\n"));
+
+    // SETNAME and a bad option; a failing HELLO changes nothing.
+    let hello = exchange(&mut s, "HELLO 2 SETNAME idmint-test\r\n");
+    assert!(hello.starts_with("*14\r\n"), "{hello:?}");
+    assert_eq!(
+        exchange(&mut s, "CLIENT GETNAME\r\n"),
+        "$11\r\nidmint-test\r\n"
+    );
+    assert_eq!(
+        exchange(&mut s, "HELLO 3 FOO\r\n"),
+        "-ERR Syntax error in HELLO option 'FOO'\r\n"
+    );
+    assert!(exchange(&mut s, "HELLO 4\r\n").starts_with("-NOPROTO "));
+    assert!(exchange(&mut s, "HELLO x\r\n").starts_with("-ERR Protocol version"));
+    // No key has a token here: AUTH in HELLO is refused as Redis refuses it.
+    assert!(exchange(&mut s, "HELLO 3 AUTH default pw\r\n").starts_with("-ERR AUTH"));
+    assert_eq!(
+        exchange(&mut s, "CLIENT GETNAME\r\n"),
+        "$11\r\nidmint-test\r\n"
+    );
+
+    // RESET: RESP2, no name.
+    assert!(exchange(&mut s, "HELLO 3\r\n").starts_with('%'));
+    assert_eq!(exchange(&mut s, "RESET\r\n"), "+RESET\r\n");
+    assert_eq!(exchange(&mut s, "CLIENT GETNAME\r\n"), "$-1\r\n");
+    assert!(exchange(&mut s, "CLIENT TRACKING on\r\n").starts_with("-ERR client-side caching"),);
+}
+
+#[test]
+fn serve_resp_multi_issues_ids_only_at_exec_and_only_for_a_clean_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir.path().join("data"));
+    let mut s = raw_connect(&server);
+
+    let first = int_reply(&exchange(&mut s, "INCR order\r\n"));
+    assert_eq!(
+        exchange(
+            &mut s,
+            "MULTI\r\nINCR order\r\nIDMINT.BATCH order 2\r\nPING\r\nEXEC\r\n"
+        ),
+        format!(
+            "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n:{}\r\n*2\r\n:{}\r\n:{}\r\n+PONG\r\n",
+            first + 1,
+            first + 2,
+            first + 3
+        )
+    );
+    // DISCARD: nothing queued ran.
+    assert_eq!(
+        exchange(&mut s, "MULTI\r\nINCR order\r\nINCR order\r\nDISCARD\r\n"),
+        "+OK\r\n+QUEUED\r\n+QUEUED\r\n+OK\r\n"
+    );
+    assert_eq!(int_reply(&exchange(&mut s, "INCR order\r\n")), first + 4);
+    // A command that can't be queued aborts the whole transaction, as Redis:
+    // an unknown command, a wrong arity, a bad count, INCRBY of a snowflake key.
+    for bad in [
+        "FOO",
+        "INCR",
+        "IDMINT.BATCH order 0",
+        "INCRBY order -2",
+        "INCRBY sf 5",
+    ] {
+        let replies = exchange(&mut s, &format!("MULTI\r\nINCR order\r\n{bad}\r\nEXEC\r\n"));
+        let lines: Vec<&str> = replies.split_terminator("\r\n").collect();
+        assert_eq!(lines[..2], ["+OK", "+QUEUED"], "{bad}: {replies:?}");
+        assert!(lines[2].starts_with('-'), "{bad}: {replies:?}");
+        assert_eq!(
+            lines[3], "-EXECABORT Transaction discarded because of previous errors.",
+            "{bad}"
+        );
+    }
+    assert_eq!(int_reply(&exchange(&mut s, "INCR order\r\n")), first + 5);
+    // What Redis refuses inside a transaction, without aborting it.
+    assert_eq!(
+        exchange(&mut s, "MULTI\r\nMULTI\r\nWATCH order\r\nEXEC\r\n"),
+        "+OK\r\n-ERR MULTI calls can not be nested\r\n\
+         -ERR WATCH inside MULTI is not allowed\r\n*0\r\n"
+    );
+    assert_eq!(
+        exchange(&mut s, "EXEC\r\nDISCARD\r\nUNWATCH\r\n"),
+        "-ERR EXEC without MULTI\r\n-ERR DISCARD without MULTI\r\n+OK\r\n"
+    );
+    assert!(exchange(&mut s, "WATCH order\r\n").starts_with("-ERR WATCH is not supported"));
+    // A transaction holds at most 4 MiB of queued requests.
+    let echo = format!("ECHO {}\r\n", "x".repeat(65_000));
+    let replies = exchange(&mut s, &format!("MULTI\r\n{}EXEC\r\n", echo.repeat(70)));
+    let lines: Vec<&str> = replies.split_terminator("\r\n").collect();
+    assert_eq!(lines[0], "+OK");
+    assert!(
+        lines[1..65].iter().all(|l| *l == "+QUEUED"),
+        "{:?}",
+        &lines[..66]
+    );
+    assert!(
+        lines[65].starts_with("-ERR transaction too large"),
+        "{}",
+        lines[65]
+    );
+    assert_eq!(
+        lines.last().copied(),
+        Some("-EXECABORT Transaction discarded because of previous errors.")
+    );
+    // A connection closed mid-transaction issues nothing either.
+    s.write_all(b"MULTI\r\nINCR order\r\nINCR order\r\n")
+        .unwrap();
+    drop(s);
+    let mut s = raw_connect(&server);
+    assert_eq!(int_reply(&exchange(&mut s, "INCR order\r\n")), first + 6);
+    // The server counted exactly the IDs it answered.
+    let (_, metrics) = get(&client(), &server.url("/metrics"));
+    assert!(
+        metrics.contains("idmint_ids_issued_total{key=\"order\",strategy=\"segment\"} 7\n"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn serve_resp_incrby_reserves_one_run_and_answers_its_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir.path().join("data"));
+    let mut con = connect(&server);
+
+    let first: u64 = cmd(&mut con, &["INCR", "order"]).unwrap();
+    // Across the step of 10: still one run, before the next INCR.
+    let last: u64 = cmd(&mut con, &["INCRBY", "order", "25"]).unwrap();
+    assert_eq!(last, first + 25);
+    let next: u64 = cmd(&mut con, &["INCR", "order"]).unwrap();
+    assert_eq!(next, last + 1);
+    // Bad counts: a typed error, nothing issued.
+    for bad in ["0", "-3", "abc", "1.5", "100001", ""] {
+        let message = expect_code(
+            cmd::<Value>(&mut con, &["INCRBY", "order", bad]),
+            "INVALID_COUNT",
+        );
+        assert!(message.contains("1..=100000"), "{bad}: {message}");
+    }
+    assert_eq!(cmd::<u64>(&mut con, &["INCR", "order"]).unwrap(), last + 2);
+    // A delta-2 key: the run is last-2(n-1) ..= last, step 2.
+    let odd: u64 = cmd(&mut con, &["INCR", "odd"]).unwrap();
+    assert_eq!(odd % 2, 1);
+    let last_odd: u64 = cmd(&mut con, &["INCRBY", "odd", "12"]).unwrap();
+    assert_eq!(last_odd, odd + 2 * 12);
+    assert_eq!(
+        cmd::<u64>(&mut con, &["INCR", "odd"]).unwrap(),
+        last_odd + 2
+    );
+
+    // INCRBY 1 is INCR for every strategy (redis-py's incr() sends it).
+    let sf: u64 = cmd(&mut con, &["INCRBY", "sf", "1"]).unwrap();
+    assert!(sf > 1 << 40);
+    let uuid: String = cmd(&mut con, &["INCRBY", "u7", "1"]).unwrap();
+    assert_eq!(uuid.len(), 36);
+    // More than one: only segment keys hand out a run.
+    for key in ["sf", "u7", "pub"] {
+        let message = expect_code(
+            cmd::<Value>(&mut con, &["INCRBY", key, "3"]),
+            "NOT_CONTIGUOUS",
+        );
+        assert!(message.contains(&format!("key \"{key}\"")), "{message}");
+        assert!(message.contains("IDMINT.BATCH"), "{message}");
+    }
+    let (_, metrics) = get(&client(), &server.url("/metrics"));
+    assert!(
+        metrics.contains("idmint_ids_issued_total{key=\"order\",strategy=\"segment\"} 28\n"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn serve_resp_transaction_of_large_batches_answers_every_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir.path().join("data"));
+    let mut con = connect(&server);
+
+    // 5 batches of 100,000: megabytes of replies, written as EXEC runs.
+    let mut tx = redis::pipe();
+    tx.atomic();
+    for _ in 0..5 {
+        tx.cmd("IDMINT.BATCH").arg("bulk").arg(100_000);
+    }
+    let batches: Vec<Vec<u64>> = tx.query(&mut con).unwrap();
+    let ids: Vec<u64> = batches.into_iter().flatten().collect();
+    assert_eq!(ids.len(), 500_000);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    let next: u64 = cmd(&mut con, &["INCR", "bulk"]).unwrap();
+    assert!(next > ids[ids.len() - 1]);
+}
+
+#[test]
+fn serve_resp_incrby_never_answers_a_run_split_by_another_nodes_segment() {
+    let up = TcpStream::connect_timeout(&"127.0.0.1:5432".parse().unwrap(), Duration::from_secs(2))
+        .is_ok();
+    if !idmint_testkit::require_service("PostgreSQL", up) {
+        return;
+    }
+    let unique = format!(
+        "{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+    );
+    let url = idmint_testkit::POSTGRES_URL;
+    let config = format!(
+        r#"
+[snowflake]
+registry = "sql"
+
+[snowflake.sql]
+url = "{url}"
+cluster = "resp-incrby-{unique}"
+table = "idmint_worker_resp_{unique}"
+
+[segment]
+url = "{url}"
+table = "alloc_resp_{unique}"
+
+[segment.keys.order]
+step = 10
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let [a, b] = [0, 1].map(|i| {
+        Served::start_with_args(
+            &dir.path().join(format!("node{i}")),
+            Some(&config),
+            &[],
+            &["--resp-addr", "127.0.0.1:0"],
+        )
+    });
+    let (mut con_a, mut con_b) = (connect(&a), connect(&b));
+    let settle = || std::thread::sleep(Duration::from_millis(300));
+
+    // A leases (and preloads) first, then B: B's segments sit right above
+    // A's, so A's buffered IDs and A's next lease are no run.
+    let first_a: u64 = cmd(&mut con_a, &["INCR", "order"]).unwrap();
+    settle();
+    let first_b: u64 = cmd(&mut con_b, &["INCR", "order"]).unwrap();
+    settle();
+    let last: u64 = cmd(&mut con_a, &["INCRBY", "order", "25"]).unwrap();
+    let run = last - 24..=last;
+    // The run A answered is A's alone: B's IDs, before and after, are not in it.
+    let mut ids_b: Vec<u64> = vec![first_b];
+    for _ in 0..30 {
+        ids_b.push(cmd(&mut con_b, &["INCR", "order"]).unwrap());
+    }
+    assert!(!run.contains(&first_a));
+    for id in &ids_b {
+        assert!(
+            !run.contains(id),
+            "B's ID {id} is in A's INCRBY run {run:?}"
+        );
+    }
+    let next_a: u64 = cmd(&mut con_a, &["INCR", "order"]).unwrap();
+    assert!(next_a > last);
+    // The split run was dropped and taken again, and said so.
+    let log = a.log();
+    assert!(
+        log.contains("INCRBY run not contiguous across segments"),
+        "{log}"
+    );
 }
