@@ -13,11 +13,13 @@ mod serve;
 mod serve_cluster;
 mod serve_grpc;
 mod serve_hostile;
+mod serve_keys;
 mod serve_metrics;
 mod serve_outage;
 mod serve_policies;
 mod serve_resp;
 mod serve_status_page;
+mod serve_tinyid;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
