@@ -1,13 +1,21 @@
-//! The HTTP API (axum): Leaf-compatible endpoints, the `v1` API, health and
-//! readiness, and the admin API behind a bearer token.
+//! The HTTP API (axum): Leaf-compatible endpoints, Tinyid's (`http/tinyid.rs`),
+//! the `v1` API, health and readiness, and the admin API behind a bearer token.
+//!
+//! # Which strategy
+//! `/v1/ids/{key}` issues with the key's strategy (`issue::KeyTable`: declared,
+//! a store key, else `server.undeclared_keys`). Leaf's routes name theirs in
+//! the URL: `/api/snowflake/get/{key}` and `/api/segment/get/{key}` serve any
+//! undeclared name with it, and a key declared with the other strategy gets
+//! 409 `wrong_strategy` naming the key and its strategy.
 //!
 //! # Errors
 //! Every failure is `{"error": {"code": "...", "message": "..."}}` with a
 //! fitting status: 400 bad input, 401 a missing or wrong admin or key token
-//! (with `WWW-Authenticate: Bearer`), 403 the
-//! admin API switched off, 404 an unknown key or endpoint, 409 a key that
-//! exists, 413 an admin request body over 64 KiB, 503 (with `Retry-After`)
-//! when the worker lease or segment store can't serve right now. Never an ID
+//! (with `WWW-Authenticate: Bearer`), 403 the admin API switched off, 404 an
+//! unknown key or endpoint, 409 a key that exists or one asked for with a
+//! strategy it doesn't have, 413 an admin request body over 64 KiB, 503
+//! (with `Retry-After`) when the worker lease or segment store can't serve
+//! right now. Never an ID
 //! of 0 or −1, never a 200 for a failure. A parameter given twice
 //! (`?count=1&count=2`) is a 400. Before any route, hyper answers a request
 //! head over 32 KiB with 431, without a body.

@@ -858,7 +858,82 @@ pub(crate) fn uuid_text(value: u128) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{constant_time_eq, parse_count};
+    use super::{
+        KeyMap, KeySource, KeySpec, KeyTable, MAX_REMEMBERED, Strategy, UndeclaredKeys,
+        constant_time_eq, parse_count,
+    };
+
+    fn table(undeclared: UndeclaredKeys) -> KeyTable {
+        let mut known = KeyMap::default();
+        known.insert(
+            "sf".to_owned(),
+            KeySpec::new(Strategy::Snowflake, KeySource::Declared),
+        );
+        known.insert(
+            "row".to_owned(),
+            KeySpec::new(Strategy::Segment, KeySource::Store),
+        );
+        KeyTable::new(known, undeclared)
+    }
+
+    #[test]
+    fn a_name_keeps_the_strategy_it_was_first_answered_with() {
+        let keys = table(UndeclaredKeys::Snowflake);
+        assert_eq!(keys.spec("sf").source, KeySource::Declared);
+        assert_eq!(keys.spec("row").strategy, Strategy::Segment);
+        let spec = keys.spec("order");
+        assert_eq!(
+            (spec.strategy, spec.source),
+            (Strategy::Snowflake, KeySource::Undeclared)
+        );
+        assert_eq!(keys.peek("order"), Some(spec), "remembered");
+        // Answered as snowflake, or declared so: never a segment key now.
+        for name in ["order", "sf"] {
+            let e = keys.claim_segment(name).unwrap_err();
+            assert_eq!(e.code, "wrong_strategy");
+            assert!(e.message.contains(name), "{}", e.message);
+        }
+        assert_eq!(keys.spec("order").strategy, Strategy::Snowflake);
+        // A fresh name becomes a segment key, on every lookup from then on.
+        assert!(keys.claim_segment("fresh").unwrap());
+        assert_eq!(keys.spec("fresh").strategy, Strategy::Segment);
+        assert!(!keys.claim_segment("fresh").unwrap());
+        assert!(!keys.claim_segment("row").unwrap());
+        // A claim whose row could not be made is undone; a store key is not.
+        keys.forget("fresh");
+        assert_eq!(keys.peek("fresh"), None);
+        assert!(!keys.is_declared("order") && keys.is_declared("sf"));
+    }
+
+    #[test]
+    fn refused_and_segment_rules_remember_nothing() {
+        let keys = table(UndeclaredKeys::Refuse);
+        assert_eq!(keys.spec("nope").source, KeySource::Refused);
+        assert_eq!(keys.peek("nope"), None);
+        assert!(keys.claim_segment("nope").unwrap());
+        assert_eq!(keys.spec("nope").strategy, Strategy::Segment);
+
+        let keys = table(UndeclaredKeys::Segment);
+        let spec = keys.spec("later");
+        assert_eq!(
+            (spec.strategy, spec.source),
+            (Strategy::Segment, KeySource::Undeclared)
+        );
+        assert_eq!(keys.peek("later"), None);
+        assert!(keys.claim_segment("later").unwrap());
+    }
+
+    #[test]
+    fn past_the_memory_bound_names_are_served_but_not_made_segment_keys() {
+        let keys = table(UndeclaredKeys::Uuid7);
+        for i in 0..MAX_REMEMBERED + 5 {
+            assert_eq!(keys.spec(&format!("k{i}")).strategy, Strategy::Uuid7);
+        }
+        assert!(keys.snapshot().len() <= MAX_REMEMBERED);
+        let e = keys.claim_segment("never-seen").unwrap_err();
+        assert_eq!(e.code, "wrong_strategy");
+        assert!(e.message.contains("stopped remembering"), "{}", e.message);
+    }
 
     #[test]
     fn counts_are_digits_only_and_in_range() {
