@@ -88,8 +88,9 @@
 //! refuses to create a segment key under a name this server has already
 //! answered with another strategy. Leaf's routes name the strategy in their
 //! URL (`/api/snowflake/get/{key}`, `/api/segment/get/{key}`, and Tinyid's
-//! segment routes): they serve any undeclared name with that strategy, and
-//! answer a key *declared* with another strategy with 409 `wrong_strategy`.
+//! segment routes): they serve any undeclared name with that strategy
+//! (`"refuse"` refuses it there too), and answer a key *declared* with
+//! another strategy with 409 `wrong_strategy`.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -5,8 +5,9 @@
 //! `/v1/ids/{key}` issues with the key's strategy (`issue::KeyTable`: declared,
 //! a store key, else `server.undeclared_keys`). Leaf's routes name theirs in
 //! the URL: `/api/snowflake/get/{key}` and `/api/segment/get/{key}` serve any
-//! undeclared name with it, and a key declared with the other strategy gets
-//! 409 `wrong_strategy` naming the key and its strategy.
+//! undeclared name with it (unless `server.undeclared_keys = "refuse"`), and
+//! a key declared with the other strategy gets 409 `wrong_strategy` naming
+//! the key and its strategy.
 //!
 //! # Errors
 //! Every failure is `{"error": {"code": "...", "message": "..."}}` with a

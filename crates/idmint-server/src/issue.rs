@@ -503,7 +503,8 @@ pub(crate) fn constant_time_eq(given: &[u8], secret: &[u8]) -> bool {
 
 /// The spec of `key` on a route that names its `strategy` (Leaf's
 /// `/api/{snowflake,segment}/get/{key}`, Tinyid's segment routes): that
-/// strategy for any name, public only when declared public with it.
+/// strategy for any name (refused under `undeclared_keys = "refuse"` when
+/// unknown), public only when declared public with it.
 ///
 /// # Errors
 /// `wrong_strategy` (409) naming the key and its strategy when the key is
@@ -531,6 +532,10 @@ pub(crate) fn route_spec(
             public: spec.public && spec.strategy == strategy,
             source: spec.source,
         }),
+        // "refuse" means only known keys, on these routes too.
+        None if state.keys.undeclared() == UndeclaredKeys::Refuse => {
+            Ok(KeySpec::new(strategy, KeySource::Refused))
+        }
         None => Ok(KeySpec::new(strategy, KeySource::Undeclared)),
     }
 }

@@ -65,7 +65,8 @@ use tokio::task::JoinHandle;
 
 use crate::config::Strategy;
 use crate::issue::{
-    AppState, ErrorClass, IssueError, Issued, KeySpec, constant_time_eq, issue, route_spec,
+    AppState, ErrorClass, IssueError, Issued, KeySource, KeySpec, constant_time_eq, issue,
+    route_spec,
 };
 
 /// Tinyid's `batch.size.max` default: the most IDs one `nextId` hands out.
@@ -396,7 +397,11 @@ struct SegmentId {
 }
 
 async fn segment(state: &Arc<AppState>, params: &TinyidParams) -> Result<SegmentId, Failure> {
-    let (key, _) = admit(state, params)?;
+    let (key, spec) = admit(state, params)?;
+    if spec.source == KeySource::Refused {
+        // What issuing would answer: `unknown_key`, before any lease.
+        issue(state, &key, spec, 1).await?;
+    }
     let store = state.segments.store();
     let timeout = state.segments.config().store_timeout();
     let grant = match tokio::time::timeout(timeout, store.fetch(&key, None)).await {
@@ -413,6 +418,19 @@ async fn segment(state: &Arc<AppState>, params: &TinyidParams) -> Result<Segment
             .into());
         }
     };
+    // tinyid-client reads delta and remainder with Integer.parseInt.
+    if grant.delta > i32::MAX as u64 {
+        return Err(IssueError::new(
+            ErrorClass::Conflict,
+            "wrong_strategy",
+            format!(
+                "key {key:?} has delta {} above a Java int: Tinyid's client can't take its \
+                 segments; use nextId or /v1/ids/{key}",
+                grant.delta
+            ),
+        )
+        .into());
+    }
     // The grant is [start, end); Tinyid's client takes (currentId, maxId].
     // ID 0 is never issued, so a segment from 0 starts above it.
     let current_id = grant.start().max(1) - 1;
@@ -518,4 +536,46 @@ fn push_joined(body: &mut String, values: &[u64]) {
 
 fn ok_json(body: String) -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, JSON)], body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(token: &str, biz_type: &str) -> TinyidToken {
+        TinyidToken {
+            token: token.to_owned(),
+            biz_type: biz_type.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_token_opens_the_biz_types_its_rows_name() {
+        let tokens = TinyidTokens::new(vec![row("t1", "a"), row("t1", "b"), row("t2", "b")]);
+        assert!(tokens.can_visit("a", "t1") && tokens.can_visit("b", "t1"));
+        assert!(tokens.can_visit("b", "t2"));
+        assert!(!tokens.can_visit("a", "t2"));
+        assert!(!tokens.can_visit("c", "t1"));
+        assert!(!tokens.can_visit("a", "t"));
+        assert!(!tokens.can_visit("a", "t11"));
+        tokens.replace(vec![row("t3", "a")]);
+        assert!(!tokens.can_visit("a", "t1") && tokens.can_visit("a", "t3"));
+    }
+
+    #[test]
+    fn batch_sizes_parse_as_spring_binds_them() {
+        assert_eq!(parse_batch_size(None).unwrap(), 1);
+        assert_eq!(parse_batch_size(Some("")).unwrap(), 1);
+        assert_eq!(parse_batch_size(Some(" 7 ")).unwrap(), 7);
+        assert_eq!(parse_batch_size(Some("-3")).unwrap(), -3);
+        for bad in ["abc", "1.5", "1e3", "99999999999999999999"] {
+            let e = parse_batch_size(Some(bad)).unwrap_err();
+            assert_eq!(
+                (e.status, e.code),
+                (StatusCode::BAD_REQUEST, SYS_ERR),
+                "{bad}"
+            );
+            assert!(e.message.contains("batchSize"), "{}", e.message);
+        }
+    }
 }

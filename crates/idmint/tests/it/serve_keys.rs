@@ -245,8 +245,17 @@ fn serve_keys_undeclared_names_refused_when_configured() {
         message.contains("\"nope\"") && message.contains("refuse"),
         "{message}"
     );
+    // Leaf's routes refuse unknown names too.
+    for route in ["snowflake", "segment"] {
+        let r = c
+            .get(server.url(&format!("/api/{route}/get/nope")))
+            .send()
+            .unwrap();
+        expect_error(r, StatusCode::NOT_FOUND, "unknown_key");
+    }
     // Declared keys are served as ever.
     assert_eq!(s.http(&server, "sf").as_deref(), Ok("snowflake"));
+    assert_eq!(get(&c, &server.url("/api/segment/get/order")).1, "1");
     assert_eq!(s.grpc("order").as_deref(), Ok("segment"));
     assert!(s.resp("order").unwrap() < 1000);
 
