@@ -34,6 +34,11 @@
 //! starts) is the row's `max_id + 1`; a key created with start `s` gets
 //! `begin_id = max_id = s − 1`, so its first ID is `s`.
 //!
+//! # Databases
+//! Tinyid ships MySQL DDL and runs on MySQL/MariaDB. The statements here are
+//! plain SQL, so the same tables made in PostgreSQL or SQLite (same columns
+//! and types) work too; the tests run all three.
+//!
 //! # References
 //! - Didi Tinyid: `tinyid-server/db.sql` (DDL), `TinyIdInfoDAOImpl.updateMaxId`,
 //!   `DbSegmentIdServiceImpl.getNextSegmentId`, `SegmentId.init`/`nextId`,

@@ -416,3 +416,163 @@ async fn tinyid_servers_and_idmint_share_rows_without_overlap() {
     })
     .await;
 }
+
+/// Tinyid's tables as they would be on PostgreSQL and SQLite (Tinyid itself
+/// ships MySQL DDL only): the same columns and types, in each database's words.
+fn portable_ddl(dialect: idmint_sql::Dialect) -> [&'static str; 2] {
+    match dialect {
+        idmint_sql::Dialect::Postgres => [
+            "CREATE TABLE tiny_id_info (
+                id BIGSERIAL PRIMARY KEY,
+                biz_type VARCHAR(63) NOT NULL DEFAULT '' UNIQUE,
+                begin_id BIGINT NOT NULL DEFAULT 0,
+                max_id BIGINT NOT NULL DEFAULT 0,
+                step INT DEFAULT 0,
+                delta INT NOT NULL DEFAULT 1,
+                remainder INT NOT NULL DEFAULT 0,
+                create_time TIMESTAMP NOT NULL DEFAULT '2010-01-01 00:00:00',
+                update_time TIMESTAMP NOT NULL DEFAULT '2010-01-01 00:00:00',
+                version BIGINT NOT NULL DEFAULT 0)",
+            "CREATE TABLE tiny_id_token (
+                id SERIAL PRIMARY KEY,
+                token VARCHAR(255) NOT NULL DEFAULT '',
+                biz_type VARCHAR(63) NOT NULL DEFAULT '',
+                remark VARCHAR(255) NOT NULL DEFAULT '',
+                create_time TIMESTAMP NOT NULL DEFAULT '2010-01-01 00:00:00',
+                update_time TIMESTAMP NOT NULL DEFAULT '2010-01-01 00:00:00')",
+        ],
+        _ => [
+            "CREATE TABLE tiny_id_info (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                biz_type VARCHAR(63) NOT NULL DEFAULT '' UNIQUE,
+                begin_id BIGINT NOT NULL DEFAULT 0,
+                max_id BIGINT NOT NULL DEFAULT 0,
+                step INT DEFAULT 0,
+                delta INT NOT NULL DEFAULT 1,
+                remainder INT NOT NULL DEFAULT 0,
+                create_time TIMESTAMP NOT NULL DEFAULT '2010-01-01 00:00:00',
+                update_time TIMESTAMP NOT NULL DEFAULT '2010-01-01 00:00:00',
+                version BIGINT NOT NULL DEFAULT 0)",
+            "CREATE TABLE tiny_id_token (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                token VARCHAR(255) NOT NULL DEFAULT '',
+                biz_type VARCHAR(63) NOT NULL DEFAULT '',
+                remark VARCHAR(255) NOT NULL DEFAULT '',
+                create_time TIMESTAMP NOT NULL DEFAULT '2010-01-01 00:00:00',
+                update_time TIMESTAMP NOT NULL DEFAULT '2010-01-01 00:00:00')",
+        ],
+    }
+}
+
+/// The Tinyid schema's statements are plain SQL: the same leases, keys and
+/// tokens on PostgreSQL and SQLite.
+async fn tinyid_schema_on(dialect: idmint_sql::Dialect) {
+    use idmint_sql::{ConnectOptions, Database, on_pool};
+    let (url, admin_url, name, _dir) = match dialect {
+        idmint_sql::Dialect::Postgres => {
+            let name = format!("tinyid_test_{:016x}", fastrand::u64(..));
+            let base = support::POSTGRES_URL.rsplit_once('/').unwrap().0;
+            (
+                format!("{base}/{name}"),
+                Some(support::POSTGRES_URL.to_owned()),
+                name,
+                None,
+            )
+        }
+        _ => {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}", dir.path().join("tinyid.db").display());
+            (url, None, String::new(), Some(dir))
+        }
+    };
+    let connect = |url: String| async move {
+        let options = ConnectOptions::new(url)
+            .with_max_connections(2)
+            .with_connect_timeout(Duration::from_secs(3));
+        Database::connect(&options).await
+    };
+    let server = match &admin_url {
+        Some(admin_url) => match connect(admin_url.clone()).await {
+            Ok(db) => {
+                on_pool!(db.pool(), p => sqlx::raw_sql(&format!("CREATE DATABASE {name}")).execute(p).await.map(|_| ()))
+                    .unwrap();
+                Some(db)
+            }
+            Err(_) => {
+                support::require_service("PostgreSQL", false);
+                return;
+            }
+        },
+        None => None,
+    };
+    let db = connect(url.clone()).await.unwrap();
+    let mut statements: Vec<String> = portable_ddl(dialect)
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    statements.push(
+        "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version) \
+         VALUES ('test', 1, 1, 100000, 1, 0, 1), ('test_odd', 1, 1, 100000, 2, 1, 3)"
+            .to_owned(),
+    );
+    statements.push("INSERT INTO tiny_id_token (token, biz_type) VALUES ('tk', 'test')".to_owned());
+    for sql in &statements {
+        on_pool!(db.pool(), p => sqlx::raw_sql(sql).execute(p).await.map(|_| ()))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    let store =
+        SqlSegmentStore::connect(SqlStoreConfig::new(url.clone()).with_schema(TableSchema::Tinyid))
+            .await
+            .unwrap();
+    let g = store.fetch("test", None).await.unwrap();
+    assert_eq!(
+        (g.start(), g.max_id, g.step),
+        (2, 100_002, 100_000),
+        "{dialect}"
+    );
+    let g = store.fetch("test_odd", Some(10)).await.unwrap();
+    assert_eq!(
+        (g.start(), g.max_id, g.delta, g.remainder),
+        (2, 12, 2, 1),
+        "{dialect}"
+    );
+    let info = store.describe("test").await.unwrap().unwrap();
+    assert_eq!(info.max_id, 100_002, "{dialect}");
+    let created = store
+        .create(&NewKey::new("orders", 50).with_start(10))
+        .await
+        .unwrap();
+    assert_eq!(created.max_id, 10, "{dialect}");
+    let g = store.fetch("orders", None).await.unwrap();
+    assert_eq!((g.start(), g.max_id), (10, 60), "{dialect}");
+    let err = store.create(&NewKey::new("orders", 50)).await.unwrap_err();
+    assert!(
+        matches!(err, SegmentError::KeyExists { .. }),
+        "{dialect}: {err}"
+    );
+    let tokens = store.tinyid_tokens().await.unwrap();
+    assert_eq!(tokens.len(), 1, "{dialect}");
+    let version: i64 = on_pool!(db.pool(), p => {
+        sqlx::query_scalar("SELECT version FROM tiny_id_info WHERE biz_type = 'test'").fetch_one(p).await
+    })
+    .unwrap();
+    assert_eq!(version, 2, "{dialect}");
+    store.close().await;
+    db.close().await;
+    if let Some(server) = server {
+        on_pool!(server.pool(), p => sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(p).await.map(|_| ()))
+            .unwrap();
+        server.close().await;
+    }
+}
+
+#[tokio::test]
+async fn tinyid_schema_on_postgres() {
+    tinyid_schema_on(idmint_sql::Dialect::Postgres).await;
+}
+
+#[tokio::test]
+async fn tinyid_schema_on_sqlite() {
+    tinyid_schema_on(idmint_sql::Dialect::Sqlite).await;
+}
