@@ -771,15 +771,7 @@ pub(crate) async fn issue_uncounted(
     n: u64,
 ) -> Result<Issued, IssueError> {
     if spec.source == KeySource::Refused {
-        return Err(IssueError::new(
-            ErrorClass::NotFound,
-            "unknown_key",
-            format!(
-                "unknown key {key:?}: it is declared nowhere and server.undeclared_keys = \
-                 \"refuse\"; declare it in [keys.{key}] or [segment.keys.{key}], or create it \
-                 through the admin API"
-            ),
-        ));
+        return Err(refused(key));
     }
     let values = match spec.strategy {
         Strategy::Snowflake => snowflakes(state, n).await?,
@@ -822,6 +814,19 @@ pub(crate) async fn issue_uncounted(
         values,
         public: true,
     })
+}
+
+/// The error for a name declared nowhere under `undeclared_keys = "refuse"`.
+pub(crate) fn refused(key: &str) -> IssueError {
+    IssueError::new(
+        ErrorClass::NotFound,
+        "unknown_key",
+        format!(
+            "unknown key {key:?}: it is declared nowhere and server.undeclared_keys = \
+             \"refuse\"; declare it in [keys.{key}] or [segment.keys.{key}], or create it \
+             through the admin API"
+        ),
+    )
 }
 
 /// `n` UUIDs, version 7 or 4.

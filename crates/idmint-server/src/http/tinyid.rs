@@ -399,8 +399,7 @@ struct SegmentId {
 async fn segment(state: &Arc<AppState>, params: &TinyidParams) -> Result<SegmentId, Failure> {
     let (key, spec) = admit(state, params)?;
     if spec.source == KeySource::Refused {
-        // What issuing would answer: `unknown_key`, before any lease.
-        issue(state, &key, spec, 1).await?;
+        return Err(crate::issue::refused(&key).into());
     }
     let store = state.segments.store();
     let timeout = state.segments.config().store_timeout();
