@@ -83,12 +83,22 @@
 //! Stop the Leaf servers first, or let them run side by side: both bump the
 //! same row atomically, so they never overlap either.
 //!
+//! [`TableSchema::Tinyid`]: an existing Didi Tinyid `tiny_id_info` table (and
+//! its `tiny_id_token`) used as Tinyid's `db.sql` made it. Nothing is migrated;
+//! [`SqlSegmentStore::connect`] checks the table's columns. A lease is not the
+//! statement above but Tinyid's own optimistic lock (read the row, then
+//! `UPDATE … SET max_id = ?, version = version + 1 WHERE id = ? AND max_id = ?
+//! AND version = ?`, again on a lost race), and a Tinyid row's segment is
+//! `(max_id, max_id + step]`; [`tinyid`] gives the argument and the mapping.
+//! Tinyid servers can keep running on the same rows.
+//!
 //! # References
 //! - Meituan Leaf: `leaf_alloc` DDL and `IDAllocDaoImpl.updateMaxIdAndGetLeafAlloc`.
-//! - Didi Tinyid: `tiny_id_info.delta`/`remainder`.
+//! - Didi Tinyid: `tiny_id_info` (`db.sql`), `TinyIdInfoDAOImpl.updateMaxId`.
 //! - DESIGN.md §2 "Segment mode".
 
 mod statements;
+pub mod tinyid;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -101,6 +111,7 @@ use idmint_sql::{
 use jiff::Timestamp;
 
 use self::statements::{LEAF_COLUMNS, Statements};
+pub use self::tinyid::TinyidToken;
 use crate::error::{Result, SegmentError};
 use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore};
 
@@ -116,6 +127,21 @@ pub enum TableSchema {
     /// `delta`/`remainder` (every key issues all numbers), steps up to 2^31 − 1
     /// when creating keys.
     Leaf,
+    /// An existing Didi Tinyid `tiny_id_info` table (and its `tiny_id_token`),
+    /// used as it is: no migrations, leases taken with Tinyid's own optimistic
+    /// lock so Tinyid servers can share the rows; see [`tinyid`].
+    Tinyid,
+}
+
+impl TableSchema {
+    /// The table this schema's peer names: `leaf_alloc` (idmint and Leaf),
+    /// `tiny_id_info` (Tinyid).
+    pub const fn default_table(self) -> &'static str {
+        match self {
+            TableSchema::Idmint | TableSchema::Leaf => SqlStoreConfig::DEFAULT_TABLE,
+            TableSchema::Tinyid => "tiny_id_info",
+        }
+    }
 }
 
 /// Configuration of a [`SqlSegmentStore`].
@@ -192,8 +218,12 @@ impl SqlStoreConfig {
         self
     }
 
-    /// The table layout.
-    pub const fn with_schema(mut self, schema: TableSchema) -> SqlStoreConfig {
+    /// The table layout. A table still at the previous schema's default
+    /// becomes this one's ([`TableSchema::default_table`]).
+    pub fn with_schema(mut self, schema: TableSchema) -> SqlStoreConfig {
+        if self.table == self.schema.default_table() {
+            self.table = Cow::Borrowed(schema.default_table());
+        }
         self.schema = schema;
         self
     }
@@ -353,7 +383,16 @@ impl SqlSegmentStore {
                     .await
                     .map_err(connect_error(kind, "migrate"))?;
             }
-            TableSchema::Leaf => store.check_leaf_table().await?,
+            TableSchema::Leaf => {
+                store
+                    .check_columns(&LEAF_COLUMNS, "Leaf leaf_alloc")
+                    .await?
+            }
+            TableSchema::Tinyid => {
+                store
+                    .check_columns(&tinyid::INFO_COLUMNS, "Tinyid tiny_id_info")
+                    .await?
+            }
         }
         Ok(store)
     }
@@ -384,7 +423,8 @@ impl SqlSegmentStore {
         self.db.close().await;
     }
 
-    async fn check_leaf_table(&self) -> Result<()> {
+    /// Checks that the peer's table `what` exists with `wanted` columns.
+    async fn check_columns(&self, wanted: &[&str], what: &str) -> Result<()> {
         let columns: Vec<String> = on_pool!(self.db.pool(), p => {
             sqlx::query_scalar(&self.sql.columns)
                 .bind(self.table.as_str())
@@ -395,19 +435,20 @@ impl SqlSegmentStore {
         let columns: Vec<String> = columns.iter().map(|c| c.to_ascii_lowercase()).collect();
         if columns.is_empty() {
             return Err(SegmentError::Config(format!(
-                "Leaf table {} does not exist in {}: Leaf mode uses an existing Leaf leaf_alloc \
-                 table; create it with Leaf's DDL, or use the idmint schema to have it created",
+                "{what} table {} does not exist in {}: this schema uses an existing {what} \
+                 table; create it with its DDL, or use the idmint schema to have one created",
                 self.table,
                 self.db.redacted_url()
             )));
         }
-        let missing: Vec<&str> = LEAF_COLUMNS
-            .into_iter()
+        let missing: Vec<&str> = wanted
+            .iter()
+            .copied()
             .filter(|c| !columns.iter().any(|have| have == c))
             .collect();
         if !missing.is_empty() {
             return Err(SegmentError::Config(format!(
-                "table {} in {} is not a Leaf leaf_alloc table: it lacks column(s) {}",
+                "table {} in {} is not a {what} table: it lacks column(s) {}",
                 self.table,
                 self.db.redacted_url(),
                 missing.join(", ")
@@ -542,8 +583,13 @@ impl SqlSegmentStore {
         let u = |field: &str, v: i64| {
             u64::try_from(v).map_err(|_| self.bad_row(&key, format!("{field} {v} is negative")))
         };
+        let max_id = u("max_id", max_id)?;
+        let max_id = match self.schema {
+            TableSchema::Tinyid => self.tinyid_next_start(&key, max_id)?,
+            _ => max_id,
+        };
         Ok(KeyInfo {
-            max_id: u("max_id", max_id)?,
+            max_id,
             step: u("step", step)?,
             delta: u("delta", delta)?,
             remainder: u("remainder", remainder)?,
@@ -592,6 +638,9 @@ impl SegmentStore for SqlSegmentStore {
                 });
             }
         };
+        if self.schema == TableSchema::Tinyid {
+            return self.fetch_tinyid(key, given).await;
+        }
         // A row that changes between the refused update and the read below
         // (someone lowered max_id by hand) gets a few more tries.
         let mut changed_under_us = 0;
@@ -656,6 +705,10 @@ impl SegmentStore for SqlSegmentStore {
     async fn create(&self, key: &NewKey) -> Result<KeyInfo> {
         const OP: &str = "create";
         key.validate()?;
+        if self.schema == TableSchema::Tinyid {
+            let row = self.create_tinyid(key).await?;
+            return self.key_info(row);
+        }
         if self.schema == TableSchema::Leaf {
             if key.delta() != 1 || key.remainder() != 0 {
                 return Err(SegmentError::InvalidSpec {

@@ -69,6 +69,28 @@
 //!
 //! Environment: `IDMINT_SNOWFLAKE__CLOCK=wall`,
 //! `IDMINT_SNOWFLAKE__CLOCK_BEHIND=borrow:50ms` and so on.
+//!
+//! # Undeclared keys (`server.undeclared_keys`)
+//! A key's strategy is fixed for the server's whole run, the same on every
+//! surface (`/v1/ids`, gRPC, RESP):
+//! - declared in `[keys.<name>]`: its `strategy`; in `[segment.keys.<name>]`:
+//!   segment;
+//! - a key the segment store holds when the server starts, or one created
+//!   through the admin API: segment;
+//! - any other name: `server.undeclared_keys`, one of `"snowflake"`,
+//!   `"segment"`, `"uuid4"`, `"uuid7"` or `"refuse"` (a typed
+//!   `unknown_key` error). The default is `"snowflake"` on idmint's own
+//!   segment table (so a fresh server answers every name on every surface)
+//!   and `"segment"` with `segment.schema = "leaf"` or `"tinyid"` (a Leaf or
+//!   Tinyid user's keys are rows in their table, created there at any time).
+//!
+//! A name never changes strategy under a running server: the admin API
+//! refuses to create a segment key under a name this server has already
+//! answered with another strategy. Leaf's routes name the strategy in their
+//! URL (`/api/snowflake/get/{key}`, `/api/segment/get/{key}`, and Tinyid's
+//! segment routes): they serve any undeclared name with that strategy
+//! (`"refuse"` refuses it there too), and answer a key *declared* with
+//! another strategy with 409 `wrong_strategy`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -205,6 +227,44 @@ pub struct ServerConfig {
     /// an HTTP connection may sit idle (default `10s`).
     #[serde(deserialize_with = "duration")]
     pub read_timeout: Duration,
+    /// What a name declared nowhere gets (see "Undeclared keys" above);
+    /// unset, [`Config::undeclared_keys`] picks by `segment.schema`.
+    pub undeclared_keys: Option<UndeclaredKeys>,
+}
+
+/// `server.undeclared_keys`: the strategy of names declared nowhere, or `refuse`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UndeclaredKeys {
+    /// Snowflake IDs (the default on idmint's own segment table).
+    Snowflake,
+    /// The segment store's row of that name (the default on a Leaf or
+    /// Tinyid table); no row is `key_not_found`.
+    Segment,
+    /// Random UUIDs.
+    Uuid4,
+    /// Time-ordered UUIDs.
+    Uuid7,
+    /// A typed `unknown_key` error: only declared keys are served.
+    Refuse,
+}
+
+impl UndeclaredKeys {
+    /// The strategy undeclared names get, or `None` when they are refused.
+    pub fn strategy(self) -> Option<Strategy> {
+        match self {
+            UndeclaredKeys::Snowflake => Some(Strategy::Snowflake),
+            UndeclaredKeys::Segment => Some(Strategy::Segment),
+            UndeclaredKeys::Uuid4 => Some(Strategy::Uuid4),
+            UndeclaredKeys::Uuid7 => Some(Strategy::Uuid7),
+            UndeclaredKeys::Refuse => None,
+        }
+    }
+
+    /// The name as written in config.
+    pub fn name(self) -> &'static str {
+        self.strategy().map_or("refuse", Strategy::name)
+    }
 }
 
 impl Default for ServerConfig {
@@ -219,6 +279,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             max_connections: 4096,
             read_timeout: Duration::from_secs(10),
+            undeclared_keys: None,
         }
     }
 }
@@ -502,6 +563,9 @@ pub enum SchemaName {
     Idmint,
     /// An existing Leaf `leaf_alloc` table, as it is.
     Leaf,
+    /// An existing Didi Tinyid `tiny_id_info` table (tokens from its
+    /// `tiny_id_token`), as it is, shared safely with Tinyid servers.
+    Tinyid,
 }
 
 /// `[segment]`.
@@ -511,9 +575,9 @@ pub struct SegmentSection {
     /// The store: `sqlite://…`, `postgres://…`, `mysql://…` or `redis://…`
     /// (default `sqlite://<data_dir>/segments.db`).
     pub url: Option<Secret>,
-    /// The SQL table (default `leaf_alloc`).
-    pub table: String,
-    /// `idmint` (default) or `leaf`.
+    /// The SQL table (default `leaf_alloc`; `tiny_id_info` with the tinyid schema).
+    pub table: Option<String>,
+    /// `idmint` (default), `leaf` or `tinyid`.
     pub schema: SchemaName,
     /// The Redis key prefix (Redis stores only; default the store's).
     pub key_prefix: Option<String>,
@@ -529,7 +593,7 @@ impl Default for SegmentSection {
     fn default() -> Self {
         SegmentSection {
             url: None,
-            table: "leaf_alloc".to_owned(),
+            table: None,
             schema: SchemaName::Idmint,
             key_prefix: None,
             preload_share: 0.1,
@@ -940,6 +1004,17 @@ impl Config {
         }
     }
 
+    /// `server.undeclared_keys`, or its default: `segment` on a Leaf or
+    /// Tinyid table, `snowflake` otherwise.
+    pub fn undeclared_keys(&self) -> UndeclaredKeys {
+        self.server
+            .undeclared_keys
+            .unwrap_or(match self.segment.schema {
+                SchemaName::Idmint => UndeclaredKeys::Snowflake,
+                SchemaName::Leaf | SchemaName::Tinyid => UndeclaredKeys::Segment,
+            })
+    }
+
     /// Checks what can be checked without I/O: the layout, limits, key
     /// strategies and segment keys, the obfuscation settings, and that each
     /// registry has what it needs.
@@ -1037,6 +1112,18 @@ impl Config {
                     "the {} registry chooses the worker ID itself; remove snowflake.worker",
                     self.snowflake.registry.name()
                 ),
+            );
+        }
+        let redis_store = self
+            .segment
+            .url
+            .as_ref()
+            .is_some_and(|u| u.expose().starts_with("redis"));
+        if redis_store && self.segment.schema != SchemaName::Idmint {
+            return invalid(
+                "segment.schema",
+                "the leaf and tinyid schemas are SQL tables: set segment.url to their database"
+                    .to_owned(),
             );
         }
         if !(0.0..=1.0).contains(&self.segment.preload_share) {
@@ -1265,6 +1352,42 @@ mod tests {
         assert_eq!(config.snowflake.registry, RegistryKind::File);
         assert_eq!(config.server.max_count, 100_000);
         assert_eq!(config.segment_url(), "sqlite://./idmint-data/segments.db");
+    }
+
+    #[test]
+    fn undeclared_keys_default_by_schema_and_load_from_file_and_env() {
+        let config = Config::load(None, env(&[])).unwrap();
+        assert_eq!(config.undeclared_keys(), UndeclaredKeys::Snowflake);
+        for schema in ["leaf", "tinyid"] {
+            let f = file(&format!("[segment]\nschema = \"{schema}\"\n"));
+            let config = Config::load(Some(f.path()), env(&[])).unwrap();
+            assert_eq!(
+                config.undeclared_keys(),
+                UndeclaredKeys::Segment,
+                "{schema}"
+            );
+            assert_eq!(config.segment.table, None);
+        }
+        let f = file("[server]\nundeclared_keys = \"uuid7\"\n");
+        let config = Config::load(Some(f.path()), env(&[])).unwrap();
+        assert_eq!(config.undeclared_keys(), UndeclaredKeys::Uuid7);
+        let config = Config::load(
+            Some(f.path()),
+            env(&[("IDMINT_SERVER__UNDECLARED_KEYS", "refuse")]),
+        )
+        .unwrap();
+        assert_eq!(config.undeclared_keys(), UndeclaredKeys::Refuse);
+        assert_eq!(config.undeclared_keys().name(), "refuse");
+        let f = file("[server]\nundeclared_keys = \"nope\"\n");
+        let e = Config::load(Some(f.path()), env(&[])).unwrap_err();
+        assert!(e.to_string().contains("server.undeclared_keys"), "{e}");
+        // Leaf's and Tinyid's schemas are SQL tables.
+        let f = file("[segment]\nurl = \"redis://127.0.0.1:6379\"\nschema = \"tinyid\"\n");
+        let e = Config::load(Some(f.path()), env(&[]))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("segment.schema"), "{e}");
     }
 
     #[test]

@@ -1,13 +1,22 @@
-//! The HTTP API (axum): Leaf-compatible endpoints, the `v1` API, health and
-//! readiness, and the admin API behind a bearer token.
+//! The HTTP API (axum): Leaf-compatible endpoints, Tinyid's (`http/tinyid.rs`),
+//! the `v1` API, health and readiness, and the admin API behind a bearer token.
+//!
+//! # Which strategy
+//! `/v1/ids/{key}` issues with the key's strategy (`issue::KeyTable`: declared,
+//! a store key, else `server.undeclared_keys`). Leaf's routes name theirs in
+//! the URL: `/api/snowflake/get/{key}` and `/api/segment/get/{key}` serve any
+//! undeclared name with it (unless `server.undeclared_keys = "refuse"`), and
+//! a key declared with the other strategy gets 409 `wrong_strategy` naming
+//! the key and its strategy.
 //!
 //! # Errors
 //! Every failure is `{"error": {"code": "...", "message": "..."}}` with a
 //! fitting status: 400 bad input, 401 a missing or wrong admin or key token
-//! (with `WWW-Authenticate: Bearer`), 403 the
-//! admin API switched off, 404 an unknown key or endpoint, 409 a key that
-//! exists, 413 an admin request body over 64 KiB, 503 (with `Retry-After`)
-//! when the worker lease or segment store can't serve right now. Never an ID
+//! (with `WWW-Authenticate: Bearer`), 403 the admin API switched off, 404 an
+//! unknown key or endpoint, 409 a key that exists or one asked for with a
+//! strategy it doesn't have, 413 an admin request body over 64 KiB, 503
+//! (with `Retry-After`) when the worker lease or segment store can't serve
+//! right now. Never an ID
 //! of 0 or −1, never a 200 for a failure. A parameter given twice
 //! (`?count=1&count=2`) is a 400. Before any route, hyper answers a request
 //! head over 32 KiB with 431, without a body.
@@ -50,11 +59,13 @@ use serde_json::{Value, json};
 use crate::config::{ADMIN_TOKEN_ENV, Strategy};
 pub(crate) use crate::issue::{AppState, KeySpec};
 use crate::issue::{
-    ErrorClass, IssueError, Issued, constant_time_eq, issue, make_uuids, text_of, uuid_text,
+    ErrorClass, IssueError, Issued, KeySource, constant_time_eq, issue, make_uuids, route_spec,
+    text_of, uuid_text,
 };
 use crate::{metrics, status};
 
 mod conn;
+pub(crate) mod tinyid;
 pub(crate) use conn::serve;
 
 type Shared = State<Arc<AppState>>;
@@ -76,6 +87,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/", get(status::page))
         .route("/v1/status", get(status::status))
         .route("/metrics", get(metrics::scrape))
+        .merge(tinyid::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(metrics::LatencyLayer::new(state.metrics.clone()))
@@ -420,11 +432,7 @@ async fn single_text(
 ) -> Result<String, ApiError> {
     check_key(key)?;
     check_key_token(state, key, headers, params)?;
-    let configured = state.spec(key);
-    let spec = KeySpec {
-        strategy,
-        public: configured.public && configured.strategy == strategy,
-    };
+    let spec = route_spec(state, key, strategy)?;
     match issue(state, key, spec, 1).await? {
         Issued::Ints { values, public } => {
             let value = values.first().copied().ok_or_else(|| {
@@ -680,15 +688,26 @@ async fn admin_create_key(
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
     let req: CreateKey = json_body(&read_body(body).await?)?;
+    let name = req.key.clone();
     let key = NewKey::new(req.key, req.step)
         .with_start(req.start)
         .with_delta(req.delta, req.remainder)
         .with_description(req.description);
-    let info = state
-        .segments
-        .create_key(key)
-        .await
-        .map_err(segment_error)?;
+    key.validate().map_err(segment_error)?;
+    // The name becomes a segment key before its row exists, so no request
+    // in between can answer it with another strategy.
+    let claimed = state.keys.claim_segment(&name)?;
+    let info = match state.segments.create_key(key).await {
+        Ok(info) => info,
+        // The row is there (made elsewhere): a segment key all the same.
+        Err(e @ SegmentError::KeyExists { .. }) => return Err(segment_error(e)),
+        Err(e) => {
+            if claimed {
+                state.keys.forget(&name);
+            }
+            return Err(segment_error(e));
+        }
+    };
     tracing::info!(key = %info.key, step = info.step, "segment key created through the admin API");
     let body = json!({
         "key": info.key,
@@ -730,20 +749,26 @@ async fn admin_keys(State(state): Shared, headers: HeaderMap) -> Result<Response
         .iter()
         .map(|s| {
             let mut v = key_status_json(s);
-            v["public"] = json!(state.keys.get(&s.key).is_some_and(|k| k.public));
+            v["public"] = json!(state.keys.peek(&s.key).is_some_and(|k| k.public));
             v
         })
         .collect();
-    let mut others: Vec<(&String, &KeySpec)> = state
-        .keys
+    let known = state.keys.snapshot();
+    let mut others: Vec<(&String, &KeySpec)> = known
         .iter()
-        .filter(|(_, spec)| spec.strategy != Strategy::Segment)
+        .filter(|(_, spec)| {
+            spec.source == KeySource::Declared && spec.strategy != Strategy::Segment
+        })
         .collect();
     others.sort_by_key(|(name, _)| name.as_str());
     keys.extend(others.into_iter().map(|(name, spec)| {
         json!({"key": name, "strategy": spec.strategy.name(), "public": spec.public})
     }));
-    Ok(axum::Json(json!({ "keys": keys })).into_response())
+    Ok(axum::Json(json!({
+        "keys": keys,
+        "undeclared_keys": state.keys.undeclared().name(),
+    }))
+    .into_response())
 }
 
 /// `GET /v1/admin/workers`: this node's worker, lease, mark and clock drift.

@@ -681,7 +681,7 @@ pub(crate) fn count_issued(state: &AppState, key: &str, strategy: Strategy, n_id
 /// Whether `key` gets its own `idmint_ids_issued_total` series: segment keys
 /// and configured keys do; any other snowflake or UUID key counts as `other`.
 fn is_named(state: &AppState, key: &str, strategy: Strategy) -> bool {
-    !key.is_empty() && (strategy == Strategy::Segment || state.keys.contains_key(key))
+    !key.is_empty() && (strategy == Strategy::Segment || state.keys.is_declared(key))
 }
 
 /// `key`'s issued counter, found once for a caller that issues for the same

@@ -28,7 +28,8 @@ use tokio::task::JoinHandle;
 use crate::config::{
     Config, ConfigError, RegistryKind, SchemaName, SqlModeName, Strategy, ZooKeeperModeName,
 };
-use crate::issue::{AppState, ConnectionLimits, IdClock, KeyMap, KeySpec};
+use crate::http::tinyid::{TinyidTokens, TokenRefresher};
+use crate::issue::{AppState, ConnectionLimits, IdClock, KeyMap, KeySource, KeySpec, KeyTable};
 use crate::metrics::{CountingRegistry, CountingStore, Metrics, SamplerGuard};
 use crate::{grpc, http, resp};
 
@@ -137,6 +138,8 @@ pub struct Server {
     state: Arc<AppState>,
     keeper: KeeperGuard,
     preloader: PreloaderGuard,
+    /// Re-reads Tinyid's `tiny_id_token` (the tinyid schema only).
+    token_refresher: Option<TokenRefresher>,
     watcher: WatcherGuard,
     sampler: SamplerGuard,
     resp: Option<Bound>,
@@ -217,7 +220,28 @@ impl Server {
             "worker ID claimed"
         );
 
-        let segments = open_segments(&config, metrics.clone()).await?;
+        let (segments, tinyid_store) = open_segments(&config, metrics.clone()).await?;
+        // Tinyid's tokens, read now (a missing table stops the start) and
+        // again every minute, as Tinyid does.
+        let (tinyid_tokens, token_refresher) = match tinyid_store {
+            Some(store) => {
+                let rows = store
+                    .tinyid_tokens()
+                    .await
+                    .map_err(|source| ServerError::Segment {
+                        what: format!(
+                            "reading Tinyid's tokens from {}",
+                            idmint_segment::sql::tinyid::TOKEN_TABLE
+                        ),
+                        source,
+                    })?;
+                tracing::info!(tokens = rows.len(), "Tinyid tokens read");
+                let tokens = Arc::new(TinyidTokens::new(rows));
+                let refresher = TokenRefresher::spawn(store, tokens.clone());
+                (Some(tokens), Some(refresher))
+            }
+            None => (None, None),
+        };
         for (name, key) in &config.segment.keys {
             match segments.create_key(key.new_key(name)).await {
                 Ok(info) => tracing::info!(key = %name, step = info.step, "segment key created"),
@@ -234,29 +258,7 @@ impl Server {
 
         let obfuscator = config.obfuscation.obfuscator()?;
         let codec = PublicIdCodec::new(config.obfuscation.text_format()?);
-        let mut keys: KeyMap<KeySpec> = config
-            .segment
-            .keys
-            .keys()
-            .map(|name| {
-                (
-                    name.clone(),
-                    KeySpec {
-                        strategy: Strategy::Segment,
-                        public: false,
-                    },
-                )
-            })
-            .collect();
-        for (name, key) in &config.keys {
-            keys.insert(
-                name.clone(),
-                KeySpec {
-                    strategy: key.strategy,
-                    public: key.public,
-                },
-            );
-        }
+        let keys = key_table(&config, &segments).await?;
 
         let state = Arc::new(AppState {
             worker: worker.clone(),
@@ -279,6 +281,7 @@ impl Server {
                 .iter()
                 .filter_map(|(name, key)| Some((name.clone(), key.token.clone()?)))
                 .collect(),
+            tinyid_tokens,
             max_count: config.server.max_count,
             metrics: metrics.clone(),
             connections: ConnectionLimits::new(
@@ -301,6 +304,7 @@ impl Server {
             state,
             keeper,
             preloader,
+            token_refresher,
             watcher,
             sampler,
             resp,
@@ -340,6 +344,7 @@ impl Server {
             state,
             keeper,
             preloader,
+            token_refresher,
             watcher,
             sampler,
             resp,
@@ -383,6 +388,7 @@ impl Server {
         drop(watcher);
         drop(sampler);
         drop(preloader);
+        drop(token_refresher);
         keeper.shutdown().await;
         tracing::info!("worker claim released; stopped");
         result
@@ -489,10 +495,53 @@ async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, Regis
     })
 }
 
+/// Every key's strategy at start: the declared keys, and the store's rows
+/// as segment keys (so a key created through the admin API, or a row of a
+/// Leaf or Tinyid table, stays a segment key across restarts).
+async fn key_table(config: &Config, segments: &SegmentAllocator) -> Result<KeyTable, ServerError> {
+    let stored = segments
+        .store()
+        .list()
+        .await
+        .map_err(|source| ServerError::Segment {
+            what: "listing the segment store's keys".to_owned(),
+            source,
+        })?;
+    let mut keys: KeyMap<KeySpec> = stored
+        .into_iter()
+        .map(|info| (info.key, KeySpec::new(Strategy::Segment, KeySource::Store)))
+        .collect();
+    for name in config.segment.keys.keys() {
+        keys.insert(
+            name.clone(),
+            KeySpec::new(Strategy::Segment, KeySource::Declared),
+        );
+    }
+    for (name, key) in &config.keys {
+        keys.insert(
+            name.clone(),
+            KeySpec {
+                strategy: key.strategy,
+                public: key.public,
+                source: KeySource::Declared,
+            },
+        );
+    }
+    let undeclared = config.undeclared_keys();
+    tracing::info!(
+        known = keys.len(),
+        undeclared_keys = undeclared.name(),
+        "keys resolved"
+    );
+    Ok(KeyTable::new(keys, undeclared))
+}
+
+/// The segment allocator on the configured store, and the store itself
+/// when it is Tinyid's table (for its tokens).
 async fn open_segments(
     config: &Config,
     metrics: Arc<Metrics>,
-) -> Result<SegmentAllocator, ServerError> {
+) -> Result<(SegmentAllocator, Option<Arc<SqlSegmentStore>>), ServerError> {
     let url = config.segment_url();
     let seg = &config.segment;
     let segment_config = SegmentConfig::new()
@@ -503,6 +552,7 @@ async fn open_segments(
         what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
         source,
     };
+    let mut tinyid = None;
     let store: Arc<dyn SegmentStore> =
         if url.starts_with("redis://") || url.starts_with("rediss://") {
             let mut redis_config = RedisStoreConfig::new();
@@ -518,14 +568,23 @@ async fn open_segments(
             let schema = match seg.schema {
                 SchemaName::Idmint => TableSchema::Idmint,
                 SchemaName::Leaf => TableSchema::Leaf,
+                SchemaName::Tinyid => TableSchema::Tinyid,
             };
-            let sql_config = SqlStoreConfig::new(url.clone())
-                .with_table(seg.table.clone())
-                .with_schema(schema);
-            Arc::new(SqlSegmentStore::connect(sql_config).await.map_err(fail)?)
+            let mut sql_config = SqlStoreConfig::new(url.clone()).with_schema(schema);
+            if let Some(table) = &seg.table {
+                sql_config = sql_config.with_table(table.clone());
+            }
+            let store = Arc::new(SqlSegmentStore::connect(sql_config).await.map_err(fail)?);
+            if schema == TableSchema::Tinyid {
+                tinyid = Some(store.clone());
+            }
+            store
         };
     tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
-    SegmentAllocator::from_shared(CountingStore::wrap(store, metrics), segment_config).map_err(fail)
+    let allocator =
+        SegmentAllocator::from_shared(CountingStore::wrap(store, metrics), segment_config)
+            .map_err(fail)?;
+    Ok((allocator, tinyid))
 }
 
 /// Owns the task that logs the worker lease's state changes (lost, expired,

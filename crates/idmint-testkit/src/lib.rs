@@ -15,6 +15,7 @@
 //! - [`bench`]: what the benchmark harnesses share (run count, median, cost
 //!   per call on N threads).
 //! - [`proxy`]: a TCP proxy that cuts a client off from a service.
+//! - [`tinyid`]: Didi Tinyid's DDL and sample rows.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use std::process::Command;
 
 pub mod fuzz;
 pub mod proxy;
+pub mod tinyid;
 
 /// The machine's PostgreSQL, for tests.
 pub const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";

@@ -4,6 +4,7 @@
 use idmint_sql::{Dialect, Identifier, MigrationSet};
 
 use super::TableSchema;
+use super::tinyid::TinyidStatements;
 
 /// The columns of Leaf's `leaf_alloc`, which both schemas have.
 pub(super) const LEAF_COLUMNS: [&str; 5] =
@@ -91,6 +92,9 @@ pub(super) struct Statements {
     pub insert: String,
     /// The columns the table has; binds the table name.
     pub columns: String,
+    /// Tinyid's lease, insert and token statements (the Tinyid schema only,
+    /// whose lease and insert are not the ones above: those stay empty).
+    pub tinyid: Option<TinyidStatements>,
 }
 
 impl Statements {
@@ -108,6 +112,9 @@ impl Statements {
             ),
             (_, TableSchema::Idmint) => ("step", "delta", "remainder"),
             (_, TableSchema::Leaf) => ("step", "1", "0"),
+            // Leases and inserts go through `tinyid.rs`; only the row
+            // columns below are shared.
+            (_, TableSchema::Tinyid) => ("step", "delta", "remainder"),
         };
         // `update_time` as microseconds since the Unix epoch, NULL if unreadable.
         let updated_us = match dialect {
@@ -131,8 +138,11 @@ impl Statements {
             // same transaction instead.
             Dialect::MySql => String::new(),
         };
-        let row_columns =
-            format!("{key}, max_id, {step}, {delta}, {remainder}, description, {updated_us}");
+        let row_columns = match schema {
+            TableSchema::Tinyid => TinyidStatements::row_columns(dialect, updated_us),
+            _ => format!("{key}, max_id, {step}, {delta}, {remainder}, description, {updated_us}"),
+        };
+
         let s = |sql: String| dialect.placeholders(&sql);
         let insert = match schema {
             TableSchema::Idmint => format!(
@@ -143,6 +153,7 @@ impl Statements {
                 "INSERT INTO {t} (biz_tag, max_id, step, description, update_time) \
                  VALUES (?, ?, ?, ?, {now})"
             ),
+            TableSchema::Tinyid => String::new(),
         };
         let columns = match dialect {
             Dialect::Postgres => {
@@ -157,6 +168,18 @@ impl Statements {
             }
             Dialect::Sqlite => "SELECT name FROM pragma_table_info(?)".to_owned(),
         };
+        if schema == TableSchema::Tinyid {
+            return Statements {
+                fetch_given: String::new(),
+                fetch_own: String::new(),
+                read_grant: String::new(),
+                describe: s(format!("SELECT {row_columns} FROM {t} WHERE biz_type = ?")),
+                list: format!("SELECT {row_columns} FROM {t}"),
+                insert,
+                columns: s(columns),
+                tinyid: Some(TinyidStatements::new(dialect, table)),
+            };
+        }
         Statements {
             // The guards keep `max_id + step` within 2^63 − 1 without ever
             // computing a sum that overflows: the limit `MAX_ID − step` is
@@ -178,6 +201,7 @@ impl Statements {
             list: format!("SELECT {row_columns} FROM {t}"),
             insert: s(insert),
             columns: s(columns),
+            tinyid: None,
         }
     }
 }
@@ -213,6 +237,8 @@ mod tests {
             let insert = match schema {
                 TableSchema::Idmint => 6,
                 TableSchema::Leaf => 4,
+                // Not built in `all()`: tinyid.rs tests its own statements.
+                TableSchema::Tinyid => unreachable!(),
             };
             assert_eq!(count(&s.insert), insert, "{d} {schema:?}");
             assert_eq!(count(&s.columns), 1, "{d} {schema:?}");

@@ -5,3 +5,4 @@ mod allocator;
 mod redis;
 mod sql;
 mod support;
+mod tinyid;

@@ -5,7 +5,7 @@
 use crate::serve::Served;
 use crate::{expect_failure, ok};
 
-const KEYS: &str = "[keys.sf]\nstrategy = \"snowflake\"\n\n[segment.keys.order]\nstep = 1000\n";
+const KEYS: &str = "[server]\nundeclared_keys = \"segment\"\n\n[keys.sf]\nstrategy = \"snowflake\"\n\n[segment.keys.order]\nstep = 1000\n";
 
 /// Asserts a report block has the figures and found no duplicate; returns
 /// the number of IDs it counted.

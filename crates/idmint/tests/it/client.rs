@@ -16,7 +16,7 @@ use crate::serve::Served;
 /// A snowflake key `sf` and a segment key `order` on worker `worker`.
 fn config(worker: u32) -> String {
     format!(
-        "[snowflake]\nworker = {worker}\n\n[keys.sf]\nstrategy = \"snowflake\"\n\n\
+        "[server]\nundeclared_keys = \"segment\"\n\n[snowflake]\nworker = {worker}\n\n[keys.sf]\nstrategy = \"snowflake\"\n\n\
          [segment.keys.order]\nstep = 1000\n"
     )
 }

@@ -222,6 +222,7 @@ guides! {
     guide_sonyflake: "sonyflake.md" needs [RedisCli];
     guide_redis_incr: "redis-incr.md" needs [Redis];
     guide_auto_increment: "auto-increment.md" needs [MariaDb, Postgres];
+    guide_tinyid: "tinyid.md" needs [MariaDb];
 }
 
 /// A guide added to `docs/migrate/` without a test above would never run.

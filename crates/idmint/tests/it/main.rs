@@ -16,12 +16,14 @@ mod serve_grpc;
 mod serve_grpc_python;
 mod serve_hostile;
 mod serve_logs;
+mod serve_keys;
 mod serve_metrics;
 mod serve_outage;
 mod serve_policies;
 mod serve_resp;
 mod serve_resp_clients;
 mod serve_status_page;
+mod serve_tinyid;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};

@@ -221,6 +221,11 @@ pub fn binary_ids(client: &Client, base: &Served, key: &str, count: u64) -> Vec<
 }
 
 const KEYS: &str = r#"
+# Names declared nowhere are segment keys here: these tests ask for
+# unknown segment keys.
+[server]
+undeclared_keys = "segment"
+
 [segment.keys.order]
 step = 10
 start = 100

@@ -21,6 +21,9 @@ use crate::serve::{OBFUSCATION_KEY, Served, client, get, spawn_with_args};
 const KEYS: &str = r#"
 [server]
 max_count = 1000
+# Names declared nowhere are segment keys here: these tests ask for
+# unknown segment keys.
+undeclared_keys = "segment"
 
 [segment.keys.order]
 step = 100

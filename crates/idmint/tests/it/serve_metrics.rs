@@ -10,6 +10,11 @@ use serde_json::Value;
 use crate::serve::{Served, client, get};
 
 const CONFIG: &str = r#"
+# Names declared nowhere are segment keys here: these tests ask for
+# unknown segment keys.
+[server]
+undeclared_keys = "segment"
+
 [snowflake]
 worker = 7
 

@@ -13,6 +13,11 @@ use redis::{Connection, RedisError, Value};
 use crate::serve::{OBFUSCATION_KEY, Served, client, get};
 
 const KEYS: &str = r#"
+# Names declared nowhere are segment keys here: these tests ask for
+# unknown segment keys.
+[server]
+undeclared_keys = "segment"
+
 [segment.keys.order]
 step = 10
 start = 100
