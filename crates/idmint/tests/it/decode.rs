@@ -78,7 +78,7 @@ fn layouts_that_ran_out_still_decode() {
         .unwrap();
     let out = ok(&["decode", &last.to_string(), "--layout", "baidu", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["time"], "2024-11-20T21:24:15Z");
+    assert_eq!(v["time"], "2024-11-20T13:24:15Z");
     assert_eq!((&v["worker"], &v["sequence"]), (&7.into(), &3.into()));
 }
 
