@@ -18,6 +18,7 @@ mod serve_outage;
 mod serve_policies;
 mod serve_resp;
 mod serve_status_page;
+mod serve_uid_generator;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
