@@ -401,6 +401,15 @@ impl SqlRegistry {
         let dialect = Dialect::from_url(url).map_err(sql_error("connect"))?;
         let given = Identifier::new(config.table.as_str())
             .map_err(|e| config_error(format!("table: {e}")))?;
+        if config.mode == SqlMode::UidGenerator && dialect == Dialect::Sqlite {
+            // uid-generator's DDL and DAO are MySQL's; no deployment of it
+            // keeps WORKER_NODE in SQLite, and this mode is only for those.
+            return Err(config_error(
+                "uid-generator mode needs the MySQL/MariaDB or PostgreSQL database that holds \
+                 uid-generator's WORKER_NODE, not SQLite; use disposable or lease mode on SQLite"
+                    .to_owned(),
+            ));
+        }
         let table = table_in(dialect, &given);
         let uid = match config.mode {
             SqlMode::UidGenerator => {
@@ -1620,6 +1629,18 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("oracle://u:***@h/db?password=***"), "{text}");
         assert!(!text.contains("pw"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn uid_generator_mode_refuses_sqlite_before_any_io() {
+        let dir = std::env::temp_dir().join(format!("idmint-uidgen-{}.db", new_token()));
+        let url = format!("sqlite:{}", dir.display());
+        let err = SqlRegistry::connect(&url, SqlConfig::new(SqlMode::UidGenerator))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "registry_config", "{err}");
+        assert!(err.to_string().contains("not SQLite"), "{err}");
+        assert!(!dir.exists(), "nothing created");
     }
 
     #[test]

@@ -46,6 +46,10 @@
 //!
 //! uid-generator nodes still running on the same table take rows of their own
 //! and never appear in the side table: idmint's nodes don't see them as peers.
+//!
+//! MySQL/MariaDB and PostgreSQL only: uid-generator keeps `WORKER_NODE` in
+//! MySQL, and the translation of its DDL to PostgreSQL works the same way
+//! (a `BIGSERIAL` `ID`). SQLite is refused at connect.
 
 use idmint_sql::{Dialect, Identifier, MigrationSet};
 
@@ -100,6 +104,8 @@ pub(super) fn side_table(table: &Identifier) -> Result<Identifier> {
 /// The side table's migrations (component `registry:<side table>`).
 pub(super) fn migrations(dialect: Dialect, side: &Identifier) -> MigrationSet {
     let t = dialect.quote(side);
+    // SQLite's forms are never run (connect refuses SQLite in this mode);
+    // they keep the match total.
     let create = match dialect {
         Dialect::Postgres => format!(
             "CREATE TABLE IF NOT EXISTS {t} (
