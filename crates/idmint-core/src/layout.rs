@@ -917,6 +917,20 @@ mod tests {
         let utc: Layout = "baidu,epoch=2016-05-20T00:00:00Z".parse().unwrap();
         assert_eq!(utc.decode(uid).unwrap().time, ts("2020-01-01T08:00:00Z"));
         assert_eq!(utc.runs_out_at(), Some(ts("2024-11-20T21:24:16Z")));
+
+        // The ID uid-generator's README prints, made with the bits its README
+        // configures (`timeBits` 29, `workerBits` 21, `seqBits` 13, `epochStr`
+        // "2016-09-20"): `"timestamp":"2017-01-19 12:15:46", "workerId":"4",
+        // "sequence":"9"`. The JVM parses `epochStr` and prints the time in
+        // its own time zone, so with the epoch at that zone's midnight (here
+        // UTC+8) the time reads back as printed.
+        let readme: Layout =
+            "time=29,unit=1s,epoch=2016-09-20T00:00:00+08:00,worker=21,sequence=13"
+                .parse()
+                .unwrap();
+        let d = readme.decode(180_363_646_902_239_241).unwrap();
+        assert_eq!((d.worker, d.sequence), (4, 9));
+        assert_eq!(d.time, ts("2017-01-19T12:15:46+08:00"));
     }
 
     #[test]
