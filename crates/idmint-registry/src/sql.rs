@@ -145,9 +145,10 @@ const CANDIDATE_BATCH: i64 = 32;
 #[non_exhaustive]
 pub enum SqlMode {
     /// A new row at every start; the worker ID is the row's auto-increment `ID`,
-    /// never reused, no lease (uid-generator's `WORKER_NODE`). `renew` only
-    /// refreshes a liveness deadline (the lease TTL from now) that decides who
-    /// counts as a live peer in [`WorkerRegistry::peers`].
+    /// never reused, no lease (uid-generator's `WORKER_NODE`). `renew` and
+    /// `persist_mark` (the keeper's periodic report) only refresh a liveness
+    /// deadline (the lease TTL from now) that decides who counts as a live
+    /// peer in [`WorkerRegistry::peers`].
     Disposable,
     /// Worker IDs `0..range` are reused once their lease expired; a heartbeat
     /// renews the lease.
@@ -1179,6 +1180,7 @@ impl WorkerRegistry for SqlRegistry {
                                 Bind::Int(mark_us),
                                 Bind::Int(mark_us),
                                 Bind::Int(reported_us),
+                                Bind::Int(self.ttl_us()),
                                 Bind::Int(i64::from(claim.worker)),
                                 Bind::Text(&claim.token),
                             ],
@@ -1412,9 +1414,11 @@ impl Statements {
                 "UPDATE {t} SET LEASE_EXPIRES = {expires_in}, MODIFIED = {wall} \
                  WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
             )),
+            // The keeper never renews a claim without a lease, but reports
+            // every few seconds: each report extends the liveness deadline.
             disposable_persist: s(format!(
-                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, MODIFIED = {wall} \
-                 WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
+                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, LEASE_EXPIRES = {expires_in}, \
+                 MODIFIED = {wall} WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
             )),
             disposable_peers: s(format!(
                 "SELECT ID, REPORTED_US FROM {t} WHERE CLUSTER = ? AND WORKER IS NULL AND ID <> ? \
@@ -1589,7 +1593,7 @@ mod tests {
         assert_eq!(count(&s.lease_release), 3);
         assert_eq!(count(&s.disposable_insert), 7);
         assert_eq!(count(&s.disposable_renew), 3);
-        assert_eq!(count(&s.disposable_persist), 5);
+        assert_eq!(count(&s.disposable_persist), 6);
         assert_eq!(count(&s.disposable_peers), 2);
         assert_eq!(count(&s.disposable_release), 2);
     }

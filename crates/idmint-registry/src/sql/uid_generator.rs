@@ -34,9 +34,9 @@
 //! - each running worker's **high-water mark**, raised before the generator
 //!   passes it, as in every registry, and checked against the claim's token,
 //!   so the registry contract holds as written;
-//! - each worker's **last reported time** and a liveness deadline refreshed by
-//!   [`WorkerRegistry::renew`](crate::WorkerRegistry::renew), for the clock
-//!   check against live peers at start;
+//! - each worker's **last reported time** and a liveness deadline (the TTL
+//!   from each report or renewal), for the clock check against live peers at
+//!   start;
 //! - the marks of **worker IDs handed out again**: should `WORKER_NODE`'s
 //!   auto-increment ever repeat an `ID` (rows deleted, the table recreated from
 //!   a dump, `AUTO_INCREMENT` lowered, or InnoDB before MySQL 8 recomputing it
@@ -271,9 +271,11 @@ impl Statements {
                 "UPDATE {s} SET LIVE_UNTIL = {live_for}, MODIFIED = {wall} \
                  WHERE WORKER_ID = ? AND TOKEN = ?"
             )),
+            // The keeper renews only claims with a lease, but reports every
+            // few seconds: each report extends the liveness deadline.
             side_persist: p(format!(
-                "UPDATE {s} SET {raise_mark}, REPORTED_US = ?, MODIFIED = {wall} \
-                 WHERE WORKER_ID = ? AND TOKEN = ?"
+                "UPDATE {s} SET {raise_mark}, REPORTED_US = ?, LIVE_UNTIL = {live_for}, \
+                 MODIFIED = {wall} WHERE WORKER_ID = ? AND TOKEN = ?"
             )),
             side_peers: p(format!(
                 "SELECT WORKER_ID, REPORTED_US FROM {s} WHERE WORKER_ID <> ? \
@@ -540,7 +542,7 @@ mod tests {
         assert_eq!(count(&s.side_take), 4);
         assert_eq!(count(&s.side_mark), 2);
         assert_eq!(count(&s.side_renew), 3);
-        assert_eq!(count(&s.side_persist), 5);
+        assert_eq!(count(&s.side_persist), 6);
         assert_eq!(count(&s.side_peers), 1);
         assert_eq!(count(&s.side_release), 2);
         // uid-generator's own statement, on its own columns only.

@@ -442,6 +442,32 @@ async fn marks_only_rise_and_peers_report(env: TheirTable) {
     assert_eq!(err.code(), "registry_unsupported", "{err}");
 }
 
+/// A peer counts as live while it reports: each report extends its deadline
+/// by the TTL (the keeper never renews a claim without a lease).
+async fn a_peer_is_live_while_it_reports(env: TheirTable) {
+    let ttl = std::time::Duration::from_secs(1);
+    let a = SqlRegistry::connect(&env.url, env.config().with_lease_ttl(ttl))
+        .await
+        .unwrap();
+    let ca = a.claim(&identity(1), BAIDU_RANGE).await.unwrap();
+    let cb = a.claim(&identity(2), BAIDU_RANGE).await.unwrap();
+    let mark = mark_at(SignedDuration::from_secs(3));
+    for _ in 0..3 {
+        a.persist_mark(&cb, mark, mark_at(SignedDuration::ZERO))
+            .await
+            .unwrap();
+        tokio::time::sleep(ttl / 2).await;
+        let peers = a.peers(&ca).await.unwrap();
+        assert_eq!(peers.len(), 1, "{:?}: {peers:?}", env.db);
+    }
+    tokio::time::sleep(ttl + ttl / 2).await;
+    assert!(
+        a.peers(&ca).await.unwrap().is_empty(),
+        "{:?}: silent for longer than the TTL",
+        env.db
+    );
+}
+
 async fn a_restart_gets_a_new_row_and_the_old_mark_stays(env: TheirTable) {
     let node = env.node().await;
     let first = node.claim(&identity(1), BAIDU_RANGE).await.unwrap();
@@ -571,6 +597,7 @@ macro_rules! per_database {
                 concurrent_claims_get_distinct_ids_above_the_max,
                 marks_only_rise_and_peers_report,
                 a_restart_gets_a_new_row_and_the_old_mark_stays,
+                a_peer_is_live_while_it_reports,
                 an_id_handed_out_again_starts_above_its_mark,
                 a_full_range_is_a_typed_error_that_inserts_nothing,
                 a_missing_or_foreign_table_is_refused,
