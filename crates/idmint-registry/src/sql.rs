@@ -23,8 +23,8 @@
 //!   table, as its DDL made it: a claim inserts the row uid-generator's
 //!   `DisposableWorkerIdAssigner` would, the worker ID is its `ID`, and marks
 //!   and reported times live in a side table `<table>_IDMINT`. See
-//!   [`uid_generator`](self::uid_generator) (its module docs) for the rows
-//!   written and what the side table is for.
+//!   [`SqlMode::UidGenerator`] for the rows written and what the side table
+//!   is for.
 //!
 //! # Why each claim is atomic
 //! A claim is a loop of attempts; every attempt is **one statement** that either
@@ -154,13 +154,29 @@ pub enum SqlMode {
     /// renews the lease.
     Lease,
     /// [`SqlMode::Disposable`] on uid-generator's own `WORKER_NODE` table, used
-    /// as uid-generator's DDL made it (never created or altered): each claim
-    /// inserts the row `DisposableWorkerIdAssigner` would and the worker ID is
-    /// its `ID`, above every row already there. Marks, reported times and
-    /// liveness live in a side table, `<table>_IDMINT`, that idmint's
-    /// migrations create. The table defaults to `WORKER_NODE`; the cluster is
-    /// not used (the table is one cluster). No lease; a restart gets a new
-    /// worker ID.
+    /// as uid-generator's DDL made it: never created, altered or updated, and a
+    /// missing table is refused (a new one would count worker IDs from 1
+    /// again). MySQL/MariaDB and PostgreSQL; SQLite is refused. The table
+    /// defaults to `WORKER_NODE`; the cluster is not used (the table is one
+    /// cluster). No lease.
+    ///
+    /// Each claim inserts the row uid-generator's `DisposableWorkerIdAssigner`
+    /// would, and the worker ID is its `ID`, above every row already there:
+    /// `TYPE` 2 (`ACTUAL`) with the node's address as `HOST_NAME` and
+    /// `<Unix ms>-<random below 100000>` as `PORT`, or, where uid-generator's
+    /// container variables `JPAAS_HOST` and `JPAAS_HTTP_PORT` (or
+    /// `JPAAS_HOST_PORT_8080`) are set, `TYPE` 1 (`CONTAINER`) with their
+    /// values; today's `LAUNCH_DATE`; `NOW()` as `MODIFIED` and `CREATED`.
+    ///
+    /// A side table, `<table>_IDMINT` (keyed by worker ID, created by idmint's
+    /// migrations), keeps what their table has no column for. Uniqueness
+    /// between nodes doesn't need it (row IDs are never handed out twice, and a
+    /// restart gets a new row); it holds the running worker's high-water mark
+    /// (fenced by the claim's token, as in every mode), its last reported time
+    /// and liveness deadline for the clock check against live peers at start,
+    /// and the marks that protect a worker ID the table's auto-increment ever
+    /// hands out again (rows deleted, the counter lowered): such a claim starts
+    /// above the stored mark, and is refused while the old holder is live.
     UidGenerator,
 }
 
