@@ -409,7 +409,9 @@ impl SqlRegistry {
     /// - [`RegistryError::Config`] for an unsupported scheme, a malformed URL, an
     ///   invalid [`SqlConfig`], a table of that name that is not a worker table,
     ///   a table dropped after it was migrated, or a database migrated by a newer
-    ///   idmint (the message names both schema versions).
+    ///   idmint (the message names both schema versions); in uid-generator
+    ///   mode, a SQLite URL, a missing table, or one without uid-generator's
+    ///   columns.
     /// - [`RegistryError::Timeout`] when connecting and migrating take longer than
     ///   the configured timeout.
     /// - [`RegistryError::Backend`] when the database refuses.
