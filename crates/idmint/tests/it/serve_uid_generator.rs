@@ -5,7 +5,8 @@
 //! rows a uid-generator deployment left. The server runs uid-generator's bit
 //! split (the `baidu` preset's 28 s · 22 · 13) with an epoch where the preset
 //! ran out, since the preset itself refuses to issue; each ID it hands out
-//! decodes to the worker of the row it inserted.
+//! decodes to the worker of the row it inserted, an `ACTUAL` row, or a
+//! `CONTAINER` row where uid-generator's container variables are set.
 //!
 //! Needs MariaDB at 127.0.0.1:3306 (user root, database `test`) and its
 //! command-line client `mysql`. When either is missing the test prints
@@ -158,6 +159,21 @@ strategy = "snowflake"
         assert!(status.success(), "{log}");
     }
     assert_eq!(workers, [4, 5], "each start takes a new row");
+
+    // In a container as uid-generator recognises one, the row says so.
+    let env = [
+        ("JPAAS_HOST", "box-7.example"),
+        ("JPAAS_HTTP_PORT", "31080"),
+    ];
+    let server = Served::start(&dir.path().join("container"), Some(&config), &env);
+    let row = mysql(&format!(
+        "SELECT ID, TYPE, HOST_NAME, PORT FROM {table} ORDER BY ID DESC LIMIT 1"
+    ));
+    assert_eq!(row.trim_end(), "6\t1\tbox-7.example\t31080");
+    let ids = binary_ids(&c, &server, "order", 10);
+    assert!(ids.iter().all(|&id| layout.decode(id).unwrap().worker == 6));
+    let (status, log) = server.terminate();
+    assert!(status.success(), "{log}");
     let columns = mysql(&format!(
         "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND \
          table_name = '{table}'"
