@@ -1628,12 +1628,12 @@ mod tests {
         assert_eq!(
             err,
             Error::LayoutExhausted {
-                ran_out_at: ts("2024-11-20T21:24:16Z")
+                ran_out_at: ts("2024-11-20T13:24:16Z")
             }
         );
 
         // Three seconds before the end: the ring gets the last three ticks, then stops.
-        let clock = ManualClock::at(ts("2024-11-20T21:24:13Z"));
+        let clock = ManualClock::at(ts("2024-11-20T13:24:13Z"));
         let cached = Cached::builder(Layout::BAIDU)
             .with_worker(1)
             .with_clock(Arc::new(clock))

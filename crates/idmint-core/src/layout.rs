@@ -385,16 +385,27 @@ impl Layout {
     pub const LEAF: Layout = Layout::preset_tns(41, 1, TWITTER_EPOCH_MS, 0, 10, 12, 63);
 
     /// Baidu uid-generator's default: 28 time bits of 1 s, 22 worker bits,
-    /// 13 sequence bits, epoch 2016-05-20T00:00:00Z.
+    /// 13 sequence bits, epoch 2016-05-19T16:00:00Z (Unix ms 1463673600000).
     ///
-    /// This layout **ran out on 2024-11-20T21:24:16Z**: it still decodes old IDs
-    /// but generators refuse to issue with it. Use it with a later epoch
+    /// The epoch is uid-generator's `epochSeconds` default, `1463673600000` ms:
+    /// 2016-05-20 00:00 in China Standard Time (UTC+8), not midnight UTC. An
+    /// `epochStr` set explicitly is parsed in the JVM's default time zone, so a
+    /// deployment that set `epochStr = "2016-05-20"` on JVMs running in UTC has
+    /// epoch `baidu,epoch=2016-05-20T00:00:00Z` instead, 8 hours later.
+    ///
+    /// This layout **ran out on 2024-11-20T13:24:16Z** (2024-11-20 21:24:16 at
+    /// UTC+8, as uid-generator's own docs say): it still decodes old IDs but
+    /// generators refuse to issue with it. Use it with a later epoch
     /// (`baidu,epoch=2024-01-01`) or move to a wider layout.
     ///
     /// # References
     /// baidu/uid-generator, `DefaultUidGenerator` (`timeBits = 28, workerBits = 22,
-    /// seqBits = 13, epochStr = "2016-05-20"`); issue #100 on its expiry.
-    pub const BAIDU: Layout = Layout::preset_tns(28, 1000, 1_463_702_400_000, 0, 22, 13, 63);
+    /// seqBits = 13, epochStr = "2016-05-20"`, `epochSeconds =
+    /// TimeUnit.MILLISECONDS.toSeconds(1463673600000L)`), `BitsAllocator.allocate`
+    /// (`deltaSeconds << timestampShift | workerId << workerIdShift | sequence`)
+    /// and `DateUtils.parseByDayPattern` (the JVM's default time zone); issue
+    /// #100 on its expiry.
+    pub const BAIDU: Layout = Layout::preset_tns(28, 1000, 1_463_673_600_000, 0, 22, 13, 63);
 
     /// Sony's sonyflake: 39 time bits of 10 ms, 8 sequence bits above 16 machine
     /// bits, epoch 2014-09-01T00:00:00Z.
@@ -850,7 +861,7 @@ mod tests {
     fn run_out_dates_are_exact() {
         assert_eq!(
             Layout::BAIDU.runs_out_at(),
-            Some(ts("2024-11-20T21:24:16Z"))
+            Some(ts("2024-11-20T13:24:16Z"))
         );
         assert_eq!(
             Layout::TWITTER.runs_out_at(),
@@ -867,14 +878,69 @@ mod tests {
         assert_eq!(Layout::DISCORD.usable_time_bits(), 41);
     }
 
+    /// An ID made by uid-generator's own arithmetic, as its source writes it:
+    /// `DefaultUidGenerator.nextId` takes `currentSecond - epochSeconds` with
+    /// `epochSeconds = 1463673600` and `BitsAllocator.allocate` packs
+    /// `deltaSeconds << 35 | workerId << 13 | sequence` (28/22/13 bits).
+    #[test]
+    fn decodes_an_id_made_by_uid_generators_algorithm() {
+        const EPOCH_SECONDS: u64 = 1_463_673_600;
+        let allocate =
+            |delta: u64, worker: u64, sequence: u64| (delta << 35) | (worker << 13) | sequence;
+        // 2020-01-01T00:00:00Z on worker 1234, the 57th ID of that second.
+        let current_second = 1_577_836_800;
+        let uid = allocate(current_second - EPOCH_SECONDS, 1234, 56);
+        assert_eq!(uid, 3_922_617_683_263_766_584);
+        let d = Layout::BAIDU.decode(uid).unwrap();
+        assert_eq!(d.time, ts("2020-01-01T00:00:00Z"));
+        assert_eq!((d.worker, d.sequence), (1234, 56));
+        assert_eq!(
+            Layout::BAIDU
+                .compose(IdParts {
+                    tick: d.tick,
+                    worker: 1234,
+                    sequence: 56,
+                    ..Default::default()
+                })
+                .unwrap()
+                .get(),
+            uid
+        );
+        // The last second uid-generator accepts: `currentSecond - epochSeconds`
+        // may equal `maxDeltaSeconds = 2^28 - 1`, no more.
+        let last = allocate((1 << 28) - 1, 1, 0);
+        assert_eq!(
+            Layout::BAIDU.decode(last).unwrap().time,
+            ts("2024-11-20T13:24:15Z")
+        );
+        // The old midnight-UTC reading put every such ID 8 hours late.
+        let utc: Layout = "baidu,epoch=2016-05-20T00:00:00Z".parse().unwrap();
+        assert_eq!(utc.decode(uid).unwrap().time, ts("2020-01-01T08:00:00Z"));
+        assert_eq!(utc.runs_out_at(), Some(ts("2024-11-20T21:24:16Z")));
+
+        // The ID uid-generator's README prints, made with the bits its README
+        // configures (`timeBits` 29, `workerBits` 21, `seqBits` 13, `epochStr`
+        // "2016-09-20"): `"timestamp":"2017-01-19 12:15:46", "workerId":"4",
+        // "sequence":"9"`. The JVM parses `epochStr` and prints the time in
+        // its own time zone, so with the epoch at that zone's midnight (here
+        // UTC+8) the time reads back as printed.
+        let readme: Layout =
+            "time=29,unit=1s,epoch=2016-09-20T00:00:00+08:00,worker=21,sequence=13"
+                .parse()
+                .unwrap();
+        let d = readme.decode(180_363_646_902_239_241).unwrap();
+        assert_eq!((d.worker, d.sequence), (4, 9));
+        assert_eq!(d.time, ts("2017-01-19T12:15:46+08:00"));
+    }
+
     #[test]
     fn exhausted_layout_still_decodes_but_will_not_compose_later_times() {
         let b = Layout::BAIDU;
         let err = b.tick_at(ts("2026-11-21T00:00:00Z")).unwrap_err();
         assert!(
-            matches!(err, Error::LayoutExhausted { ran_out_at } if ran_out_at == ts("2024-11-20T21:24:16Z"))
+            matches!(err, Error::LayoutExhausted { ran_out_at } if ran_out_at == ts("2024-11-20T13:24:16Z"))
         );
-        assert!(err.to_string().contains("2024-11-20T21:24:16Z"));
+        assert!(err.to_string().contains("2024-11-20T13:24:16Z"));
         let last = b
             .compose(IdParts {
                 tick: b.ticks() - 1,
@@ -884,7 +950,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             b.decode(last.get()).unwrap().time,
-            ts("2024-11-20T21:24:15Z")
+            ts("2024-11-20T13:24:15Z")
         );
     }
 

@@ -19,6 +19,12 @@
 //!   was released) or creates the next one, and a heartbeat ([`WorkerRegistry::renew`])
 //!   extends the lease. The mark stays on the row across holders, so a node that
 //!   takes over a dead node's worker ID starts above the dead node's mark.
+//! - [`SqlMode::UidGenerator`]: disposable on uid-generator's own `WORKER_NODE`
+//!   table, as its DDL made it: a claim inserts the row uid-generator's
+//!   `DisposableWorkerIdAssigner` would, the worker ID is its `ID`, and marks
+//!   and reported times live in a side table `<table>_IDMINT`. See
+//!   [`SqlMode::UidGenerator`] for the rows written and what the side table
+//!   is for.
 //!
 //! # Why each claim is atomic
 //! A claim is a loop of attempts; every attempt is **one statement** that either
@@ -123,6 +129,8 @@ use crate::error::{RegistryError, Result};
 use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker};
 use crate::util::{bounded, random_u64};
 
+mod uid_generator;
+
 const REGISTRY: &str = "sql";
 
 /// uid-generator's `WorkerNodeType.ACTUAL`: a node on a real host (as opposed
@@ -137,13 +145,39 @@ const CANDIDATE_BATCH: i64 = 32;
 #[non_exhaustive]
 pub enum SqlMode {
     /// A new row at every start; the worker ID is the row's auto-increment `ID`,
-    /// never reused, no lease (uid-generator's `WORKER_NODE`). `renew` only
-    /// refreshes a liveness deadline (the lease TTL from now) that decides who
-    /// counts as a live peer in [`WorkerRegistry::peers`].
+    /// never reused, no lease (uid-generator's `WORKER_NODE`). `renew` and
+    /// `persist_mark` (the keeper's periodic report) only refresh a liveness
+    /// deadline (the lease TTL from now) that decides who counts as a live
+    /// peer in [`WorkerRegistry::peers`].
     Disposable,
     /// Worker IDs `0..range` are reused once their lease expired; a heartbeat
     /// renews the lease.
     Lease,
+    /// [`SqlMode::Disposable`] on uid-generator's own `WORKER_NODE` table, used
+    /// as uid-generator's DDL made it: never created, altered or updated, and a
+    /// missing table is refused (a new one would count worker IDs from 1
+    /// again). MySQL/MariaDB and PostgreSQL; SQLite is refused. The table
+    /// defaults to `WORKER_NODE`; the cluster is not used (the table is one
+    /// cluster). No lease.
+    ///
+    /// Each claim inserts the row uid-generator's `DisposableWorkerIdAssigner`
+    /// would, and the worker ID is its `ID`, above every row already there:
+    /// `TYPE` 2 (`ACTUAL`) with the node's address as `HOST_NAME` and
+    /// `<Unix ms>-<random below 100000>` as `PORT`, or, where uid-generator's
+    /// container variables `JPAAS_HOST` and `JPAAS_HTTP_PORT` (or
+    /// `JPAAS_HOST_PORT_8080`) are set, `TYPE` 1 (`CONTAINER`) with their
+    /// values; today's `LAUNCH_DATE`; `NOW()` as `MODIFIED` and `CREATED`.
+    ///
+    /// A side table, `<table>_IDMINT` (keyed by worker ID, created by idmint's
+    /// migrations), keeps what their table has no column for. Uniqueness
+    /// between nodes doesn't need it (row IDs are never handed out twice, and a
+    /// restart gets a new row); it holds the running worker's high-water mark
+    /// (fenced by the claim's token, as in every mode), its last reported time
+    /// and liveness deadline for the clock check against live peers at start,
+    /// and the marks that protect a worker ID the table's auto-increment ever
+    /// hands out again (rows deleted, the counter lowered): such a claim starts
+    /// above the stored mark, and is refused while the old holder is live.
+    UidGenerator,
 }
 
 /// Configuration of a [`SqlRegistry`].
@@ -181,13 +215,21 @@ impl SqlConfig {
     /// The default size of the connection pool.
     pub const DEFAULT_MAX_CONNECTIONS: u32 = 2;
 
-    /// A configuration for `mode` with the defaults: table `idmint_worker`,
-    /// cluster `default`, lease TTL 30 s, timeout 5 s, 2 connections.
+    /// The default table of [`SqlMode::UidGenerator`], uid-generator's.
+    pub const UID_GENERATOR_TABLE: &'static str = "WORKER_NODE";
+
+    /// A configuration for `mode` with the defaults: table `idmint_worker`
+    /// (`WORKER_NODE` in uid-generator mode), cluster `default`, lease TTL
+    /// 30 s, timeout 5 s, 2 connections.
     pub fn new(mode: SqlMode) -> Self {
+        let table = match mode {
+            SqlMode::UidGenerator => Self::UID_GENERATOR_TABLE,
+            SqlMode::Disposable | SqlMode::Lease => Self::DEFAULT_TABLE,
+        };
         SqlConfig {
             mode,
             cluster: Self::DEFAULT_CLUSTER.to_owned(),
-            table: Self::DEFAULT_TABLE.to_owned(),
+            table: table.to_owned(),
             lease_ttl: Self::DEFAULT_LEASE_TTL,
             timeout: Self::DEFAULT_TIMEOUT,
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
@@ -336,6 +378,8 @@ pub struct SqlRegistry {
     table: Identifier,
     config: SqlConfig,
     sql: Statements,
+    /// uid-generator mode's statements (`None` in the other modes).
+    uid: Option<uid_generator::Statements>,
 }
 
 impl fmt::Debug for SqlRegistry {
@@ -365,7 +409,9 @@ impl SqlRegistry {
     /// - [`RegistryError::Config`] for an unsupported scheme, a malformed URL, an
     ///   invalid [`SqlConfig`], a table of that name that is not a worker table,
     ///   a table dropped after it was migrated, or a database migrated by a newer
-    ///   idmint (the message names both schema versions).
+    ///   idmint (the message names both schema versions); in uid-generator
+    ///   mode, a SQLite URL, a missing table, or one without uid-generator's
+    ///   columns.
     /// - [`RegistryError::Timeout`] when connecting and migrating take longer than
     ///   the configured timeout.
     /// - [`RegistryError::Backend`] when the database refuses.
@@ -374,7 +420,27 @@ impl SqlRegistry {
         let dialect = Dialect::from_url(url).map_err(sql_error("connect"))?;
         let given = Identifier::new(config.table.as_str())
             .map_err(|e| config_error(format!("table: {e}")))?;
+        if config.mode == SqlMode::UidGenerator && dialect == Dialect::Sqlite {
+            // uid-generator's DDL and DAO are MySQL's; no deployment of it
+            // keeps WORKER_NODE in SQLite, and this mode is only for those.
+            return Err(config_error(
+                "uid-generator mode needs the MySQL/MariaDB or PostgreSQL database that holds \
+                 uid-generator's WORKER_NODE, not SQLite; use disposable or lease mode on SQLite"
+                    .to_owned(),
+            ));
+        }
         let table = table_in(dialect, &given);
+        let uid = match config.mode {
+            SqlMode::UidGenerator => {
+                let side = table_in(dialect, &uid_generator::side_table(&given)?);
+                Some(uid_generator::Statements::new(
+                    dialect,
+                    &dialect.quote(&table),
+                    side,
+                ))
+            }
+            SqlMode::Disposable | SqlMode::Lease => None,
+        };
         let timeout = config.timeout;
         let options = ConnectOptions::new(url.to_owned())
             .with_max_connections(config.max_connections)
@@ -393,10 +459,15 @@ impl SqlRegistry {
                 db,
                 table,
                 config,
+                uid,
             };
-            registry
-                .ready_table(&SqlRegistry::migrations(dialect, &given))
-                .await?;
+            if registry.uid.is_some() {
+                registry.ready_uid_generator().await?;
+            } else {
+                registry
+                    .ready_table(&SqlRegistry::migrations(dialect, &given))
+                    .await?;
+            }
             Ok(registry)
         };
         bounded(REGISTRY, "connect", timeout, fut).await
@@ -537,9 +608,15 @@ impl SqlRegistry {
 
     /// The table's column names, upper-cased (empty: no such table).
     async fn columns(&self) -> Result<Vec<String>> {
+        self.columns_of(&self.table).await
+    }
+
+    /// The column names of `table` (as the database names it), upper-cased
+    /// (empty: no such table).
+    async fn columns_of(&self, table: &Identifier) -> Result<Vec<String>> {
         let columns: Vec<String> = on_pool!(self.db.pool(), p => {
             sqlx::query_scalar(&self.sql.columns)
-                .bind(self.table.as_str())
+                .bind(table.as_str())
                 .fetch_all(p)
                 .await
         })
@@ -677,12 +754,40 @@ impl SqlRegistry {
         })
     }
 
+    async fn fetch_texts1(
+        &self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> std::result::Result<Option<String>, sqlx::Error> {
+        on_pool!(self.db.pool(), p => {
+            let mut q = sqlx::query_scalar::<_, String>(sql);
+            for b in binds {
+                q = match *b {
+                    Bind::Int(v) => q.bind(v),
+                    Bind::Text(v) => q.bind(v),
+                };
+            }
+            q.fetch_optional(p).await
+        })
+    }
+
     /// Inserts a disposable row and returns its `ID`.
     async fn insert_disposable(&self, binds: &[Bind<'_>]) -> std::result::Result<i64, sqlx::Error> {
+        self.insert_returning_id(&self.sql.disposable_insert, binds)
+            .await
+    }
+
+    /// Runs `sql`, an `INSERT` into an auto-increment table (ending in
+    /// `RETURNING ID` except on MySQL), and returns the new row's `ID`.
+    async fn insert_returning_id(
+        &self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> std::result::Result<i64, sqlx::Error> {
         match self.db.pool() {
             // MySQL has no `INSERT … RETURNING` (MariaDB only from 10.5).
             Pool::MySql(p) => {
-                let mut q = sqlx::query(&self.sql.disposable_insert);
+                let mut q = sqlx::query(sql);
                 for b in binds {
                     q = match *b {
                         Bind::Int(v) => q.bind(v),
@@ -693,7 +798,7 @@ impl SqlRegistry {
                 Ok(i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX))
             }
             Pool::Postgres(_) | Pool::Sqlite(_) => {
-                let ids = self.fetch_ints(&self.sql.disposable_insert, binds).await?;
+                let ids = self.fetch_ints(sql, binds).await?;
                 ids.first().copied().ok_or_else(|| sqlx::Error::RowNotFound)
             }
         }
@@ -962,6 +1067,10 @@ impl WorkerRegistry for SqlRegistry {
                 self.timed("claim", self.claim_disposable(node, range))
                     .await
             }
+            SqlMode::UidGenerator => {
+                self.timed("claim", self.claim_uid_generator(node, range))
+                    .await
+            }
         }
     }
 
@@ -973,10 +1082,17 @@ impl WorkerRegistry for SqlRegistry {
         check_given_worker(REGISTRY, worker, range)?;
         match self.config.mode {
             SqlMode::Lease => self.timed("claim", self.claim_given(node, worker)).await,
-            SqlMode::Disposable => Err(RegistryError::Unsupported {
+            SqlMode::Disposable | SqlMode::UidGenerator => Err(RegistryError::Unsupported {
                 registry: REGISTRY,
                 operation: "claiming a given worker ID",
-                reason: Some("in disposable mode worker IDs are row IDs".to_owned()),
+                reason: Some(format!(
+                    "in {} mode worker IDs are row IDs",
+                    if self.config.mode == SqlMode::Disposable {
+                        "disposable"
+                    } else {
+                        "uid-generator"
+                    }
+                )),
             }),
         }
     }
@@ -1016,6 +1132,21 @@ impl WorkerRegistry for SqlRegistry {
                 })
                 .await?
             }
+            SqlMode::UidGenerator => {
+                self.timed(OP, async {
+                    self.exec_rows(
+                        &self.uid().side_renew,
+                        &[
+                            Bind::Int(self.ttl_us()),
+                            Bind::Int(i64::from(claim.worker)),
+                            Bind::Text(&claim.token),
+                        ],
+                    )
+                    .await
+                    .map_err(backend_error(OP))
+                })
+                .await?
+            }
         };
         if rows == 0 {
             return Err(self.lease_lost(
@@ -1025,7 +1156,7 @@ impl WorkerRegistry for SqlRegistry {
         }
         Ok(match self.config.mode {
             SqlMode::Lease => Some(self.lease_from(before)),
-            SqlMode::Disposable => None,
+            SqlMode::Disposable | SqlMode::UidGenerator => None,
         })
     }
 
@@ -1055,13 +1186,19 @@ impl WorkerRegistry for SqlRegistry {
                         )
                         .await
                     }
-                    SqlMode::Disposable => {
+                    SqlMode::Disposable | SqlMode::UidGenerator => {
+                        let sql = if self.config.mode == SqlMode::Disposable {
+                            &self.sql.disposable_persist
+                        } else {
+                            &self.uid().side_persist
+                        };
                         self.exec_rows(
-                            &self.sql.disposable_persist,
+                            sql,
                             &[
                                 Bind::Int(mark_us),
                                 Bind::Int(mark_us),
                                 Bind::Int(reported_us),
+                                Bind::Int(self.ttl_us()),
                                 Bind::Int(i64::from(claim.worker)),
                                 Bind::Text(&claim.token),
                             ],
@@ -1087,18 +1224,22 @@ impl WorkerRegistry for SqlRegistry {
         const OP: &str = "list peers";
         let rows = self
             .timed(OP, async {
-                let sql = match self.config.mode {
-                    SqlMode::Lease => &self.sql.lease_peers,
-                    SqlMode::Disposable => &self.sql.disposable_peers,
-                };
-                self.fetch_pairs(
-                    sql,
-                    &[
-                        Bind::Text(&self.config.cluster),
-                        Bind::Int(i64::from(claim.worker)),
-                    ],
-                )
-                .await
+                let worker = Bind::Int(i64::from(claim.worker));
+                let cluster = Bind::Text(&self.config.cluster);
+                match self.config.mode {
+                    SqlMode::Lease => {
+                        self.fetch_pairs(&self.sql.lease_peers, &[cluster, worker])
+                            .await
+                    }
+                    SqlMode::Disposable => {
+                        self.fetch_pairs(&self.sql.disposable_peers, &[cluster, worker])
+                            .await
+                    }
+                    // The table is one cluster.
+                    SqlMode::UidGenerator => {
+                        self.fetch_pairs(&self.uid().side_peers, &[worker]).await
+                    }
+                }
                 .map_err(backend_error(OP))
             })
             .await?;
@@ -1128,9 +1269,14 @@ impl WorkerRegistry for SqlRegistry {
                         )
                         .await
                     }
-                    SqlMode::Disposable => {
+                    SqlMode::Disposable | SqlMode::UidGenerator => {
+                        let sql = if self.config.mode == SqlMode::Disposable {
+                            &self.sql.disposable_release
+                        } else {
+                            &self.uid().side_release
+                        };
                         self.exec_rows(
-                            &self.sql.disposable_release,
+                            sql,
                             &[Bind::Int(i64::from(claim.worker)), Bind::Text(&claim.token)],
                         )
                         .await
@@ -1286,9 +1432,11 @@ impl Statements {
                 "UPDATE {t} SET LEASE_EXPIRES = {expires_in}, MODIFIED = {wall} \
                  WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
             )),
+            // The keeper never renews a claim without a lease, but reports
+            // every few seconds: each report extends the liveness deadline.
             disposable_persist: s(format!(
-                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, MODIFIED = {wall} \
-                 WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
+                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, LEASE_EXPIRES = {expires_in}, \
+                 MODIFIED = {wall} WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
             )),
             disposable_peers: s(format!(
                 "SELECT ID, REPORTED_US FROM {t} WHERE CLUSTER = ? AND WORKER IS NULL AND ID <> ? \
@@ -1463,7 +1611,7 @@ mod tests {
         assert_eq!(count(&s.lease_release), 3);
         assert_eq!(count(&s.disposable_insert), 7);
         assert_eq!(count(&s.disposable_renew), 3);
-        assert_eq!(count(&s.disposable_persist), 5);
+        assert_eq!(count(&s.disposable_persist), 6);
         assert_eq!(count(&s.disposable_peers), 2);
         assert_eq!(count(&s.disposable_release), 2);
     }
@@ -1503,6 +1651,18 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("oracle://u:***@h/db?password=***"), "{text}");
         assert!(!text.contains("pw"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn uid_generator_mode_refuses_sqlite_before_any_io() {
+        let dir = std::env::temp_dir().join(format!("idmint-uidgen-{}.db", new_token()));
+        let url = format!("sqlite:{}", dir.display());
+        let err = SqlRegistry::connect(&url, SqlConfig::new(SqlMode::UidGenerator))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "registry_config", "{err}");
+        assert!(err.to_string().contains("not SQLite"), "{err}");
+        assert!(!dir.exists(), "nothing created");
     }
 
     #[test]

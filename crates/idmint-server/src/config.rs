@@ -440,6 +440,10 @@ pub enum SqlModeName {
     Lease,
     /// A new row (and ID) every start.
     Disposable,
+    /// A new row every start in uid-generator's own `WORKER_NODE` table,
+    /// as uid-generator's `DisposableWorkerIdAssigner` writes it.
+    #[serde(rename = "uid-generator")]
+    UidGenerator,
 }
 
 /// `[snowflake.sql]`: the `sql` registry.
@@ -448,12 +452,13 @@ pub enum SqlModeName {
 pub struct SqlRegistrySection {
     /// `postgres://…`, `mysql://…` or `sqlite://…` (required for `sql`).
     pub url: Option<Secret>,
-    /// `lease` (default) or `disposable`.
+    /// `lease` (default), `disposable` or `uid-generator`.
     pub mode: SqlModeName,
-    /// The cluster (default `default`).
+    /// The cluster (default `default`; not used in `uid-generator` mode).
     pub cluster: String,
-    /// The table (default `idmint_worker`).
-    pub table: String,
+    /// The table (default `idmint_worker`, or `WORKER_NODE` in `uid-generator`
+    /// mode).
+    pub table: Option<String>,
     /// The lease TTL (default `30s`).
     #[serde(deserialize_with = "duration")]
     pub lease_ttl: Duration,
@@ -465,7 +470,7 @@ impl Default for SqlRegistrySection {
             url: None,
             mode: SqlModeName::Lease,
             cluster: "default".to_owned(),
-            table: "idmint_worker".to_owned(),
+            table: None,
             lease_ttl: Duration::from_secs(30),
         }
     }
@@ -1090,6 +1095,20 @@ impl Config {
                 return invalid(
                     "snowflake.sql.url",
                     "the sql registry needs a database URL".to_owned(),
+                );
+            }
+            RegistryKind::Sql
+                if self.snowflake.sql.mode == SqlModeName::UidGenerator
+                    && self.snowflake.sql.cluster != "default" =>
+            {
+                return invalid(
+                    "snowflake.sql.cluster",
+                    format!(
+                        "{:?} has no meaning in uid-generator mode: WORKER_NODE has no cluster \
+                         column, so the whole table is one cluster; give each cluster a table \
+                         of its own instead",
+                        self.snowflake.sql.cluster
+                    ),
                 );
             }
             RegistryKind::Etcd if self.snowflake.etcd.endpoints.is_empty() => {
@@ -1728,6 +1747,49 @@ mod tests {
             .to_string();
         assert!(
             err.contains("snowflake.clock ") && err.contains("IDMINT_SNOWFLAKE__CLOCK"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn sql_uid_generator_mode_loads_and_is_checked() {
+        let f = file(
+            "[snowflake]\nregistry = \"sql\"\n[snowflake.sql]\nurl = \"mysql://root@127.0.0.1/test\"\n\
+             mode = \"uid-generator\"\n",
+        );
+        let config = Config::load(Some(f.path()), env(&[])).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.snowflake.sql.mode, SqlModeName::UidGenerator);
+        assert_eq!(config.snowflake.sql.table, None, "the mode's own default");
+        let config = Config::load(
+            Some(f.path()),
+            env(&[("IDMINT_SNOWFLAKE__SQL__TABLE", "UID_WORKER_NODE")]),
+        )
+        .unwrap();
+        assert_eq!(
+            config.snowflake.sql.table.as_deref(),
+            Some("UID_WORKER_NODE")
+        );
+
+        // The table is one cluster: a cluster name would be silently ignored.
+        let config = Config::load(
+            Some(f.path()),
+            env(&[("IDMINT_SNOWFLAKE__SQL__CLUSTER", "orders")]),
+        )
+        .unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("snowflake.sql.cluster") && err.contains("\"orders\""),
+            "{err}"
+        );
+        let err = Config::load(
+            Some(f.path()),
+            env(&[("IDMINT_SNOWFLAKE__SQL__MODE", "uid_generator")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("snowflake.sql.mode") && err.contains("uid-generator"),
             "{err}"
         );
     }

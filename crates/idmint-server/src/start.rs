@@ -457,12 +457,16 @@ async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, Regis
             let mode = match s.mode {
                 SqlModeName::Lease => SqlMode::Lease,
                 SqlModeName::Disposable => SqlMode::Disposable,
+                SqlModeName::UidGenerator => SqlMode::UidGenerator,
             };
             let url = s.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-            let sql_config = SqlConfig::new(mode)
+            let mut sql_config = SqlConfig::new(mode)
                 .with_cluster(s.cluster.clone())
-                .with_table(s.table.clone())
                 .with_lease_ttl(s.lease_ttl);
+            // Unset: the mode's own default (`WORKER_NODE` for uid-generator).
+            if let Some(table) = &s.table {
+                sql_config = sql_config.with_table(table.clone());
+            }
             Arc::new(SqlRegistry::connect(url, sql_config).await?)
         }
         RegistryKind::Redis => {

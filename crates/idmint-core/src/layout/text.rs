@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `time` | bits of the time field | required without a preset |
 //! | `unit` | `1ms`, `10ms`, `1s`, ... (whole milliseconds, up to 1 day) | `1ms` |
-//! | `epoch` | RFC 3339 (`2010-11-04T01:42:54.657Z`), a date (`2016-05-20`, midnight UTC) or Unix milliseconds | required without a preset |
+//! | `epoch` | RFC 3339 (`2010-11-04T01:42:54.657Z`, or with an offset: `2016-05-20T00:00:00+08:00`), a date (`2016-05-20`, midnight UTC) or Unix milliseconds | required without a preset |
 //! | `node` | bits of the whole node field | datacenter + worker + rollback |
 //! | `datacenter` (`dc`) | bits carved out of the node field for the datacenter | 0 |
 //! | `worker` | bits of the worker part | what is left of `node` |
@@ -350,6 +350,12 @@ mod tests {
         assert_eq!(l.node_bits(), 6);
         let l: Layout = "sonyflake,epoch=1409529600000".parse().unwrap();
         assert_eq!(l, Layout::SONYFLAKE);
+        // uid-generator's epochs are local dates: an offset names them exactly.
+        let l: Layout = "baidu,epoch=2016-05-20T00:00:00+08:00".parse().unwrap();
+        assert_eq!(l, Layout::BAIDU);
+        let l: Layout = "baidu,epoch=2016-05-20".parse().unwrap();
+        assert_eq!(l.epoch().to_string(), "2016-05-20T00:00:00Z");
+        assert_ne!(l, Layout::BAIDU);
     }
 
     #[test]

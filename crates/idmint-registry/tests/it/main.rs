@@ -8,6 +8,8 @@
 //!   service (`services`) that the tests stop and start again.
 //! - `file` and `keeper`: the embedded default and the keeper, against files
 //!   and an in-memory registry.
+//! - `uid_generator`: the `sql` registry's uid-generator mode on uid-generator's
+//!   own `WORKER_NODE` table (MariaDB and PostgreSQL).
 
 mod contract;
 mod etcd;
@@ -18,4 +20,5 @@ mod redis;
 mod services;
 mod sql;
 mod support;
+mod uid_generator;
 mod zookeeper;

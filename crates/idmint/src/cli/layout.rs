@@ -91,7 +91,7 @@ impl LayoutReport {
     }
 
     /// `2080-07-10T17:30:30.208Z (in 54.2 years)` or
-    /// `ran out on 2024-11-20T21:24:16Z (1.5 years ago)`.
+    /// `ran out on 2024-11-20T13:24:16Z (1.5 years ago)`.
     fn run_out_text(&self, date_only: bool) -> String {
         let (Some(at), Some(years)) = (&self.runs_out_at, self.years_left) else {
             return "after the year 9999".to_owned();
@@ -311,7 +311,7 @@ mod tests {
         assert!(baidu.ran_out);
         assert_eq!(
             baidu.run_out_text(false),
-            "ran out on 2024-11-20T21:24:16Z (1.5 years ago)"
+            "ran out on 2024-11-20T13:24:16Z (1.5 years ago)"
         );
         let twitter = LayoutReport::new(&Layout::TWITTER, now);
         assert!(!twitter.ran_out);

@@ -78,8 +78,28 @@ fn layouts_that_ran_out_still_decode() {
         .unwrap();
     let out = ok(&["decode", &last.to_string(), "--layout", "baidu", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["time"], "2024-11-20T21:24:15Z");
+    assert_eq!(v["time"], "2024-11-20T13:24:15Z");
     assert_eq!((&v["worker"], &v["sequence"]), (&7.into(), &3.into()));
+}
+
+/// IDs as uid-generator makes them (`BitsAllocator.allocate`: `deltaSeconds <<
+/// 35 | workerId << 13 | sequence`, seconds from its default `epochSeconds`,
+/// 1463673600), and the ID its README prints, made with the bits its README
+/// configures (29 · 21 · 13, `epochStr` "2016-09-20", here at UTC+8).
+#[test]
+fn uid_generator_ids_decode_to_what_uid_generator_put_in() {
+    let made = ((1_577_836_800u64 - 1_463_673_600) << 35) | (1234 << 13) | 56;
+    let out = ok(&["decode", &made.to_string(), "--layout", "baidu", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["time"], "2020-01-01T00:00:00Z");
+    assert_eq!((&v["worker"], &v["sequence"]), (&1234.into(), &56.into()));
+
+    let readme = "time=29,unit=1s,epoch=2016-09-20T00:00:00+08:00,worker=21,sequence=13";
+    let out = ok(&["decode", "180363646902239241", "--layout", readme, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // The README prints "2017-01-19 12:15:46" in the JVM's zone (UTC+8).
+    assert_eq!(v["time"], "2017-01-19T04:15:46Z");
+    assert_eq!((&v["worker"], &v["sequence"]), (&4.into(), &9.into()));
 }
 
 #[test]

@@ -223,6 +223,7 @@ guides! {
     guide_redis_incr: "redis-incr.md" needs [Redis];
     guide_auto_increment: "auto-increment.md" needs [MariaDb, Postgres];
     guide_tinyid: "tinyid.md" needs [MariaDb];
+    guide_uid_generator: "uid-generator.md" needs [MariaDb];
 }
 
 /// A guide added to `docs/migrate/` without a test above would never run.
