@@ -1337,7 +1337,11 @@ mod tests {
                 .message
                 .contains("negative")
         );
-        let spec = |strategy, public| issue::KeySpec { strategy, public };
+        let spec = |strategy, public| issue::KeySpec {
+            strategy,
+            public,
+            source: issue::KeySource::Declared,
+        };
         assert!(incr_by_fits("k", spec(Strategy::Segment, false)).is_ok());
         for (strategy, public) in [
             (Strategy::Segment, true),
