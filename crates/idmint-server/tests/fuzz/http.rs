@@ -500,22 +500,29 @@ impl Request {
             Route::Ids(raw) => {
                 let key = key_of(raw, &params)?;
                 let n = count(&params)?;
-                let stream = configured(&key).ok_or(Expect::Error(404, "key_not_found"))?;
+                // An undeclared name is a snowflake key (`server.undeclared_keys`'s default).
+                let stream = configured(&key).unwrap_or(Stream::Snowflake);
                 Expect::Ids(stream, n, format)
             }
             Route::LeafSegment(raw) => {
                 let key = key_of(raw, &params)?;
-                if key != "order" {
-                    return Err(Expect::Error(404, "key_not_found"));
+                match configured(&key) {
+                    Some(Stream::Segment(_)) => {}
+                    // Declared with another strategy.
+                    Some(_) => return Err(Expect::Error(409, "wrong_strategy")),
+                    // Served as a segment key, which the store doesn't have.
+                    None => return Err(Expect::Error(404, "key_not_found")),
                 }
                 Expect::Ids(Stream::Segment(key), 1, Format::Text)
             }
             Route::LeafSnowflake(raw) => {
                 let key = key_of(raw, &params)?;
-                let stream = if key == "pub" {
-                    Stream::Public
-                } else {
-                    Stream::Snowflake
+                let stream = match configured(&key) {
+                    Some(Stream::Public) => Stream::Public,
+                    Some(Stream::Segment(_) | Stream::Uuid(_)) => {
+                        return Err(Expect::Error(409, "wrong_strategy"));
+                    }
+                    Some(Stream::Snowflake) | None => Stream::Snowflake,
                 };
                 Expect::Ids(stream, 1, Format::Text)
             }
@@ -733,6 +740,7 @@ const CODES: &[&str] = &[
     "invalid_version",
     "invalid_key",
     "key_not_found",
+    "wrong_strategy",
     "unauthorized",
     "admin_disabled",
 ];
