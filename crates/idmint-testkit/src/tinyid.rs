@@ -1,8 +1,5 @@
 //! Didi Tinyid's own schema and sample data, for the tests that take over a
-//! Tinyid deployment (the segment store's and the server's), and a
-//! simulated Tinyid server's lease, for the tests that run one beside idmint.
-
-use sqlx::mysql::MySqlPool;
+//! Tinyid deployment (the segment store's and the server's).
 
 /// Tinyid's DDL and sample rows, verbatim from didi/tinyid
 /// `tinyid-server/db.sql` (one statement per element).
@@ -53,56 +50,3 @@ pub const QUERY_BY_BIZ_TYPE: &str = "select id, max_id, step, delta, remainder, 
 /// Binds the new max_id, id, old max_id, version, biz_type.
 pub const UPDATE_MAX_ID: &str = "update tiny_id_info set max_id= ?, update_time=now(), \
      version=version+1 where id=? and max_id=? and version=? and biz_type=?";
-
-/// A segment as a Tinyid server takes it: the numbers `(old_max, new_max]`
-/// with `id % delta == remainder`.
-#[derive(Debug, Clone, Copy)]
-pub struct TinyidLease {
-    /// The row's `max_id` before the lease.
-    pub old_max: i64,
-    /// The row's `max_id` after it.
-    pub new_max: i64,
-    /// The row's `delta`.
-    pub delta: i64,
-    /// The row's `remainder`.
-    pub remainder: i64,
-}
-
-/// Tinyid's `DbSegmentIdServiceImpl.getNextSegmentId`, re-implemented:
-/// `queryByBizType`, `newMaxId = max_id + step`, `updateMaxId` (the
-/// optimistic lock on `id`, `max_id`, `version`), again on a lost race. Each
-/// statement commits on its own. (Tinyid wraps the loop in one
-/// `@Transactional`; under InnoDB's REPEATABLE READ its re-reads then see the
-/// first read's snapshot, so a lost race there is lost on every retry. That
-/// only makes Tinyid fail more, never overlap; this loop retries for real.)
-pub async fn next_segment(pool: &MySqlPool, biz_type: &str) -> (TinyidLease, u32) {
-    for lost in 0.. {
-        let (id, max_id, step, delta, remainder, version): (u64, i64, i32, i32, i32, i64) =
-            sqlx::query_as(QUERY_BY_BIZ_TYPE)
-                .bind(biz_type)
-                .fetch_one(pool)
-                .await
-                .unwrap();
-        let new_max = max_id + i64::from(step);
-        let updated = sqlx::query(UPDATE_MAX_ID)
-            .bind(new_max)
-            .bind(id)
-            .bind(max_id)
-            .bind(version)
-            .bind(biz_type)
-            .execute(pool)
-            .await
-            .unwrap()
-            .rows_affected();
-        if updated == 1 {
-            let lease = TinyidLease {
-                old_max: max_id,
-                new_max,
-                delta: i64::from(delta),
-                remainder: i64::from(remainder),
-            };
-            return (lease, lost);
-        }
-    }
-    unreachable!()
-}

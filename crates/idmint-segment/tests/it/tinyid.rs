@@ -17,7 +17,7 @@ use idmint_segment::{
 use sqlx::mysql::MySqlPool;
 
 use crate::support::{self, MYSQL_URL};
-use idmint_testkit::tinyid::{DB_SQL as TINYID_DB_SQL, next_segment as tinyid_get_next_segment};
+use idmint_testkit::tinyid::{self, DB_SQL as TINYID_DB_SQL};
 
 /// A database of its own on the shared MariaDB, holding Tinyid's tables and
 /// sample rows; dropped by [`TinyidDb::drop_database`].
@@ -84,6 +84,54 @@ impl TinyidDb {
             .unwrap();
         self.server.close().await;
     }
+}
+
+/// A segment as a Tinyid server takes it: the numbers `(old, new]`.
+#[derive(Debug, Clone, Copy)]
+pub struct TinyidLease {
+    pub old_max: i64,
+    pub new_max: i64,
+    pub delta: i64,
+    pub remainder: i64,
+}
+
+/// Tinyid's `DbSegmentIdServiceImpl.getNextSegmentId`, re-implemented:
+/// `queryByBizType`, `newMaxId = max_id + step`, `updateMaxId` (the
+/// optimistic lock on `id`, `max_id`, `version`), again on a lost race. Each
+/// statement commits on its own. (Tinyid wraps the loop in one
+/// `@Transactional`; under InnoDB's REPEATABLE READ its re-reads then see the
+/// first read's snapshot, so a lost race there is lost on every retry. That
+/// only makes Tinyid fail more, never overlap; this loop retries for real.)
+pub async fn tinyid_get_next_segment(pool: &MySqlPool, biz_type: &str) -> (TinyidLease, u32) {
+    for lost in 0.. {
+        let (id, max_id, step, delta, remainder, version): (u64, i64, i32, i32, i32, i64) =
+            sqlx::query_as(tinyid::QUERY_BY_BIZ_TYPE)
+                .bind(biz_type)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        let new_max = max_id + i64::from(step);
+        let updated = sqlx::query(tinyid::UPDATE_MAX_ID)
+            .bind(new_max)
+            .bind(id)
+            .bind(max_id)
+            .bind(version)
+            .bind(biz_type)
+            .execute(pool)
+            .await
+            .unwrap()
+            .rows_affected();
+        if updated == 1 {
+            let lease = TinyidLease {
+                old_max: max_id,
+                new_max,
+                delta: i64::from(delta),
+                remainder: i64::from(remainder),
+            };
+            return (lease, lost);
+        }
+    }
+    unreachable!()
 }
 
 async fn with_db<F, Fut>(body: F)

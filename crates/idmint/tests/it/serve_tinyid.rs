@@ -413,18 +413,41 @@ impl Lease {
     }
 }
 
-/// Tinyid's `getNextSegmentId` (`idmint_testkit::tinyid::next_segment`),
-/// as this test's [`Lease`].
+/// Tinyid's `getNextSegmentId`, re-implemented on its own statements
+/// (`idmint_testkit::tinyid`): read, compute `max_id + step`, `updateMaxId`
+/// with the optimistic lock, again on a lost race.
 async fn tinyid_next_segment(pool: &MySqlPool, key: &'static str) -> (Lease, u32) {
-    let (lease, lost) = tinyid::next_segment(pool, key).await;
-    let lease = Lease {
-        key,
-        old: lease.old_max as u64,
-        new: lease.new_max as u64,
-        delta: lease.delta as u64,
-        remainder: lease.remainder as u64,
-    };
-    (lease, lost)
+    let mut lost = 0;
+    loop {
+        let (id, max_id, step, delta, remainder, version): (u64, i64, i32, i32, i32, i64) =
+            sqlx::query_as(tinyid::QUERY_BY_BIZ_TYPE)
+                .bind(key)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        let new_max = max_id + i64::from(step);
+        let updated = sqlx::query(tinyid::UPDATE_MAX_ID)
+            .bind(new_max)
+            .bind(id)
+            .bind(max_id)
+            .bind(version)
+            .bind(key)
+            .execute(pool)
+            .await
+            .unwrap()
+            .rows_affected();
+        if updated == 1 {
+            let lease = Lease {
+                key,
+                old: max_id as u64,
+                new: new_max as u64,
+                delta: delta as u64,
+                remainder: remainder as u64,
+            };
+            return (lease, lost);
+        }
+        lost += 1;
+    }
 }
 
 /// A simulated Tinyid server and idmint (over HTTP, `nextId` and
