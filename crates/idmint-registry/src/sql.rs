@@ -111,7 +111,7 @@
 //!
 //! # References
 //! - uid-generator's `WORKER_NODE` table and `DisposableWorkerIdAssigner`.
-//! - DESIGN.md §2 "Worker-ID assignment" and "High-water mark, persisted ahead".
+//! - docs/design.md §2 "Worker-ID registries" and "High-water mark, persisted ahead".
 
 use std::fmt;
 use std::future::Future;

@@ -95,7 +95,7 @@
 //! # References
 //! - Meituan Leaf: `leaf_alloc` DDL and `IDAllocDaoImpl.updateMaxIdAndGetLeafAlloc`.
 //! - Didi Tinyid: `tiny_id_info` (`db.sql`), `TinyIdInfoDAOImpl.updateMaxId`.
-//! - DESIGN.md §2 "Segment mode".
+//! - docs/design.md §2 "Segment mode".
 
 mod statements;
 pub mod tinyid;

@@ -21,7 +21,7 @@
 //! (the CLI's variable) is `obfuscation.key`. Other `IDMINT_` variables without
 //! a double underscore (`IDMINT_LOG`) are not config.
 //!
-//! # Slow and greedy clients (`[server]`, DESIGN.md §5 "Bad input")
+//! # Slow and greedy clients (`[server]`, docs/design.md §5 "Bad input")
 //! - `max_connections` (default 4,096): client connections open at once,
 //!   HTTP and RESP together. At the cap each listener holds the next
 //!   connection it accepted unserved and accepts no more, so further clients
@@ -45,7 +45,7 @@
 //! Environment: `IDMINT_SERVER__MAX_CONNECTIONS=10000`,
 //! `IDMINT_SERVER__READ_TIMEOUT=5s`.
 //!
-//! # Snowflake policies (`[snowflake]`, DESIGN.md §2 "Clock behaviour")
+//! # Snowflake policies (`[snowflake]`, docs/design.md §2 "Clock behaviour")
 //! Each is a string, `NAME` or `NAME:ARGUMENT`; durations as `"5ms"`, `"1s"`.
 //! - `clock`: the time IDs are made from. `"monotonic"` (the default): the
 //!   wall clock read once at start, advanced by the monotonic clock, so a

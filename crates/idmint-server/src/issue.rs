@@ -423,7 +423,7 @@ impl Clock for IdClock {
     }
 }
 
-/// Why the clock keeps the node out of rotation, if it does (DESIGN.md §2
+/// Why the clock keeps the node out of rotation, if it does (docs/design.md §2
 /// "Taking a sick node out of rotation"): snowflake IDs fail, or would fail,
 /// because the clock reads further behind the last issued ID than the clock
 /// policy absorbs. Clears by itself once the clock catches up (or is set

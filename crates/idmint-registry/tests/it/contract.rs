@@ -4,7 +4,7 @@
 //! namespace of the test's own) and instantiates the suite with
 //! [`contract_suite!`]; what only one backend does stays in that module.
 //!
-//! The scenarios are the issue's: concurrent claimers get distinct IDs; a full
+//! The scenarios are the registry promises of docs/design.md §1 and §2: concurrent claimers get distinct IDs; a full
 //! range gives the typed exhaustion error; a restart with the clock behind and
 //! a takeover of a dead node's ID both issue only above what was issued before;
 //! and what those rest on (marks only rise, a released or expired holder is

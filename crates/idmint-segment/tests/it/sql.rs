@@ -639,7 +639,7 @@ async fn newer_schema_version_is_refused(db: TestDb) {
     );
 }
 
-/// The test: allocators on separate pools (as separate servers would
+/// The shared-database test: allocators on separate pools (as separate servers would
 /// be) share one database; 4 tasks each take IDs of two keys, singly and in
 /// batches, 1,000,000 IDs per key in total. No ID is issued twice, each task
 /// sees strictly increasing IDs per key, and every ID honours the key's

@@ -2,7 +2,7 @@
 //! wall clock is stepped back 5 ms, 2 s and 1 h and forward 1 h under load,
 //! for both time sources (`snowflake.clock = "monotonic" | "wall"`) and every
 //! clock-behind policy (`fail`, `wait:5ms`, `borrow:3s`, `rollback-bits`,
-//! `history:4096`), checked against DESIGN.md §2 "Clock behaviour".
+//! `history:4096`), checked against docs/design.md §2 "Clock behaviour".
 //!
 //! # libfaketime and the idmint binary (what was measured)
 //! - The library is Debian's `/usr/lib/x86_64-linux-gnu/faketime/`, its `MT`
@@ -52,7 +52,7 @@
 //! flight.
 //!
 //! `rollback-bits` and `history` reissue times the clock already passed, so
-//! their IDs are unique but not ordered across a step back (DESIGN.md
+//! their IDs are unique but not ordered across a step back (docs/design.md
 //! §2): under the wall clock, their `mono` column counts drops from a
 //! stream's high beyond one per stream per step back. The first, and the
 //! drops among the reissued IDs that follow it (`history` takes the nearest
@@ -817,7 +817,7 @@ fn recount_order(record: &Record, allowed: u64, out: &mut Outcome) -> u64 {
     drops_by_design
 }
 
-/// The promise, or the typed error DESIGN.md describes, for a row.
+/// The promise, or the typed error docs/design.md describes, for a row.
 fn expected(row: Row) -> String {
     let step = match row.step {
         Step::Back5ms => "stepped back 5 ms",

@@ -2,7 +2,7 @@
 //! stopped and restarted under running nodes, and one node cut off from its
 //! coordinator by a proxy while its clients keep calling.
 //!
-//! What must hold (DESIGN.md §1.6, §2 "Segment mode"): a node serves while it
+//! What must hold (docs/design.md §1.6, §2 "Segment mode"): a node serves while it
 //! is safe (snowflake IDs within the lease and the persisted mark, segment IDs
 //! from the buffers it holds), then answers a typed 503 (`mark_reached` for
 //! snowflake keys, `unavailable` for segment keys), and serves again on its

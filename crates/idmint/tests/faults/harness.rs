@@ -1,6 +1,6 @@
 //! The fault suite's harness: real `idmint serve` processes ([`Node`]), a
 //! load that records every ID it is handed ([`Load`]), and the checks of
-//! DESIGN.md §1 over what was recorded ([`Checker`] → [`Outcome`]).
+//! docs/design.md §1 over what was recorded ([`Checker`] → [`Outcome`]).
 //!
 //! A scenario is a plain function `fn(&Ctx) -> anyhow::Result<Outcome>`:
 //!

@@ -1,4 +1,4 @@
-//! The end-to-end fault suite (DESIGN.md §1 and §5 on the real binary): real
+//! The end-to-end fault suite (docs/design.md §1 and §5 on the real binary): real
 //! `idmint serve` processes on real coordinators, killed, stopped, restarted
 //! behind, cut off, with their coordinators stopped under them, while clients
 //! record every ID; then the promises are checked on what was recorded.

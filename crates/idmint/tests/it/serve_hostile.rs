@@ -1,4 +1,4 @@
-//! `idmint serve` against hostile clients (DESIGN.md §5 "Bad input"): bad
+//! `idmint serve` against hostile clients (docs/design.md §5 "Bad input"): bad
 //! counts, oversized requests, slow clients holding connections, floods of
 //! connections, and RESP garbage. The server answers each with a typed error
 //! (or closes that one connection), issues nothing for it, keeps serving

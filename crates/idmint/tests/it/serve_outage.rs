@@ -1,4 +1,4 @@
-//! `idmint serve` through outages of what it depends on (DESIGN.md §1.6 and
+//! `idmint serve` through outages of what it depends on (docs/design.md §1.6 and
 //! §2 "Taking a sick node out of rotation"): the worker registry (a private
 //! etcd, Redis, ZooKeeper or PostgreSQL) and the segment store (a private
 //! PostgreSQL) are stopped under load and started again.
