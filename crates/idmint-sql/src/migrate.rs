@@ -285,7 +285,13 @@ impl Database {
                 // connection back to the pool, whatever happens below.
                 conn.close_on_drop();
                 self.lock_postgres(&mut conn, deadline).await?;
-                let result = apply_postgres(&mut conn, set).await;
+                let result = apply::<sqlx::Postgres>(
+                    &mut conn,
+                    Dialect::Postgres,
+                    StepScope::OwnTransaction,
+                    set,
+                )
+                .await;
                 // Best effort; closing the connection releases it anyway.
                 let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
                     .bind(PG_LOCK_KEY)
@@ -297,7 +303,8 @@ impl Database {
                 let mut conn = p.acquire().await.map_err(db_error("migration connect"))?;
                 conn.close_on_drop();
                 self.lock_mysql(&mut conn, deadline).await?;
-                let result = apply_mysql(&mut conn, set).await;
+                let result =
+                    apply::<sqlx::MySql>(&mut conn, Dialect::MySql, StepScope::Caller, set).await;
                 let _ = sqlx::query("SELECT RELEASE_LOCK(?)")
                     .bind(MYSQL_LOCK_NAME)
                     .execute(&mut *conn)
@@ -308,7 +315,9 @@ impl Database {
                 let mut conn = p.acquire().await.map_err(db_error("migration connect"))?;
                 conn.close_on_drop();
                 self.lock_sqlite(&mut conn, deadline).await?;
-                match apply_sqlite(&mut conn, set).await {
+                match apply::<sqlx::Sqlite>(&mut conn, Dialect::Sqlite, StepScope::Caller, set)
+                    .await
+                {
                     Ok(applied) => {
                         (&mut *conn)
                             .execute(sqlx::raw_sql("COMMIT"))
@@ -513,16 +522,39 @@ fn step_error(set: &MigrationSet, m: &Migration) -> impl Fn(sqlx::Error) -> Erro
     }
 }
 
-/// Under the advisory lock: each pending step and its record in one transaction.
-async fn apply_postgres(conn: &mut PgConnection, set: &MigrationSet) -> Result<Vec<u32>> {
+/// What a step runs in: PostgreSQL wraps each step and its record in a
+/// transaction; MySQL/MariaDB cannot (DDL commits by itself there), and SQLite
+/// runs every step inside the caller's `BEGIN IMMEDIATE`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StepScope {
+    OwnTransaction,
+    Caller,
+}
+
+/// The pending steps of `set` and their records, on a connection that already
+/// holds the database's migration lock: one loop for every database, which
+/// differ only in `dialect` (the statements) and `scope`.
+async fn apply<DB>(
+    conn: &mut DB::Connection,
+    dialect: Dialect,
+    scope: StepScope,
+    set: &MigrationSet,
+) -> Result<Vec<u32>>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
     use sqlx::Connection;
 
-    let dialect = Dialect::Postgres;
     (&mut *conn)
         .execute(sqlx::raw_sql(&create_table(dialect)))
         .await
         .map_err(db_error("create migrations table"))?;
-    let recorded: Vec<i64> = sqlx::query_scalar(&select_sql(dialect))
+    let recorded: Vec<i64> = sqlx::query_scalar::<DB, i64>(&select_sql(dialect))
         .bind(set.component())
         .fetch_all(&mut *conn)
         .await
@@ -530,92 +562,47 @@ async fn apply_postgres(conn: &mut PgConnection, set: &MigrationSet) -> Result<V
     let mut applied = Vec::new();
     for m in set.pending(&recorded)? {
         let fail = step_error(set, m);
-        let mut tx = conn.begin().await.map_err(&fail)?;
-        for statement in &m.statements {
-            (&mut *tx)
-                .execute(sqlx::raw_sql(statement))
+        match scope {
+            StepScope::OwnTransaction => {
+                let mut tx = conn.begin().await.map_err(&fail)?;
+                apply_step::<DB>(&mut tx, dialect, set, m)
+                    .await
+                    .map_err(&fail)?;
+                tx.commit().await.map_err(&fail)?;
+            }
+            StepScope::Caller => apply_step::<DB>(conn, dialect, set, m)
                 .await
-                .map_err(&fail)?;
+                .map_err(&fail)?,
         }
-        sqlx::query(&record_sql(dialect))
-            .bind(set.component())
-            .bind(i64::from(m.version))
-            .bind(m.description())
-            .execute(&mut *tx)
-            .await
-            .map_err(&fail)?;
-        tx.commit().await.map_err(&fail)?;
         applied.push(m.version);
     }
     Ok(applied)
 }
 
-/// Under the named lock: each pending step, then its record (DDL commits by
-/// itself on MySQL/MariaDB, so there is no transaction to share).
-async fn apply_mysql(conn: &mut MySqlConnection, set: &MigrationSet) -> Result<Vec<u32>> {
-    let dialect = Dialect::MySql;
-    (&mut *conn)
-        .execute(sqlx::raw_sql(&create_table(dialect)))
-        .await
-        .map_err(db_error("create migrations table"))?;
-    let recorded: Vec<i64> = sqlx::query_scalar(&select_sql(dialect))
-        .bind(set.component())
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db_error("read migrations"))?;
-    let mut applied = Vec::new();
-    for m in set.pending(&recorded)? {
-        let fail = step_error(set, m);
-        for statement in &m.statements {
-            (&mut *conn)
-                .execute(sqlx::raw_sql(statement))
-                .await
-                .map_err(&fail)?;
-        }
-        sqlx::query(&record_sql(dialect))
-            .bind(set.component())
-            .bind(i64::from(m.version))
-            .bind(m.description())
-            .execute(&mut *conn)
-            .await
-            .map_err(&fail)?;
-        applied.push(m.version);
+/// One migration's statements, then its record.
+async fn apply_step<DB>(
+    conn: &mut DB::Connection,
+    dialect: Dialect,
+    set: &MigrationSet,
+    m: &Migration,
+) -> std::result::Result<(), sqlx::Error>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    for statement in &m.statements {
+        (&mut *conn).execute(sqlx::raw_sql(statement)).await?;
     }
-    Ok(applied)
-}
-
-/// Inside `BEGIN IMMEDIATE`: every pending step and its record; the caller
-/// commits or rolls back.
-async fn apply_sqlite(conn: &mut SqliteConnection, set: &MigrationSet) -> Result<Vec<u32>> {
-    let dialect = Dialect::Sqlite;
-    (&mut *conn)
-        .execute(sqlx::raw_sql(&create_table(dialect)))
-        .await
-        .map_err(db_error("create migrations table"))?;
-    let recorded: Vec<i64> = sqlx::query_scalar(&select_sql(dialect))
+    sqlx::query::<DB>(&record_sql(dialect))
         .bind(set.component())
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db_error("read migrations"))?;
-    let mut applied = Vec::new();
-    for m in set.pending(&recorded)? {
-        let fail = step_error(set, m);
-        for statement in &m.statements {
-            (&mut *conn)
-                .execute(sqlx::raw_sql(statement))
-                .await
-                .map_err(&fail)?;
-        }
-        sqlx::query(&record_sql(dialect))
-            .bind(set.component())
-            .bind(i64::from(m.version))
-            .bind(m.description())
-            .execute(&mut *conn)
-            .await
-            .map_err(&fail)?;
-        applied.push(m.version);
-    }
-    Ok(applied)
+        .bind(i64::from(m.version))
+        .bind(m.description())
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 fn db_error(operation: &'static str) -> impl Fn(sqlx::Error) -> Error {
