@@ -91,7 +91,9 @@ use etcd_client::{
 use jiff::Timestamp;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker};
+use crate::registry::{
+    Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker, check_range,
+};
 use crate::util::{ceil_ms, random_u64};
 
 /// The registry kind, as in config and in errors.
@@ -583,11 +585,7 @@ impl WorkerRegistry for EtcdRegistry {
     }
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
-        if range == 0 {
-            return Err(config_error(
-                "worker range 0 has no IDs to claim".to_owned(),
-            ));
-        }
+        check_range(KIND, range)?;
         self.claim_under_new_lease(|lease_id| self.claim_with_lease(node, range, lease_id))
             .await
     }

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use jiff::Timestamp;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_range};
 
 /// The lock file's name inside the data directory.
 const LOCK_NAME: &str = "idmint.lock";
@@ -383,9 +383,7 @@ impl LocalWorker {
         let worker = match self.source {
             WorkerSource::Fixed(w) => w,
             WorkerSource::Ipv4(ip) => {
-                if range == 0 {
-                    return Err(self.config("worker range 0..0 is empty".to_owned()));
-                }
+                check_range(self.kind, range)?;
                 u32::from(ip) % range
             }
         };

@@ -86,7 +86,9 @@ use redis::{RedisResult, Script};
 use tokio::sync::Mutex;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker};
+use crate::registry::{
+    Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker, check_range,
+};
 use crate::util::{ceil_ms, random_u64};
 
 /// The registry kind, as in config and in errors.
@@ -509,11 +511,7 @@ impl WorkerRegistry for RedisRegistry {
     }
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
-        if range == 0 {
-            return Err(config_error(
-                "worker range 0..0 has no worker IDs".to_owned(),
-            ));
-        }
+        check_range(KIND, range)?;
         let token = new_token(node);
         let start = random_u64() % u64::from(range);
         let mut in_use = 0u64;

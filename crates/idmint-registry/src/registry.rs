@@ -137,6 +137,18 @@ pub trait WorkerRegistry: Send + Sync + fmt::Debug {
     async fn release(&self, claim: &Claim) -> Result<()>;
 }
 
+/// The range check of [`WorkerRegistry::claim`]: a layout with no worker bits
+/// has `range` 1; 0 is a caller's mistake, named the same way by every registry.
+pub(crate) fn check_range(registry: &'static str, range: u32) -> Result<()> {
+    if range == 0 {
+        return Err(crate::RegistryError::Config {
+            registry,
+            message: "worker range 0..0 has no worker IDs to claim".to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// The range check of [`WorkerRegistry::claim_worker`]: `worker` must lie in `0..range`.
 pub(crate) fn check_given_worker(registry: &'static str, worker: u32, range: u32) -> Result<()> {
     if worker >= range {

@@ -126,7 +126,9 @@ use idmint_sql::{
 use jiff::Timestamp;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker};
+use crate::registry::{
+    Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker, check_range,
+};
 use crate::util::{bounded, random_u64};
 
 mod uid_generator;
@@ -1058,9 +1060,7 @@ impl WorkerRegistry for SqlRegistry {
     }
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
-        if range == 0 {
-            return Err(config_error("range 0 has no worker ids to claim".into()));
-        }
+        check_range(REGISTRY, range)?;
         match self.config.mode {
             SqlMode::Lease => self.timed("claim", self.claim_lease(node, range)).await,
             SqlMode::Disposable => {

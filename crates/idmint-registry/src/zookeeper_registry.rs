@@ -87,7 +87,7 @@ use jiff::Timestamp;
 use zookeeper_client as zk;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_range};
 use crate::util::{bounded, ceil_ms, random_u64};
 
 /// The registry kind, as in config and in errors.
@@ -929,9 +929,7 @@ impl WorkerRegistry for ZooKeeperRegistry {
     }
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
-        if range == 0 {
-            return Err(config_error("worker range is 0".to_owned()));
-        }
+        check_range(KIND, range)?;
         match self.config.mode {
             ZooKeeperMode::Forever => self.claim_forever(node, range).await,
             ZooKeeperMode::Ephemeral => self.claim_ephemeral(node, range).await,
