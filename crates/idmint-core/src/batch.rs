@@ -5,13 +5,14 @@ use crate::id::Id;
 
 /// IDs `first, first + stride, first + 2·stride, ...`, `count` of them.
 ///
-/// A run is the IDs of one tick: consecutive integers for time·node·sequence
-/// layouts (`stride` 1), steps of `2^node_bits` for sonyflake's order.
+/// A run is the IDs of one tick (consecutive integers for time·node·sequence
+/// layouts, `stride` 1; steps of `2^node_bits` for sonyflake's order), or of one
+/// segment lease (`stride` is the key's `delta`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdRun {
-    first: u64,
-    count: u64,
-    stride: u64,
+    pub(crate) first: u64,
+    pub(crate) count: u64,
+    pub(crate) stride: u64,
 }
 
 impl IdRun {
@@ -60,6 +61,47 @@ impl IdRun {
             )));
         }
         Ok(IdRun::new(first.get(), count, stride))
+    }
+
+    /// The IDs of a segment lease: those of `[start, end)` with `id % delta ==
+    /// remainder` (Tinyid's filter; `1, 0` keeps them all), leaving out 0.
+    ///
+    /// # Examples
+    /// ```
+    /// use idmint_core::IdRun;
+    ///
+    /// // Tinyid's delta/remainder: of [1000, 2000), the IDs ≡ 1 (mod 3).
+    /// let run = IdRun::from_range(1000, 2000, 3, 1)?;
+    /// assert_eq!((run.first().get(), run.count(), run.stride()), (1000, 334, 3));
+    /// assert_eq!(run.last().get(), 1999);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidRun`] when the range holds no such ID, `delta` is 0,
+    /// `remainder` is not below `delta`, or `end` passes 2^63.
+    pub fn from_range(start: u64, end: u64, delta: u64, remainder: u64) -> Result<IdRun> {
+        if delta == 0 || remainder >= delta {
+            return Err(Error::InvalidRun(format!(
+                "delta {delta} and remainder {remainder}: need 0 <= remainder < delta"
+            )));
+        }
+        if end > Id::MAX.get() + 1 {
+            return Err(Error::InvalidRun(format!(
+                "segment end {end} passes the largest ID {}",
+                Id::MAX
+            )));
+        }
+        let start = start.max(1);
+        // The first n >= start with n % delta == remainder.
+        let first = start + (remainder + delta - start % delta) % delta;
+        if first >= end {
+            return Err(Error::InvalidRun(format!(
+                "[{start}, {end}) holds no ID with id % {delta} == {remainder}"
+            )));
+        }
+        let count = (end - 1 - first) / delta + 1;
+        Ok(IdRun::new(first, count, delta))
     }
 
     /// The first (smallest) ID of the run.

@@ -51,7 +51,7 @@ pub use layout::{Decoded, FieldOrder, IdParts, Layout, LayoutSpec};
 pub use obfuscate::{
     ObfuscationKey, Obfuscator, ObfuscatorBuilder, PublicId, PublicIdCodec, TextFormat,
 };
-pub use segment::{BufferStatus, Reservation, Segment, SegmentBuffer, Take, TakeOne};
+pub use segment::{BufferStatus, Reservation, SegmentBuffer, Take, TakeOne};
 pub use snowflake::{
     ClockBehind, SequenceExhausted, SequenceStart, Snowflake, SnowflakeBuilder, SnowflakeStats,
 };

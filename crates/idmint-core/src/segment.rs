@@ -44,81 +44,6 @@ use crate::sync::{AtomicU64, Ordering, fence};
 /// A slot's `vstart` while it is being written.
 const WRITING: u64 = u64::MAX;
 
-/// IDs `first, first + stride, …`, `count` of them, from one lease.
-///
-/// # Examples
-/// ```
-/// use idmint_core::Segment;
-///
-/// // Tinyid's delta/remainder: of [1000, 2000), the IDs ≡ 1 (mod 3).
-/// let segment = Segment::from_range(1000, 2000, 3, 1)?;
-/// assert_eq!((segment.first().get(), segment.count(), segment.stride()), (1000, 334, 3));
-/// assert_eq!(segment.last().get(), 1999);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Segment {
-    first: u64,
-    count: u64,
-    stride: u64,
-}
-
-impl Segment {
-    /// The IDs of the raw range `[start, end)` with `id % delta == remainder`,
-    /// leaving out 0 (never an ID).
-    ///
-    /// # Errors
-    /// [`Error::InvalidRun`] when the range holds no such ID, `delta` is 0,
-    /// `remainder` is not below `delta`, or `end` passes 2^63.
-    pub fn from_range(start: u64, end: u64, delta: u64, remainder: u64) -> Result<Segment> {
-        if delta == 0 || remainder >= delta {
-            return Err(Error::InvalidRun(format!(
-                "delta {delta} and remainder {remainder}: need 0 <= remainder < delta"
-            )));
-        }
-        if end > Id::MAX.get() + 1 {
-            return Err(Error::InvalidRun(format!(
-                "segment end {end} passes the largest ID {}",
-                Id::MAX
-            )));
-        }
-        let start = start.max(1);
-        // The first n >= start with n % delta == remainder.
-        let first = start + (remainder + delta - start % delta) % delta;
-        if first >= end {
-            return Err(Error::InvalidRun(format!(
-                "[{start}, {end}) holds no ID with id % {delta} == {remainder}"
-            )));
-        }
-        let count = (end - 1 - first) / delta + 1;
-        Ok(Segment {
-            first,
-            count,
-            stride: delta,
-        })
-    }
-
-    /// The first (smallest) ID.
-    pub fn first(&self) -> Id {
-        Id::from_raw(self.first)
-    }
-
-    /// The last (largest) ID.
-    pub fn last(&self) -> Id {
-        Id::from_raw(self.first + (self.count - 1) * self.stride)
-    }
-
-    /// How many IDs the segment holds.
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
-    /// The difference between consecutive IDs.
-    pub fn stride(&self) -> u64 {
-        self.stride
-    }
-}
-
 /// One of the two segment slots: a seqlock whose version is `vstart`.
 #[derive(Debug)]
 struct Slot {
@@ -259,9 +184,9 @@ pub enum TakeOne {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BufferStatus {
     /// The segment IDs are coming from, with how many of its IDs are left.
-    pub current: Option<(Segment, u64)>,
+    pub current: Option<(IdRun, u64)>,
     /// The segment after it, loaded and untouched.
-    pub next: Option<Segment>,
+    pub next: Option<IdRun>,
 }
 
 /// The lock-free double buffer of segment mode; see the [module docs](self).
@@ -280,10 +205,10 @@ pub struct BufferStatus {
 ///
 /// # Examples
 /// ```
-/// use idmint_core::{IdBatch, Segment, SegmentBuffer};
+/// use idmint_core::{IdBatch, IdRun, SegmentBuffer};
 ///
 /// let buffer = SegmentBuffer::new(0.1);
-/// buffer.install(Segment::from_range(1, 101, 1, 0)?)?;
+/// buffer.install(IdRun::from_range(1, 101, 1, 0)?)?;
 /// let mut batch = IdBatch::new();
 /// let take = buffer.take(30, &mut batch);
 /// assert_eq!((take.taken, batch.first().unwrap().get()), (30, 1));
@@ -494,7 +419,7 @@ impl SegmentBuffer {
     /// of the newest installed segment, or when a segment is still buffered
     /// untouched beyond the current one (see [`SegmentBuffer::wants_next`]):
     /// installing then would throw IDs away. Nothing changes.
-    pub fn install(&self, segment: Segment) -> Result<()> {
+    pub fn install(&self, segment: IdRun) -> Result<()> {
         if !self.wants_next() {
             return Err(Error::InvalidRun(
                 "the next segment is already buffered; install when wants_next() says so".into(),
@@ -560,11 +485,7 @@ impl SegmentBuffer {
         let mut views: Vec<SlotView> = self.slots.iter().filter_map(Slot::read).collect();
         views.sort_by_key(|v| v.vstart);
         for view in views {
-            let segment = Segment {
-                first: view.first,
-                count: view.count,
-                stride: view.stride,
-            };
+            let segment = IdRun::new(view.first, view.count, view.stride);
             if view.vend() <= cursor {
                 continue;
             }

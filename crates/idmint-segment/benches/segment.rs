@@ -17,7 +17,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use idmint_core::Layout;
-use idmint_core::{IdBatch, Segment, SegmentBuffer, TakeOne};
+use idmint_core::{IdBatch, IdRun, SegmentBuffer, TakeOne};
 use idmint_segment::redis::{
     DailySerial, DailySerialConfig, RedisCounter, RedisCounterConfig, RedisSegmentStore,
     RedisSnowflake, RedisSnowflakeConfig, RedisStoreConfig,
@@ -160,7 +160,7 @@ fn main() {
                     let buffer = Arc::new(SegmentBuffer::new(0.1));
                     let end = n * threads as u64 + 2;
                     buffer
-                        .install(Segment::from_range(1, end, 1, 0).unwrap())
+                        .install(IdRun::from_range(1, end, 1, 0).unwrap())
                         .unwrap();
                     cost(threads, n, || {
                         let buffer = buffer.clone();

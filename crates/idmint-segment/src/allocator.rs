@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use idmint_core::clock::MonotonicClock;
-use idmint_core::{Clock, Id, IdBatch, Segment, SegmentBuffer, TakeOne};
+use idmint_core::{Clock, Id, IdBatch, IdRun, SegmentBuffer, TakeOne};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -807,8 +807,7 @@ impl Inner {
             entry.shown().last_error = Some(error.to_string());
             return Err(error);
         }
-        let segment =
-            Segment::from_range(grant.start(), grant.max_id, grant.delta, grant.remainder)?;
+        let segment = IdRun::from_range(grant.start(), grant.max_id, grant.delta, grant.remainder)?;
         entry.buffer.install(segment)?;
         lock(&entry.retry_at).take();
         loader.last_end = Some(grant.max_id);

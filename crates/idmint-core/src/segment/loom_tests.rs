@@ -12,7 +12,7 @@ fn loom_takers_and_installer() {
     builder.check(|| {
         let buffer = Arc::new(SegmentBuffer::new(0.5));
         buffer
-            .install(Segment::from_range(1, 3, 1, 0).unwrap())
+            .install(IdRun::from_range(1, 3, 1, 0).unwrap())
             .unwrap();
         let installer = {
             let buffer = buffer.clone();
@@ -21,7 +21,7 @@ fn loom_takers_and_installer() {
                     for _ in 0..4 {
                         if buffer.wants_next() {
                             buffer
-                                .install(Segment::from_range(start, end, 1, 0).unwrap())
+                                .install(IdRun::from_range(start, end, 1, 0).unwrap())
                                 .unwrap();
                             break;
                         }

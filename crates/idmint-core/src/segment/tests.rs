@@ -11,19 +11,19 @@ fn take_all(buffer: &SegmentBuffer, n: u64) -> (Vec<u64>, Take) {
 
 #[test]
 fn from_range_keeps_the_residue_class_and_never_zero() {
-    let all = Segment::from_range(0, 10, 1, 0).unwrap();
+    let all = IdRun::from_range(0, 10, 1, 0).unwrap();
     assert_eq!((all.first().get(), all.count()), (1, 9), "0 is never an ID");
-    let odd = Segment::from_range(10, 20, 2, 1).unwrap();
+    let odd = IdRun::from_range(10, 20, 2, 1).unwrap();
     assert_eq!(
         (odd.first().get(), odd.last().get(), odd.count()),
         (11, 19, 5)
     );
-    let one = Segment::from_range(7, 8, 1, 0).unwrap();
+    let one = IdRun::from_range(7, 8, 1, 0).unwrap();
     assert_eq!((one.first().get(), one.count()), (7, 1));
     for (start, end, delta, rem) in [(10, 11, 2, 1), (5, 5, 1, 0), (1, 10, 0, 0), (1, 10, 3, 3)] {
         assert!(
             matches!(
-                Segment::from_range(start, end, delta, rem),
+                IdRun::from_range(start, end, delta, rem),
                 Err(Error::InvalidRun(_))
             ),
             "[{start}, {end}) delta {delta} remainder {rem}"
@@ -31,10 +31,10 @@ fn from_range_keeps_the_residue_class_and_never_zero() {
     }
     let top = Id::MAX.get() + 1;
     assert_eq!(
-        Segment::from_range(top - 5, top, 1, 0).unwrap().last(),
+        IdRun::from_range(top - 5, top, 1, 0).unwrap().last(),
         Id::MAX
     );
-    assert!(Segment::from_range(top - 5, top + 1, 1, 0).is_err());
+    assert!(IdRun::from_range(top - 5, top + 1, 1, 0).is_err());
 }
 
 #[test]
@@ -46,7 +46,7 @@ fn single_ids_come_in_order_then_nothing() {
         "empty buffer makes nothing up"
     );
     buffer
-        .install(Segment::from_range(100, 110, 1, 0).unwrap())
+        .install(IdRun::from_range(100, 110, 1, 0).unwrap())
         .unwrap();
     let ids: Vec<u64> = (0..10).flat_map(|_| take_all(&buffer, 1).0).collect();
     assert_eq!(ids, (100..110).collect::<Vec<_>>());
@@ -59,7 +59,7 @@ fn single_ids_come_in_order_then_nothing() {
 fn preload_is_asked_once_per_segment_at_the_share() {
     let buffer = SegmentBuffer::new(0.2);
     buffer
-        .install(Segment::from_range(1, 11, 1, 0).unwrap())
+        .install(IdRun::from_range(1, 11, 1, 0).unwrap())
         .unwrap();
     let asks: Vec<bool> = (0..5).map(|_| take_all(&buffer, 1).1.preload).collect();
     assert_eq!(
@@ -68,11 +68,11 @@ fn preload_is_asked_once_per_segment_at_the_share() {
         "the third of ten crosses 20%"
     );
     buffer
-        .install(Segment::from_range(11, 21, 1, 0).unwrap())
+        .install(IdRun::from_range(11, 21, 1, 0).unwrap())
         .unwrap();
     assert!(!buffer.wants_next());
     buffer
-        .install(Segment::from_range(21, 31, 1, 0).unwrap())
+        .install(IdRun::from_range(21, 31, 1, 0).unwrap())
         .unwrap_err();
     let asks: Vec<bool> = (0..10).map(|_| take_all(&buffer, 1).1.preload).collect();
     assert_eq!(asks.iter().filter(|&&a| a).count(), 1, "{asks:?}");
@@ -84,11 +84,11 @@ fn preload_is_asked_once_per_segment_at_the_share() {
 fn a_batch_spans_both_segments_and_stops_at_the_end() {
     let buffer = SegmentBuffer::new(0.1);
     buffer
-        .install(Segment::from_range(1, 6, 1, 0).unwrap())
+        .install(IdRun::from_range(1, 6, 1, 0).unwrap())
         .unwrap();
     let _ = take_all(&buffer, 2);
     buffer
-        .install(Segment::from_range(100, 200, 10, 3).unwrap())
+        .install(IdRun::from_range(100, 200, 10, 3).unwrap())
         .unwrap();
     let mut batch = IdBatch::new();
     let take = buffer.take(8, &mut batch);
@@ -105,19 +105,19 @@ fn a_batch_spans_both_segments_and_stops_at_the_end() {
 fn install_refuses_what_would_go_back_or_drop_ids() {
     let buffer = SegmentBuffer::new(0.1);
     buffer
-        .install(Segment::from_range(50, 60, 1, 0).unwrap())
+        .install(IdRun::from_range(50, 60, 1, 0).unwrap())
         .unwrap();
     let _ = take_all(&buffer, 1);
     let err = buffer
-        .install(Segment::from_range(40, 55, 1, 0).unwrap())
+        .install(IdRun::from_range(40, 55, 1, 0).unwrap())
         .unwrap_err();
     assert!(err.to_string().contains("does not start above"), "{err}");
     assert_eq!(buffer.remaining(), 9, "a refused install changes nothing");
     buffer
-        .install(Segment::from_range(60, 70, 1, 0).unwrap())
+        .install(IdRun::from_range(60, 70, 1, 0).unwrap())
         .unwrap();
     let err = buffer
-        .install(Segment::from_range(70, 80, 1, 0).unwrap())
+        .install(IdRun::from_range(70, 80, 1, 0).unwrap())
         .unwrap_err();
     assert!(err.to_string().contains("already buffered"), "{err}");
     let status = buffer.status();
@@ -137,7 +137,7 @@ fn threads_and_an_installer_never_repeat_an_id() {
     const EACH: u64 = 20_000;
     let buffer = Arc::new(SegmentBuffer::new(0.5));
     buffer
-        .install(Segment::from_range(1, 101, 1, 0).unwrap())
+        .install(IdRun::from_range(1, 101, 1, 0).unwrap())
         .unwrap();
     let barrier = Arc::new(Barrier::new(THREADS + 1));
     let done = Arc::new(AtomicU64::new(0));
@@ -179,7 +179,7 @@ fn threads_and_an_installer_never_repeat_an_id() {
             // store gives when other servers lease too.
             let size = 50 + next_start % 97;
             buffer
-                .install(Segment::from_range(next_start, next_start + size, 1, 0).unwrap())
+                .install(IdRun::from_range(next_start, next_start + size, 1, 0).unwrap())
                 .unwrap();
             next_start += size + 13;
         } else {
@@ -205,7 +205,7 @@ fn take_one_walks_the_segments_without_a_batch() {
     let buffer = SegmentBuffer::new(0.5);
     assert_eq!(buffer.take_one(), TakeOne::Empty);
     buffer
-        .install(Segment::from_range(5, 7, 1, 0).unwrap())
+        .install(IdRun::from_range(5, 7, 1, 0).unwrap())
         .unwrap();
     let first = buffer.take_one();
     assert_eq!(
