@@ -280,6 +280,13 @@ impl SqlStoreConfig {
 }
 
 /// The migration component of the segment table `table`: `segment:<table>`.
+/// A value bound into an insert after the key ([`SqlSegmentStore::insert_key`]).
+#[derive(Debug, Clone, Copy)]
+enum Bind<'a> {
+    Int(i64),
+    Text(Option<&'a str>),
+}
+
 fn component(table: &Identifier) -> String {
     format!("segment:{table}")
 }
@@ -464,74 +471,39 @@ impl SqlSegmentStore {
         key: &str,
         step: Option<i64>,
     ) -> std::result::Result<Option<GrantRow>, sqlx::Error> {
-        let max = MAX_ID as i64;
-        match self.db.pool() {
-            Pool::Postgres(p) => match step {
-                Some(step) => {
-                    sqlx::query_as(&self.sql.fetch_given)
+        // The statement with its binds, for `query` or `query_as` alike: the
+        // key's own step or the given one, and the cap that keeps `max_id` at
+        // or below MAX_ID.
+        macro_rules! fetch_query {
+            ($query:path) => {
+                match step {
+                    Some(step) => $query(&self.sql.fetch_given)
                         .bind(step)
                         .bind(key)
-                        .bind(max - step)
-                        .fetch_optional(p)
-                        .await
+                        .bind(MAX_ID as i64 - step),
+                    None => $query(&self.sql.fetch_own).bind(key).bind(MAX_ID as i64),
                 }
-                None => {
-                    sqlx::query_as(&self.sql.fetch_own)
-                        .bind(key)
-                        .bind(max)
-                        .fetch_optional(p)
-                        .await
-                }
-            },
-            Pool::Sqlite(p) => match step {
-                Some(step) => {
-                    sqlx::query_as(&self.sql.fetch_given)
-                        .bind(step)
-                        .bind(key)
-                        .bind(max - step)
-                        .fetch_optional(p)
-                        .await
-                }
-                None => {
-                    sqlx::query_as(&self.sql.fetch_own)
-                        .bind(key)
-                        .bind(max)
-                        .fetch_optional(p)
-                        .await
-                }
-            },
-            Pool::MySql(p) => {
-                let mut tx = p.begin().await?;
-                let updated = match step {
-                    Some(step) => {
-                        sqlx::query(&self.sql.fetch_given)
-                            .bind(step)
-                            .bind(key)
-                            .bind(max - step)
-                            .execute(&mut *tx)
-                            .await?
-                    }
-                    None => {
-                        sqlx::query(&self.sql.fetch_own)
-                            .bind(key)
-                            .bind(max)
-                            .execute(&mut *tx)
-                            .await?
-                    }
-                };
-                if updated.rows_affected() == 0 {
-                    tx.rollback().await?;
-                    return Ok(None);
-                }
-                // Our own write, under our row lock until the commit.
-                let row: GrantRow = sqlx::query_as(&self.sql.read_grant)
-                    .bind(key)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(Some(row))
-            }
+            };
         }
+        let Pool::MySql(p) = self.db.pool() else {
+            // One `UPDATE … RETURNING`.
+            return on_pool!(self.db.pool(), p => {
+                fetch_query!(sqlx::query_as).fetch_optional(p).await
+            });
+        };
+        let mut tx = p.begin().await?;
+        let updated = fetch_query!(sqlx::query).execute(&mut *tx).await?;
+        if updated.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        // Our own write, under our row lock until the commit.
+        let row: GrantRow = sqlx::query_as(&self.sql.read_grant)
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(row))
     }
 
     async fn read_grant_row(
@@ -544,6 +516,43 @@ impl SqlSegmentStore {
     }
 
     /// Turns an updated row into a grant, checking what the row says.
+    /// Inserts `key`'s row with `sql` (the key, then `binds`) and reads it
+    /// back, in one transaction: the new row is locked until the commit, so the
+    /// read sees what was written. "Exists" is the insert failing on the
+    /// primary key, never a check before it.
+    async fn insert_key(&self, key: &NewKey, sql: &str, binds: &[Bind<'_>]) -> Result<KeyRow> {
+        self.retry
+            .run(|| async {
+                on_pool!(self.db.pool(), p => {
+                    let mut tx = p.begin().await?;
+                    let mut insert = sqlx::query(sql).bind(key.key());
+                    for bind in binds {
+                        insert = match *bind {
+                            Bind::Int(value) => insert.bind(value),
+                            Bind::Text(value) => insert.bind(value),
+                        };
+                    }
+                    insert.execute(&mut *tx).await?;
+                    let row: KeyRow = sqlx::query_as(&self.sql.describe)
+                        .bind(key.key())
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(row)
+                })
+            })
+            .await
+            .map_err(|e| {
+                if idmint_sql::is_unique_violation(&e) {
+                    SegmentError::KeyExists {
+                        key: key.key().to_owned(),
+                    }
+                } else {
+                    self.backend("create")(e)
+                }
+            })
+    }
+
     fn grant(&self, key: &str, given: Option<i64>, row: GrantRow) -> Result<SegmentGrant> {
         let (max_id, row_step, delta, remainder) = row;
         let step = given.unwrap_or(row_step);
@@ -703,7 +712,6 @@ impl SegmentStore for SqlSegmentStore {
     }
 
     async fn create(&self, key: &NewKey) -> Result<KeyInfo> {
-        const OP: &str = "create";
         key.validate()?;
         if self.schema == TableSchema::Tinyid {
             let row = self.create_tinyid(key).await?;
@@ -738,42 +746,12 @@ impl SegmentStore for SqlSegmentStore {
         let delta = key.delta() as i64;
         let remainder = key.remainder() as i64;
         let description = (!key.description().is_empty()).then_some(key.description());
-        let idmint = self.schema == TableSchema::Idmint;
-        let inserted = self
-            .retry
-            .run(|| async {
-                on_pool!(self.db.pool(), p => {
-                    // Insert and read back in one transaction: the new row is
-                    // locked until commit, so the read sees what we wrote.
-                    let mut tx = p.begin().await?;
-                    let insert = sqlx::query(&self.sql.insert)
-                        .bind(key.key())
-                        .bind(start)
-                        .bind(step)
-                        .bind(description);
-                    let insert = if idmint {
-                        insert.bind(delta).bind(remainder)
-                    } else {
-                        insert
-                    };
-                    insert.execute(&mut *tx).await?;
-                    let row: KeyRow = sqlx::query_as(&self.sql.describe)
-                        .bind(key.key())
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                    Ok(row)
-                })
-            })
-            .await;
-        match inserted {
-            Ok(row) => self.key_info(row),
-            // "Exists" is the insert failing, never a check before it.
-            Err(e) if idmint_sql::is_unique_violation(&e) => Err(SegmentError::KeyExists {
-                key: key.key().to_owned(),
-            }),
-            Err(e) => Err(self.backend(OP)(e)),
+        let mut binds = vec![Bind::Int(start), Bind::Int(step), Bind::Text(description)];
+        if self.schema == TableSchema::Idmint {
+            binds.extend([Bind::Int(delta), Bind::Int(remainder)]);
         }
+        let row = self.insert_key(key, &self.sql.insert, &binds).await?;
+        self.key_info(row)
     }
 
     async fn list(&self) -> Result<Vec<KeyInfo>> {

@@ -46,7 +46,7 @@
 
 use idmint_sql::{Dialect, Identifier, on_pool};
 
-use super::{KeyRow, SqlSegmentStore, TableSchema};
+use super::{Bind, KeyRow, SqlSegmentStore, TableSchema};
 use crate::error::{Result, SegmentError};
 use crate::store::{MAX_ID, NewKey, SegmentGrant};
 
@@ -284,38 +284,15 @@ impl SqlSegmentStore {
         }
         // validate() bounds every number by MAX_ID, so the casts are exact.
         let max_id = key.start().max(1) as i64 - 1;
-        let sql = self.tinyid_sql();
-        self.retry
-            .run(|| async {
-                on_pool!(self.db.pool(), p => {
-                    let mut tx = p.begin().await?;
-                    sqlx::query(&sql.insert)
-                        .bind(key.key())
-                        .bind(max_id)
-                        .bind(max_id)
-                        .bind(key.step() as i64)
-                        .bind(key.delta() as i64)
-                        .bind(key.remainder() as i64)
-                        .execute(&mut *tx)
-                        .await?;
-                    let row: KeyRow = sqlx::query_as(&self.sql.describe)
-                        .bind(key.key())
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                    Ok(row)
-                })
-            })
+        let binds = [
+            Bind::Int(max_id),
+            Bind::Int(max_id),
+            Bind::Int(key.step() as i64),
+            Bind::Int(key.delta() as i64),
+            Bind::Int(key.remainder() as i64),
+        ];
+        self.insert_key(key, &self.tinyid_sql().insert, &binds)
             .await
-            .map_err(|e| {
-                if idmint_sql::is_unique_violation(&e) {
-                    SegmentError::KeyExists {
-                        key: key.key().to_owned(),
-                    }
-                } else {
-                    self.backend("create")(e)
-                }
-            })
     }
 
     /// A Tinyid row's [`KeyInfo::max_id`](crate::KeyInfo::max_id): where the next segment starts,
