@@ -80,10 +80,10 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use idmint_redis::{CallError, RedisConnection};
 use jiff::Timestamp;
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
-use tokio::sync::Mutex;
 
 use crate::error::{RegistryError, Result};
 use crate::registry::{
@@ -306,11 +306,9 @@ impl Default for RedisConfig {
 /// # }
 /// ```
 pub struct RedisRegistry {
-    client: redis::Client,
-    /// The shared multiplexed connection; `None` after it failed, until the next
-    /// call opens a new one. A `tokio` mutex because connecting awaits under it,
-    /// so concurrent callers share one new connection instead of racing.
-    conn: Mutex<Option<MultiplexedConnection>>,
+    /// One multiplexed connection that reconnects by itself and is replaced
+    /// when a call on it times out (`idmint_redis`).
+    conn: RedisConnection,
     config: RedisConfig,
     claim_script: Script,
     renew_script: Script,
@@ -323,10 +321,7 @@ impl fmt::Debug for RedisRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The address only: the connection info may carry a password.
         f.debug_struct("RedisRegistry")
-            .field(
-                "addr",
-                &self.client.get_connection_info().addr().to_string(),
-            )
+            .field("addr", &self.conn.addr())
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
@@ -342,24 +337,18 @@ impl RedisRegistry {
     /// - [`RegistryError::Backend`] when the connection is refused or fails.
     pub async fn connect(url: &str, config: RedisConfig) -> Result<Self> {
         config.validate()?;
-        let client = redis::Client::open(url)
-            .map_err(|e| config_error(format!("invalid redis url: {e}")))?;
-        let registry = RedisRegistry {
-            client,
-            conn: Mutex::new(None),
+        let conn = RedisConnection::connect(url, config.timeout)
+            .await
+            .map_err(|e| call_error("connect", e))?;
+        Ok(RedisRegistry {
+            conn,
             config,
             claim_script: Script::new(CLAIM_LUA),
             renew_script: Script::new(RENEW_LUA),
             persist_script: Script::new(PERSIST_LUA),
             release_script: Script::new(RELEASE_LUA),
             peers_script: Script::new(PEERS_LUA),
-        };
-        registry
-            .call("connect", |mut conn| async move {
-                redis::cmd("PING").query_async::<String>(&mut conn).await
-            })
-            .await?;
-        Ok(registry)
+        })
     }
 
     /// The configuration.
@@ -386,55 +375,17 @@ impl RedisRegistry {
         format!("{}{kind}{worker}", self.config.prefix)
     }
 
-    /// Runs `op` on the shared connection (opening one if needed) within the
-    /// timeout, mapping failures to typed errors. A connection that failed or
-    /// timed out is dropped so the next call starts afresh.
+    /// Runs `op` on the shared connection within the timeout, mapping
+    /// failures to typed errors.
     async fn call<T, F, Fut>(&self, operation: &'static str, op: F) -> Result<T>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        let attempt = async {
-            let conn = self.connection().await?;
-            let result = op(conn).await;
-            let broken = result.as_ref().err().is_some_and(|e| {
-                e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
-            });
-            if broken {
-                *self.conn.lock().await = None;
-            }
-            result
-        };
-        match tokio::time::timeout(self.config.timeout, attempt).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(RegistryError::Backend {
-                registry: KIND,
-                operation,
-                message: e.to_string(),
-            }),
-            Err(_elapsed) => {
-                // A connection that hangs stays hung; start over next time.
-                // `try_lock`: if someone is connecting right now, let them.
-                if let Ok(mut slot) = self.conn.try_lock() {
-                    *slot = None;
-                }
-                Err(RegistryError::Timeout {
-                    registry: KIND,
-                    operation,
-                    after: self.config.timeout,
-                })
-            }
-        }
-    }
-
-    async fn connection(&self) -> RedisResult<MultiplexedConnection> {
-        let mut slot = self.conn.lock().await;
-        if let Some(conn) = slot.as_ref() {
-            return Ok(conn.clone());
-        }
-        let conn = self.client.get_multiplexed_async_connection().await?;
-        *slot = Some(conn.clone());
-        Ok(conn)
+        self.conn
+            .call(self.config.timeout, op)
+            .await
+            .map_err(|e| call_error(operation, e))
     }
 
     /// Runs the claim script over `count` IDs from `start` (modulo `range`) and
@@ -695,6 +646,23 @@ fn describe_holder(token: &str) -> String {
     match who.rsplit_once('@') {
         Some((host, at)) if !host.is_empty() && token.contains('/') => format!("{host} ({at})"),
         _ => format!("{token:?}"),
+    }
+}
+
+/// A failed call as the registry reports it, naming `operation`.
+fn call_error(operation: &'static str, e: CallError) -> RegistryError {
+    match e {
+        CallError::Config(message) => config_error(message),
+        CallError::Timeout { after } => RegistryError::Timeout {
+            registry: KIND,
+            operation,
+            after,
+        },
+        other => RegistryError::Backend {
+            registry: KIND,
+            operation,
+            message: other.to_string(),
+        },
     }
 }
 

@@ -1,14 +1,15 @@
 //! [`RedisConnection`]: the one connection the Redis strategies share, and the
-//! timeout and error mapping every call goes through.
+//! error mapping every call goes through. The connection itself (reconnects,
+//! replacing a connection that stopped answering, bounded calls) is
+//! `idmint_redis::RedisConnection`, shared with the Redis worker registry.
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use idmint_redis::CallError;
 use redis::RedisResult;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 
 use super::{KIND, check_timeout};
 use crate::error::{Result, SegmentError};
@@ -40,22 +41,13 @@ use crate::error::{Result, SegmentError};
 /// ```
 #[derive(Clone)]
 pub struct RedisConnection {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    client: redis::Client,
-    config: ConnectionManagerConfig,
-    /// The manager calls go through; replaced when a call on it times out.
-    current: ArcSwap<ConnectionManager>,
-    /// `host:port` only: the URL may carry a password.
-    addr: String,
+    inner: idmint_redis::RedisConnection,
 }
 
 impl fmt::Debug for RedisConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConnection")
-            .field("addr", &self.inner.addr)
+            .field("addr", &self.inner.addr())
             .finish_non_exhaustive()
     }
 }
@@ -73,38 +65,15 @@ impl RedisConnection {
     /// - [`SegmentError::Backend`] when the connection is refused or fails.
     pub async fn connect(url: &str, timeout: Duration) -> Result<RedisConnection> {
         check_timeout(timeout)?;
-        let client = redis::Client::open(url)
-            .map_err(|e| SegmentError::Config(format!("invalid redis url: {e}")))?;
-        let addr = client.get_connection_info().addr().to_string();
-        // Few, quick reconnection attempts: a call is bounded by its timeout
-        // anyway, and a refused connection should come back as an error soon
-        // rather than be retried with backoff for seconds. No response timeout
-        // here: each call has its own bound.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(None)
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(200));
-        let manager = lazy_manager(&client, &config)?;
-        let conn = RedisConnection {
-            inner: Arc::new(Inner {
-                client,
-                config,
-                current: ArcSwap::from_pointee(manager),
-                addr,
-            }),
-        };
-        conn.call("connect", timeout, |mut manager| async move {
-            redis::cmd("PING").query_async::<String>(&mut manager).await
-        })
-        .await?;
-        Ok(conn)
+        let inner = idmint_redis::RedisConnection::connect(url, timeout)
+            .await
+            .map_err(|e| call_error("connect", e))?;
+        Ok(RedisConnection { inner })
     }
 
     /// The server's address, `host:port`.
     pub fn addr(&self) -> &str {
-        &self.inner.addr
+        self.inner.addr()
     }
 
     /// Runs `op` on the connection within `timeout`, mapping failures to
@@ -119,50 +88,25 @@ impl RedisConnection {
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        let manager = self.inner.current.load_full();
-        let timed_out = || SegmentError::Timeout {
-            store: KIND,
-            operation,
-            after: timeout,
-        };
-        match tokio::time::timeout(timeout, op((*manager).clone())).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) if e.is_timeout() => {
-                self.replace(&manager);
-                Err(timed_out())
-            }
-            Ok(Err(e)) => Err(SegmentError::Backend {
-                store: KIND,
-                operation,
-                message: e.to_string(),
-            }),
-            Err(_elapsed) => {
-                self.replace(&manager);
-                Err(timed_out())
-            }
-        }
-    }
-
-    /// Puts a new (not yet connected) manager in place of `stale`, unless
-    /// another call has done so already. Calls still running on `stale` finish
-    /// on it; the next calls connect afresh.
-    fn replace(&self, stale: &Arc<ConnectionManager>) {
-        if let Ok(fresh) = lazy_manager(&self.inner.client, &self.inner.config) {
-            let _previous = self.inner.current.compare_and_swap(stale, Arc::new(fresh));
-        }
+        self.inner
+            .call(timeout, op)
+            .await
+            .map_err(|e| call_error(operation, e))
     }
 }
 
-/// A manager that connects on its first use. Does no I/O.
-fn lazy_manager(
-    client: &redis::Client,
-    config: &ConnectionManagerConfig,
-) -> Result<ConnectionManager> {
-    ConnectionManager::new_lazy_with_config(client.clone(), config.clone()).map_err(|e| {
-        SegmentError::Backend {
+fn call_error(operation: &'static str, e: CallError) -> SegmentError {
+    match e {
+        CallError::Config(message) => SegmentError::Config(message),
+        CallError::Timeout { after } => SegmentError::Timeout {
             store: KIND,
-            operation: "connect",
-            message: e.to_string(),
-        }
-    })
+            operation,
+            after,
+        },
+        other => SegmentError::Backend {
+            store: KIND,
+            operation,
+            message: other.to_string(),
+        },
+    }
 }
