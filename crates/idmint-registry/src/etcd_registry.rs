@@ -94,7 +94,7 @@ use crate::error::{RegistryError, Result};
 use crate::registry::{
     Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker, check_range,
 };
-use crate::util::{ceil_ms, random_u64};
+use crate::util::{bounded, ceil_ms, random_u64};
 
 /// The registry kind, as in config and in errors.
 const KIND: &str = "etcd";
@@ -354,15 +354,10 @@ impl EtcdRegistry {
         operation: &'static str,
         fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.config.timeout, fut).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(backend(operation, &e)),
-            Err(_) => Err(RegistryError::Timeout {
-                registry: KIND,
-                operation,
-                after: self.config.timeout,
-            }),
-        }
+        bounded(KIND, operation, self.config.timeout, async {
+            fut.await.map_err(|e| backend(operation, &e))
+        })
+        .await
     }
 
     /// The worker IDs below `range` whose holding key exists now.
@@ -513,16 +508,14 @@ impl EtcdRegistry {
     /// Revokes a lease, ignoring a lease that is already gone.
     async fn revoke(&self, operation: &'static str, lease_id: i64) -> Result<bool> {
         let mut client = self.client.clone();
-        match tokio::time::timeout(self.config.timeout, client.lease_revoke(lease_id)).await {
-            Ok(Ok(_)) => Ok(true),
-            Ok(Err(e)) if is_lease_not_found(&e) => Ok(false),
-            Ok(Err(e)) => Err(backend(operation, &e)),
-            Err(_) => Err(RegistryError::Timeout {
-                registry: KIND,
-                operation,
-                after: self.config.timeout,
-            }),
-        }
+        bounded(KIND, operation, self.config.timeout, async {
+            match client.lease_revoke(lease_id).await {
+                Ok(_) => Ok(true),
+                Err(e) if is_lease_not_found(&e) => Ok(false),
+                Err(e) => Err(backend(operation, &e)),
+            }
+        })
+        .await
     }
 
     fn lease_lost(&self, worker: u32, reason: String) -> RegistryError {
@@ -612,19 +605,17 @@ impl WorkerRegistry for EtcdRegistry {
 
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
         let (lease_id, _) = parse_token(claim)?;
-        match tokio::time::timeout(self.config.timeout, self.keep_alive(lease_id)).await {
-            Ok(Ok(lease)) => Ok(lease),
-            Ok(Err(KeepAlive::Gone)) => Err(self.lease_lost(
-                claim.worker,
-                format!("lease {lease_id:x} expired or was revoked"),
-            )),
-            Ok(Err(KeepAlive::Failed(message))) => Err(backend_msg("renew", message)),
-            Err(_) => Err(RegistryError::Timeout {
-                registry: KIND,
-                operation: "renew",
-                after: self.config.timeout,
-            }),
-        }
+        bounded(KIND, "renew", self.config.timeout, async {
+            match self.keep_alive(lease_id).await {
+                Ok(lease) => Ok(lease),
+                Err(KeepAlive::Gone) => Err(self.lease_lost(
+                    claim.worker,
+                    format!("lease {lease_id:x} expired or was revoked"),
+                )),
+                Err(KeepAlive::Failed(message)) => Err(backend_msg("renew", message)),
+            }
+        })
+        .await
     }
 
     async fn persist_mark(
@@ -719,14 +710,7 @@ impl WorkerRegistry for EtcdRegistry {
                 format!("mark of worker {worker} kept changing during {PERSIST_ATTEMPTS} attempts"),
             ))
         };
-        match tokio::time::timeout(self.config.timeout, attempt).await {
-            Ok(result) => result,
-            Err(_) => Err(RegistryError::Timeout {
-                registry: KIND,
-                operation: "persist mark",
-                after: self.config.timeout,
-            }),
-        }
+        bounded(KIND, "persist mark", self.config.timeout, attempt).await
     }
 
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {

@@ -63,6 +63,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::{RegistryError, Result};
 use crate::registry::{Claim, Lease, NodeIdentity, WorkerRegistry};
+use crate::util::bounded;
 
 /// How the keeper runs: windows, intervals, thresholds and timeouts.
 ///
@@ -647,14 +648,7 @@ impl Ctx {
         operation: &'static str,
         fut: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.config.call_timeout, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(RegistryError::Timeout {
-                registry: self.kind(),
-                operation,
-                after: self.config.call_timeout,
-            }),
-        }
+        bounded(self.kind(), operation, self.config.call_timeout, fut).await
     }
 
     async fn claim(&self) -> Result<Claim> {
