@@ -11,13 +11,14 @@
 //! criterion's per-iteration statistics do not give.
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idmint_core::clock::CoarseClock;
 use idmint_core::{Cached, Layout, SequenceExhausted, Snowflake, TakeRejection};
-use idmint_testkit::bench::{cost, median, runs};
+use idmint_testkit::bench::{
+    Row, cost, fetch_add_ns, fetch_add_row, median, print_table, runs, together,
+};
 
 const CAP_TWITTER: f64 = 4_096_000.0;
 
@@ -35,30 +36,23 @@ where
     F: FnMut() -> u64 + Send + 'static,
     T: Fn(u64) -> i64,
 {
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let mut f = make();
-            let barrier = barrier.clone();
-            std::thread::spawn(move || {
-                barrier.wait();
-                let start = Instant::now();
-                let (mut n, mut last) = (0u64, 0u64);
-                loop {
-                    for _ in 0..64 {
-                        last = f();
-                    }
-                    n += 64;
-                    if start.elapsed() >= window {
-                        break;
-                    }
+    let results = together(threads, || {
+        let mut f = make();
+        move || {
+            let start = Instant::now();
+            let (mut n, mut last) = (0u64, 0u64);
+            loop {
+                for _ in 0..64 {
+                    last = f();
                 }
-                (n, last, start.elapsed())
-            })
-        })
-        .collect();
-    barrier.wait();
-    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+                n += 64;
+                if start.elapsed() >= window {
+                    break;
+                }
+            }
+            (n, last, start.elapsed())
+        }
+    });
     let now = wall_ms();
     let total: u64 = results.iter().map(|r| r.0).sum();
     let secs = results
@@ -86,12 +80,6 @@ fn shared_snowflake(exhausted: SequenceExhausted) -> Arc<Snowflake> {
     )
 }
 
-struct Row {
-    what: String,
-    figure: String,
-    ratio: String,
-}
-
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing and
     // expects a quick smoke run.
@@ -110,22 +98,8 @@ fn main() {
 
     for threads in [1usize, 2] {
         // Baseline: a bare shared counter.
-        let base = median(
-            (0..runs)
-                .map(|_| {
-                    let c = Arc::new(AtomicU64::new(0));
-                    cost(threads, n_cost, || {
-                        let c = c.clone();
-                        move || c.fetch_add(1, Ordering::Relaxed)
-                    })
-                })
-                .collect(),
-        );
-        rows.push(Row {
-            what: format!("`AtomicU64::fetch_add`, {threads} thread(s) (baseline)"),
-            figure: format!("{base:.1} ns/ID"),
-            ratio: "1.00×".into(),
-        });
+        let base = fetch_add_ns(threads, n_cost, runs);
+        rows.push(fetch_add_row(threads, base));
 
         // Snowflake at its cap (classic: wait for the next tick).
         let (rate, lead) = median2(
@@ -296,11 +270,10 @@ fn main() {
         ),
     });
 
-    println!("| measurement | median of {runs} | ratio |");
-    println!("|---|---|---|");
-    for r in rows {
-        println!("| {} | {} | {} |", r.what, r.figure, r.ratio);
-    }
+    print_table(
+        ["measurement", &format!("median of {runs}"), "ratio"],
+        &rows,
+    );
 }
 
 /// The run with the median rate, keeping its lead alongside.

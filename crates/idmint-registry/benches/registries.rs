@@ -29,8 +29,8 @@
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idmint_core::clock::MonotonicClock;
@@ -43,7 +43,7 @@ use idmint_registry::redis_registry::{RedisConfig, RedisRegistry};
 use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
 use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
 use idmint_registry::{NodeIdentity, WorkerRegistry};
-use idmint_testkit::bench::{median, runs};
+use idmint_testkit::bench::{Row, median, print_table, runs, together};
 use tokio::runtime::Runtime;
 
 const LAYOUT: Layout = Layout::TWITTER;
@@ -389,45 +389,32 @@ async fn claim_run(registry: &dyn WorkerRegistry, n_claims: usize) -> (Vec<f64>,
     (claims, trips)
 }
 
-struct Row {
-    what: String,
-    figure: String,
-    ratio: String,
-}
-
 /// IDs per second from `threads` threads calling `f` for `window`, and how many
 /// calls failed (each failure is retried at once; only successes count).
 fn sustained<F>(threads: usize, window: Duration, make: impl Fn() -> F) -> (f64, u64)
 where
     F: FnMut() -> bool + Send + 'static,
 {
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let mut f = make();
-            let barrier = barrier.clone();
-            std::thread::spawn(move || {
-                barrier.wait();
-                let start = Instant::now();
-                let (mut n, mut failed) = (0u64, 0u64);
-                loop {
-                    for _ in 0..64 {
-                        if f() {
-                            n += 1;
-                        } else {
-                            failed += 1;
-                        }
-                    }
-                    if start.elapsed() >= window {
-                        break;
+    let results = together(threads, || {
+        let mut f = make();
+        move || {
+            let start = Instant::now();
+            let (mut n, mut failed) = (0u64, 0u64);
+            loop {
+                for _ in 0..64 {
+                    if f() {
+                        n += 1;
+                    } else {
+                        failed += 1;
                     }
                 }
-                (n, failed, start.elapsed())
-            })
-        })
-        .collect();
-    barrier.wait();
-    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+                if start.elapsed() >= window {
+                    break;
+                }
+            }
+            (n, failed, start.elapsed())
+        }
+    });
     let total: u64 = results.iter().map(|r| r.0).sum();
     let failed: u64 = results.iter().map(|r| r.1).sum();
     let secs = results
@@ -604,9 +591,12 @@ fn main() {
         }
     }
 
-    println!("| measurement | median of {runs} | ratio / detail |");
-    println!("|---|---|---|");
-    for r in rows {
-        println!("| {} | {} | {} |", r.what, r.figure, r.ratio);
-    }
+    print_table(
+        [
+            "measurement",
+            &format!("median of {runs}"),
+            "ratio / detail",
+        ],
+        &rows,
+    );
 }

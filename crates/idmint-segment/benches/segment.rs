@@ -12,8 +12,7 @@
 //! that crosses segment switches, which criterion doesn't give.
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::Instant;
 
 use idmint_core::Layout;
@@ -23,7 +22,9 @@ use idmint_segment::redis::{
     RedisSnowflake, RedisSnowflakeConfig, RedisStoreConfig,
 };
 use idmint_segment::{MemoryStore, NewKey, SegmentAllocator, SegmentConfig, SegmentKey};
-use idmint_testkit::bench::{cost, median, runs};
+use idmint_testkit::bench::{
+    Row, cost, fetch_add_ns, fetch_add_row, median, per_call_ns, print_table, runs, together,
+};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/";
 
@@ -61,31 +62,20 @@ fn caller_runtime() -> tokio::runtime::Runtime {
 /// Nanoseconds per `SegmentKey::next_id` on `threads` threads.
 fn allocator_cost(threads: usize, per_thread: u64, step: u64) -> f64 {
     let (_rt, key, _guard) = allocator(step);
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let key = key.clone();
-            let barrier = barrier.clone();
-            std::thread::spawn(move || {
-                let rt = caller_runtime();
-                barrier.wait();
-                rt.block_on(async {
-                    let start = Instant::now();
-                    for _ in 0..per_thread {
-                        black_box(key.next_id().await.unwrap());
-                    }
-                    start.elapsed()
-                })
+    let took = together(threads, || {
+        let key = key.clone();
+        let rt = caller_runtime();
+        move || {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..per_thread {
+                    black_box(key.next_id().await.unwrap());
+                }
+                start.elapsed()
             })
-        })
-        .collect();
-    barrier.wait();
-    let took = handles
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .max()
-        .unwrap();
-    took.as_nanos() as f64 / (per_thread * threads as u64) as f64
+        }
+    });
+    per_call_ns(took.into_iter().max().unwrap(), per_thread * threads as u64)
 }
 
 /// Latencies (ns) of single `next_id` calls on one thread, over `calls` calls
@@ -123,12 +113,6 @@ fn latencies(calls: usize, step: u64) -> [f64; 4] {
     [at(0.5), at(0.999), mid(switches), mid(preloads)]
 }
 
-struct Row {
-    what: String,
-    figure: String,
-    ratio: String,
-}
-
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` expects a smoke run.
     let quick = !std::env::args().any(|a| a == "--bench");
@@ -137,22 +121,8 @@ fn main() {
     let mut rows = Vec::new();
 
     for threads in [1usize, 2] {
-        let base = median(
-            (0..runs)
-                .map(|_| {
-                    let c = Arc::new(AtomicU64::new(0));
-                    cost(threads, n, || {
-                        let c = c.clone();
-                        move || c.fetch_add(1, Ordering::Relaxed)
-                    })
-                })
-                .collect(),
-        );
-        rows.push(Row {
-            what: format!("`AtomicU64::fetch_add`, {threads} thread(s) (baseline)"),
-            figure: format!("{base:.1} ns/ID"),
-            ratio: "1.00×".into(),
-        });
+        let base = fetch_add_ns(threads, n, runs);
+        rows.push(fetch_add_row(threads, base));
 
         let buffer_ns = median(
             (0..runs)
@@ -237,11 +207,7 @@ fn main() {
 
     redis_rows(quick, runs, &mut rows);
 
-    println!("| measurement | figure | ratio |");
-    println!("|---|---|---|");
-    for row in rows {
-        println!("| {} | {} | {} |", row.what, row.figure, row.ratio);
-    }
+    print_table(["measurement", "figure", "ratio"], &rows);
 }
 
 /// Microseconds per call of `call`, `n` sequential calls on one connection.

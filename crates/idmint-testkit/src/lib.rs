@@ -230,8 +230,9 @@ impl Drop for PrivateService {
 /// statistics don't give.
 pub mod bench {
     use std::hint::black_box;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Barrier};
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     /// How many runs each figure is the median of: `IDMINT_BENCH_RUNS`,
     /// default 7.
@@ -258,6 +259,50 @@ pub mod bench {
         v[v.len() / 2]
     }
 
+    /// One row of a figures table: what was measured, the figure, and its
+    /// ratio to the run's baseline (or a detail).
+    #[derive(Debug, Clone)]
+    pub struct Row {
+        /// What was measured.
+        pub what: String,
+        /// The figure, with its unit.
+        pub figure: String,
+        /// The ratio to the baseline, or a detail.
+        pub ratio: String,
+    }
+
+    /// Prints `rows` as the Markdown table BENCHMARKS.md quotes, under a
+    /// header naming the three columns.
+    pub fn print_table(columns: [&str; 3], rows: &[Row]) {
+        println!("| {} | {} | {} |", columns[0], columns[1], columns[2]);
+        println!("|---|---|---|");
+        for r in rows {
+            println!("| {} | {} | {} |", r.what, r.figure, r.ratio);
+        }
+    }
+
+    /// Runs one closure per thread, the threads released together by a
+    /// barrier, and returns what each returned, in thread order.
+    pub fn together<R, F>(threads: usize, make: impl Fn() -> F) -> Vec<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let barrier = Arc::new(Barrier::new(threads + 1));
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let f = make();
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    f()
+                })
+            })
+            .collect();
+        barrier.wait();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
     /// Nanoseconds per call of the closures `make` builds, one per thread,
     /// `per_thread` calls each, all started together; the slowest thread's
     /// time over all calls.
@@ -265,27 +310,47 @@ pub mod bench {
     where
         F: FnMut() -> u64 + Send + 'static,
     {
-        let barrier = Arc::new(Barrier::new(threads + 1));
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let mut f = make();
-                let barrier = barrier.clone();
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    for _ in 0..per_thread {
-                        black_box(f());
-                    }
-                    start.elapsed()
+        let took = together(threads, || {
+            let mut f = make();
+            move || {
+                let start = Instant::now();
+                for _ in 0..per_thread {
+                    black_box(f());
+                }
+                start.elapsed()
+            }
+        });
+        per_call_ns(took.into_iter().max().unwrap(), per_thread * threads as u64)
+    }
+
+    /// Nanoseconds per call when `calls` calls took `took` in all.
+    pub fn per_call_ns(took: Duration, calls: u64) -> f64 {
+        took.as_nanos() as f64 / calls as f64
+    }
+
+    /// The baseline of the in-process figures: the median nanoseconds per
+    /// `fetch_add` on one `AtomicU64` shared by `threads` threads, over `runs`
+    /// runs of `per_thread` calls each.
+    pub fn fetch_add_ns(threads: usize, per_thread: u64, runs: usize) -> f64 {
+        median(
+            (0..runs)
+                .map(|_| {
+                    let c = Arc::new(AtomicU64::new(0));
+                    cost(threads, per_thread, || {
+                        let c = c.clone();
+                        move || c.fetch_add(1, Ordering::Relaxed)
+                    })
                 })
-            })
-            .collect();
-        barrier.wait();
-        let took = handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .max()
-            .unwrap();
-        took.as_nanos() as f64 / (per_thread * threads as u64) as f64
+                .collect(),
+        )
+    }
+
+    /// The baseline row for [`fetch_add_ns`]'s figure.
+    pub fn fetch_add_row(threads: usize, ns: f64) -> Row {
+        Row {
+            what: format!("`AtomicU64::fetch_add`, {threads} thread(s) (baseline)"),
+            figure: format!("{ns:.1} ns/ID"),
+            ratio: "1.00×".into(),
+        }
     }
 }
