@@ -618,6 +618,13 @@ struct Established {
     persisted: Timestamp,
 }
 
+/// What [`Task::fence`] saw: the lease ran out, and whether that is news.
+#[derive(Debug, Clone, Copy)]
+struct Fence {
+    expired: bool,
+    newly_expired: bool,
+}
+
 fn mono_now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
@@ -832,6 +839,8 @@ impl Task {
             .max(self.ctx.config.check_interval)
     }
 
+    /// One wake of the keeper: claim again if the claim is gone; otherwise
+    /// fence an expired lease, renew when due, and keep the mark ahead.
     async fn step(&mut self) {
         let mono = mono_now();
         let Some(claim) = self.claim.clone() else {
@@ -840,8 +849,16 @@ impl Task {
             }
             return;
         };
+        let fence = self.fence(&claim, mono);
+        if self.renew_if_due(&claim, mono, fence).await {
+            self.keep_mark_ahead(&claim, mono).await;
+        }
+    }
 
-        // Fence: the lease ran out (minus the margin) without a renewal.
+    /// The fence: a lease that ran out (minus the margin) without a renewal
+    /// retracts the mark, so the generator stops issuing before the lease
+    /// could be granted to anyone else.
+    fn fence(&mut self, claim: &Claim, mono: Instant) -> Fence {
         let expired = self.lease.is_some_and(|l| {
             l.valid_until
                 .checked_sub(self.ctx.config.lease_margin)
@@ -858,53 +875,59 @@ impl Task {
             }
             self.set_state(LeaseState::Expired);
         }
-
-        // Once expired, renewing is tried at once, then every check interval:
-        // not on every wake, as callers hitting the retracted mark nudge this
-        // task once per refused ID (that was a registry call, and a log line,
-        // per refused request).
-        let renew_due = self.next_renew.is_some_and(|r| mono >= r) || newly_expired;
-        if expired && !renew_due {
-            return;
+        Fence {
+            expired,
+            newly_expired,
         }
-        if renew_due {
-            match self
-                .ctx
-                .call("renew", self.ctx.registry.renew(&claim))
-                .await
-            {
-                Ok(lease) => {
-                    self.lease = lease;
-                    self.next_renew = lease.map(|l| mono + renew_every(&l));
-                    self.set_state(LeaseState::Held);
-                    self.shared.status().last_error = None;
-                    // Resumed after an expiry: the claim was never lost, so the
-                    // same generator goes on once the mark is persisted again.
+    }
+
+    /// Renews the lease when due. Returns whether the step goes on to the
+    /// mark: not while the lease stays expired, nor once the claim is lost.
+    ///
+    /// Once expired, renewing is tried at once, then every check interval:
+    /// not on every wake, as callers hitting the retracted mark nudge this
+    /// task once per refused ID (that was a registry call, and a log line,
+    /// per refused request).
+    async fn renew_if_due(&mut self, claim: &Claim, mono: Instant, fence: Fence) -> bool {
+        let expired = fence.expired;
+        let renew_due = self.next_renew.is_some_and(|r| mono >= r) || fence.newly_expired;
+        if !renew_due {
+            return !expired;
+        }
+        match self.ctx.call("renew", self.ctx.registry.renew(claim)).await {
+            Ok(lease) => {
+                self.lease = lease;
+                self.next_renew = lease.map(|l| mono + renew_every(&l));
+                self.set_state(LeaseState::Held);
+                self.shared.status().last_error = None;
+                // Resumed after an expiry: the claim was never lost, so the
+                // same generator goes on once the mark is persisted again.
+                true
+            }
+            Err(e @ RegistryError::LeaseLost { .. }) => {
+                self.set_error(&e);
+                self.lose();
+                false
+            }
+            Err(e) => {
+                self.set_error(&e);
+                let retry = if expired {
+                    self.ctx.config.check_interval
+                } else {
+                    self.retry_after()
+                };
+                self.next_renew = Some(mono + retry);
+                if !expired {
+                    self.set_state(LeaseState::Renewing);
                 }
-                Err(e @ RegistryError::LeaseLost { .. }) => {
-                    self.set_error(&e);
-                    self.lose();
-                    return;
-                }
-                Err(e) => {
-                    self.set_error(&e);
-                    let retry = if expired {
-                        self.ctx.config.check_interval
-                    } else {
-                        self.retry_after()
-                    };
-                    self.next_renew = Some(mono + retry);
-                    if !expired {
-                        self.set_state(LeaseState::Renewing);
-                    }
-                    if expired {
-                        return;
-                    }
-                }
+                !expired
             }
         }
+    }
 
-        // Keep the mark ahead.
+    /// Persists the mark ahead when it runs low or a report is due, and only
+    /// then lets the generator issue up to it (persist, then allow).
+    async fn keep_mark_ahead(&mut self, claim: &Claim, mono: Instant) {
         let now = self.ctx.settings.now();
         let ahead = now.max(self.generator.last_tick_time());
         let mark = self.generator.mark().unwrap_or(Timestamp::MIN);
@@ -919,7 +942,7 @@ impl Task {
             .ctx
             .call(
                 "persist mark",
-                self.ctx.registry.persist_mark(&claim, persist, now),
+                self.ctx.registry.persist_mark(claim, persist, now),
             )
             .await
         {
