@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use idmint_core::uuid::UuidGenerator;
-use idmint_core::{Layout, PublicIdCodec};
+use idmint_core::{Layout, PublicIdCodec, Snowflake};
 use idmint_registry::etcd_registry::{EtcdConfig, EtcdRegistry};
 use idmint_registry::file::{FileRegistry, LeaseFile};
 use idmint_registry::fixed::{HostRegistry, K8sRegistry, StaticRegistry};
@@ -17,7 +17,7 @@ use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
 use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
 use idmint_registry::{
     GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, NodeIdentity, RegistryError,
-    WorkerHandle, WorkerKeeper, WorkerRegistry,
+    WorkerHandle, WorkerKeeper, WorkerRegistry, check_given_worker,
 };
 use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
 use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
@@ -197,14 +197,7 @@ impl Server {
         let registry = open_registry(&config).await.map_err(registry_error)?;
         let registry = CountingRegistry::wrap(registry, metrics.clone());
         let clock = IdClock::new(config.snowflake.clock);
-        let mut settings = GeneratorSettings::new(layout)
-            .with_clock(clock.shared())
-            .with_clock_behind(config.snowflake.clock_behind)
-            .with_sequence_exhausted(config.snowflake.sequence_exhausted)
-            .with_sequence_start(config.snowflake.sequence_start);
-        if let Some(dc) = config.snowflake.datacenter {
-            settings = settings.with_datacenter(dc);
-        }
+        let settings = generator_settings(&config, layout).with_clock(clock.shared());
         let keeper = WorkerKeeper::start(registry, node.clone(), settings, keeper_config(&config))
             .await
             .map_err(registry_error)?;
@@ -320,9 +313,9 @@ impl Server {
     /// so a config that passes the check fails at start only for what needs
     /// the network, the data directory or the clock.
     ///
-    /// Not checked here: a worker ID or datacenter out of the layout's range
-    /// (the registry checks it when claiming), and what only a connection
-    /// tells (a URL's host, credentials, the tables).
+    /// Not checked here: what only a connection, the data directory or the
+    /// clock tells (a URL's host, credentials, the tables, a lock held by
+    /// another process, a clock behind the stored mark).
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the key (or the section, for a
@@ -337,6 +330,19 @@ impl Server {
         let registry = |key: &'static str| move |e: RegistryError| invalid(key, e.to_string());
         let sf = &config.snowflake;
         let kind = sf.registry;
+        let layout = config.layout()?;
+        if let Some(dc) = sf.datacenter {
+            // The core's own check, as the keeper meets it when building the generator.
+            Snowflake::builder(layout)
+                .with_datacenter(dc)
+                .build()
+                .map_err(|e| invalid("snowflake.datacenter", e.to_string()))?;
+        }
+        if let Some(worker) = sf.worker {
+            // Config::validate allows a worker ID with these two only.
+            let range = generator_settings(config, layout).range();
+            check_given_worker(kind.name(), worker, range).map_err(registry("snowflake.worker"))?;
+        }
         keeper_config(config)
             .validate(kind.name())
             .map_err(registry("snowflake.window"))?;
@@ -535,6 +541,18 @@ async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, Regis
 
 // The settings each backend is opened with, built without I/O, so that
 // `Server::check` validates exactly what `Server::start` opens.
+
+fn generator_settings(config: &Config, layout: Layout) -> GeneratorSettings {
+    let sf = &config.snowflake;
+    let settings = GeneratorSettings::new(layout)
+        .with_clock_behind(sf.clock_behind)
+        .with_sequence_exhausted(sf.sequence_exhausted)
+        .with_sequence_start(sf.sequence_start);
+    match sf.datacenter {
+        Some(dc) => settings.with_datacenter(dc),
+        None => settings,
+    }
+}
 
 fn keeper_config(config: &Config) -> KeeperConfig {
     KeeperConfig::new().with_window(config.snowflake.window)

@@ -235,6 +235,12 @@ fn config_check_refuses_what_serve_would_refuse_at_start() {
             "[snowflake]\nregistry = \"host\"\n[snowflake.host]\naddress = \"8.8.8.8\"\n",
             "snowflake.host.address",
         ),
+        // Out of the layout's range (twitter: 32 datacenters of 32 workers).
+        (
+            "[snowflake]\nregistry = \"static\"\nworker = 32\ndatacenter = 3\n",
+            "snowflake.worker",
+        ),
+        ("[snowflake]\ndatacenter = 32\n", "snowflake.datacenter"),
         ("[segment]\ntable = \"no such-table\"\n", "segment.table"),
         ("[segment]\nmax_step = 0\n", "segment"),
     ];
