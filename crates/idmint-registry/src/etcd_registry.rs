@@ -192,7 +192,14 @@ impl EtcdConfig {
         self.connect_timeout
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the settings without connecting: the key prefix, the lease TTL
+    /// (whole seconds, as etcd grants them) and the timeouts.
+    /// [`EtcdRegistry::connect`] runs it first; a server's config check runs
+    /// it before any I/O.
+    ///
+    /// # Errors
+    /// [`RegistryError::Config`] naming the setting that can't work.
+    pub fn validate(&self) -> Result<()> {
         if self.prefix.is_empty() {
             return Err(config_error("the key prefix is empty".to_owned()));
         }

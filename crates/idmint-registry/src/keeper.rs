@@ -165,7 +165,13 @@ impl KeeperConfig {
         self
     }
 
-    fn validate(&self, registry: &'static str) -> Result<()> {
+    /// Checks the intervals against each other and the window.
+    /// [`WorkerKeeper::start`] runs it first; a server's config check runs it
+    /// before any I/O. `registry` names the registry in the error.
+    ///
+    /// # Errors
+    /// [`RegistryError::Config`] naming the interval that can't work.
+    pub fn validate(&self, registry: &'static str) -> Result<()> {
         let bad = |message: String| {
             Err(RegistryError::Config {
                 registry,

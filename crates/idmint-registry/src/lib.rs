@@ -28,4 +28,4 @@ pub use keeper::{
     GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, WorkerHandle, WorkerKeeper,
     WorkerStatus,
 };
-pub use registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+pub use registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker};

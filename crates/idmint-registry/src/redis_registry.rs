@@ -250,7 +250,13 @@ impl RedisConfig {
         self.timeout
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the settings without connecting: the key prefix, the lease TTL
+    /// and the timeout. [`RedisRegistry::connect`] runs it first; a server's
+    /// config check runs it before any I/O.
+    ///
+    /// # Errors
+    /// [`RegistryError::Config`] naming the setting that can't work.
+    pub fn validate(&self) -> Result<()> {
         if self.prefix.is_empty() {
             return Err(config_error("the key prefix is empty".to_owned()));
         }

@@ -149,8 +149,15 @@ pub(crate) fn check_range(registry: &'static str, range: u32) -> Result<()> {
     Ok(())
 }
 
-/// The range check of [`WorkerRegistry::claim_worker`]: `worker` must lie in `0..range`.
-pub(crate) fn check_given_worker(registry: &'static str, worker: u32, range: u32) -> Result<()> {
+/// The range check of [`WorkerRegistry::claim_worker`]: `worker` must lie in
+/// `0..range` (`range` as [`GeneratorSettings::range`](crate::GeneratorSettings::range)
+/// gives it). Public so a config checker refuses a configured worker ID
+/// with the message a claim would give, before any I/O.
+///
+/// # Errors
+/// [`RegistryError::Config`](crate::RegistryError::Config) naming the worker
+/// and the range.
+pub fn check_given_worker(registry: &'static str, worker: u32, range: u32) -> Result<()> {
     if worker >= range {
         return Err(crate::RegistryError::Config {
             registry,

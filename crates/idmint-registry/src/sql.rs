@@ -295,7 +295,13 @@ impl SqlConfig {
         self.timeout
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the settings without connecting: the table name, the cluster
+    /// name, the lease TTL, the timeout and the pool size. [`SqlRegistry::connect`]
+    /// runs it first; a server's config check runs it before any I/O.
+    ///
+    /// # Errors
+    /// [`RegistryError::Config`] naming the setting that can't work.
+    pub fn validate(&self) -> Result<()> {
         Identifier::new(self.table.as_str()).map_err(|e| config_error(format!("table: {e}")))?;
         if self.cluster.is_empty() || self.cluster.chars().count() > 128 {
             return Err(config_error(format!(

@@ -205,7 +205,14 @@ impl ZooKeeperConfig {
         self.cache_dir.as_deref()
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the settings without connecting: the cluster name, the session
+    /// timeout, the timeout and the cache directory's mode.
+    /// [`ZooKeeperRegistry::connect`] runs it first; a server's config check
+    /// runs it before any I/O.
+    ///
+    /// # Errors
+    /// [`RegistryError::Config`] naming the setting that can't work.
+    pub fn validate(&self) -> Result<()> {
         if self.cluster.is_empty() || self.cluster.contains('/') {
             return Err(config_error(format!(
                 "cluster name {:?} is empty or contains '/'",

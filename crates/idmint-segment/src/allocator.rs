@@ -179,7 +179,13 @@ impl SegmentConfig {
         self.max_batch
     }
 
-    fn check(&self) -> Result<()> {
+    /// Checks the settings: the preload share, the step and batch bounds,
+    /// the timeouts. Building a [`SegmentAllocator`] runs it; a server's config
+    /// check runs it before any I/O.
+    ///
+    /// # Errors
+    /// [`SegmentError::Config`] naming the setting that can't work.
+    pub fn check(&self) -> Result<()> {
         let bad = |what: &str| Err(SegmentError::Config(what.to_owned()));
         if !(0.0..=1.0).contains(&self.preload_share) {
             return bad("preload share must be within 0..=1");

@@ -253,6 +253,29 @@ impl SqlStoreConfig {
         &self.url
     }
 
+    /// Checks the settings without connecting: the table name, the URL's
+    /// scheme and the attempt count. [`SqlSegmentStore::connect`] runs it
+    /// first; a server's config check runs it before any I/O.
+    ///
+    /// # Errors
+    /// [`SegmentError::Config`] naming the setting that can't work.
+    pub fn validate(&self) -> Result<()> {
+        self.checked().map(|_| ())
+    }
+
+    /// [`SqlStoreConfig::validate`], returning what `connect` goes on with.
+    fn checked(&self) -> Result<(Identifier, Dialect)> {
+        let table = Identifier::new(self.table.as_ref())
+            .map_err(|e| SegmentError::Config(format!("segment table: {e}")))?;
+        if self.max_attempts == 0 {
+            return Err(SegmentError::Config(
+                "max attempts 0 would never run a statement".to_owned(),
+            ));
+        }
+        let dialect = Dialect::from_url(&self.url).map_err(connect_error("sql", "connect"))?;
+        Ok((table, dialect))
+    }
+
     /// The table.
     pub fn table(&self) -> &str {
         &self.table
@@ -358,14 +381,7 @@ impl SqlSegmentStore {
     ///   connect timeout (or the migration lock is busy for longer than 30 s).
     /// - [`SegmentError::Backend`] when the database refuses.
     pub async fn connect(config: SqlStoreConfig) -> Result<SqlSegmentStore> {
-        let table = Identifier::new(config.table.as_ref())
-            .map_err(|e| SegmentError::Config(format!("segment table: {e}")))?;
-        if config.max_attempts == 0 {
-            return Err(SegmentError::Config(
-                "max attempts 0 would never run a statement".to_owned(),
-            ));
-        }
-        let dialect = Dialect::from_url(&config.url).map_err(connect_error("sql", "connect"))?;
+        let (table, dialect) = config.checked()?;
         let kind = dialect.name();
         let options = ConnectOptions::new(config.url.clone())
             .with_max_connections(config.max_connections)

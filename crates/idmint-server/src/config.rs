@@ -1,6 +1,12 @@
 //! The server's configuration: a TOML file overlaid by `IDMINT_…` environment
 //! variables, checked before anything starts.
 //!
+//! `idmint.example.toml` at the repository root is the full list of keys,
+//! each with its default and meaning; a test (`config/example_tests.rs`)
+//! fails when it and these structs drift apart. `idmint config check FILE`
+//! loads a file as `idmint serve` does and prints it back with secrets
+//! hidden ([`Config::to_toml`]).
+//!
 //! # Why serde + toml with our own overlay (and not figment or config-rs)
 //! Both crates parse an environment value like `12345` into a number, so an
 //! admin token or a cluster name made of digits fails to load as a string
@@ -103,7 +109,12 @@ use idmint_core::{
     TextFormat,
 };
 use idmint_segment::NewKey;
-use serde::{Deserialize, Deserializer};
+
+#[cfg(test)]
+mod example_tests;
+mod show;
+use serde::{Deserialize, Deserializer, Serialize};
+pub use show::REDACTED;
 
 /// The environment variable that holds the admin bearer token.
 pub const ADMIN_TOKEN_ENV: &str = "IDMINT_ADMIN_TOKEN";
@@ -138,6 +149,12 @@ pub enum ConfigError {
         /// Where the value came from: the file, an environment variable, or the default.
         origin: String,
         /// What is wrong, naming the value (never a secret).
+        message: String,
+    },
+    /// The config can't be written as TOML ([`Config::to_toml`]).
+    #[error("cannot show the config as TOML: {message}")]
+    Show {
+        /// The serializer's message.
         message: String,
     },
 }
@@ -180,7 +197,7 @@ impl fmt::Debug for Secret {
 /// The whole configuration. Every section and key has a default, so an empty
 /// file (or none) is the embedded default: a `file` worker lease and a SQLite
 /// segment store in `./idmint-data`, HTTP on loopback.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// `[server]`: listeners, data directory, admin token, limits.
@@ -196,7 +213,7 @@ pub struct Config {
 }
 
 /// `[server]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Where HTTP listens (default `127.0.0.1:8080`; port 0 picks a free port).
@@ -216,7 +233,7 @@ pub struct ServerConfig {
     /// The largest `count` one request may ask for (default 100,000).
     pub max_count: u64,
     /// How long a shutdown waits for in-flight requests (default `10s`).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub shutdown_grace: Duration,
     /// The most client connections open at once, HTTP and RESP together
     /// (default 4,096); further clients wait to be accepted. See "Slow and
@@ -225,7 +242,7 @@ pub struct ServerConfig {
     /// How long a client may take to send a request once it started (HTTP:
     /// the request line and headers; RESP: one whole command), and how long
     /// an HTTP connection may sit idle (default `10s`).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub read_timeout: Duration,
     /// What a name declared nowhere gets (see "Undeclared keys" above);
     /// unset, [`Config::undeclared_keys`] picks by `segment.schema`.
@@ -233,7 +250,7 @@ pub struct ServerConfig {
 }
 
 /// `server.undeclared_keys`: the strategy of names declared nowhere, or `refuse`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UndeclaredKeys {
     /// Snowflake IDs (the default on idmint's own segment table).
@@ -285,7 +302,7 @@ impl Default for ServerConfig {
 }
 
 /// Which worker registry hands out the snowflake worker ID.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RegistryKind {
     /// A lease file in the data directory (the embedded default).
@@ -324,7 +341,7 @@ impl RegistryKind {
 }
 
 /// The time snowflake IDs are made from (`snowflake.clock`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ClockSource {
     /// The wall clock read once at start, advanced by the monotonic clock: a
@@ -346,7 +363,7 @@ impl ClockSource {
 }
 
 /// `[snowflake]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SnowflakeConfig {
     /// The layout in its text form (`twitter`, `leaf,rollback=2`, ...; default `twitter`).
@@ -358,19 +375,28 @@ pub struct SnowflakeConfig {
     /// A fixed datacenter: registries then hand out only the worker part.
     pub datacenter: Option<u32>,
     /// How far ahead the high-water mark is persisted (default `3s`).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub window: Duration,
     /// The time IDs are made from: `monotonic` (default) or `wall`.
     pub clock: ClockSource,
     /// When the clock is behind the last issued ID: `fail`, `wait:5ms`
     /// (default), `borrow:50ms`, `rollback-bits` or `history:N`.
-    #[serde(deserialize_with = "clock_behind")]
+    #[serde(
+        deserialize_with = "clock_behind",
+        serialize_with = "show::clock_behind"
+    )]
     pub clock_behind: ClockBehind,
     /// When a tick's sequence is used up: `wait` (default) or `borrow:1s`.
-    #[serde(deserialize_with = "sequence_exhausted")]
+    #[serde(
+        deserialize_with = "sequence_exhausted",
+        serialize_with = "show::sequence_exhausted"
+    )]
     pub sequence_exhausted: SequenceExhausted,
     /// Where each tick's sequence starts: `zero` (default) or `random:100`.
-    #[serde(deserialize_with = "sequence_start")]
+    #[serde(
+        deserialize_with = "sequence_start",
+        serialize_with = "show::sequence_start"
+    )]
     pub sequence_start: SequenceStart,
     /// The address peers know this node by (default: the HTTP address's IP, or
     /// the host name when that is unspecified).
@@ -415,7 +441,7 @@ impl Default for SnowflakeConfig {
 }
 
 /// `[snowflake.host]`: the `host` registry.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HostSection {
     /// The private IPv4 address to take the worker ID from (default: resolve
@@ -424,7 +450,7 @@ pub struct HostSection {
 }
 
 /// `[snowflake.k8s]`: the `k8s` registry.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct K8sSection {
     /// The pod host name (default: this machine's).
@@ -432,7 +458,7 @@ pub struct K8sSection {
 }
 
 /// How the `sql` registry hands out IDs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SqlModeName {
     /// Reuse IDs whose lease expired.
@@ -447,10 +473,14 @@ pub enum SqlModeName {
 }
 
 /// `[snowflake.sql]`: the `sql` registry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SqlRegistrySection {
     /// `postgres://…`, `mysql://…` or `sqlite://…` (required for `sql`).
+    #[serde(
+        serialize_with = "show::optional_url",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub url: Option<Secret>,
     /// `lease` (default), `disposable` or `uid-generator`.
     pub mode: SqlModeName,
@@ -460,7 +490,7 @@ pub struct SqlRegistrySection {
     /// mode).
     pub table: Option<String>,
     /// The lease TTL (default `30s`).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub lease_ttl: Duration,
 }
 
@@ -477,15 +507,16 @@ impl Default for SqlRegistrySection {
 }
 
 /// `[snowflake.redis]`: the `redis` registry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisRegistrySection {
     /// `redis://host:port` (default `redis://127.0.0.1:6379`).
+    #[serde(serialize_with = "show::url")]
     pub url: Secret,
     /// The cluster (default `default`).
     pub cluster: String,
     /// The lease TTL (default `10s`).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub lease_ttl: Duration,
 }
 
@@ -500,15 +531,16 @@ impl Default for RedisRegistrySection {
 }
 
 /// `[snowflake.etcd]`: the `etcd` registry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EtcdSection {
     /// Endpoints (default `["http://127.0.0.1:2379"]`).
+    #[serde(serialize_with = "show::urls")]
     pub endpoints: Vec<String>,
     /// The cluster (default `default`).
     pub cluster: String,
     /// The lease TTL (default `10s`).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub lease_ttl: Duration,
 }
 
@@ -523,7 +555,7 @@ impl Default for EtcdSection {
 }
 
 /// The ZooKeeper scheme.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ZooKeeperModeName {
     /// Twitter's: an ephemeral node per worker ID.
@@ -534,7 +566,7 @@ pub enum ZooKeeperModeName {
 }
 
 /// `[snowflake.zookeeper]`: the `zookeeper` registry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ZooKeeperSection {
     /// The connect string (default `127.0.0.1:2181`).
@@ -544,7 +576,7 @@ pub struct ZooKeeperSection {
     /// The cluster (default `default`).
     pub cluster: String,
     /// The session timeout asked for (default `10s`).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub session_timeout: Duration,
 }
 
@@ -560,7 +592,7 @@ impl Default for ZooKeeperSection {
 }
 
 /// The segment table's layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SchemaName {
     /// idmint's table (Leaf's columns plus `delta`, `remainder`), migrated.
@@ -574,11 +606,15 @@ pub enum SchemaName {
 }
 
 /// `[segment]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SegmentSection {
     /// The store: `sqlite://…`, `postgres://…`, `mysql://…` or `redis://…`
     /// (default `sqlite://<data_dir>/segments.db`).
+    #[serde(
+        serialize_with = "show::optional_url",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub url: Option<Secret>,
     /// The SQL table (default `leaf_alloc`; `tiny_id_info` with the tinyid schema).
     pub table: Option<String>,
@@ -609,7 +645,7 @@ impl Default for SegmentSection {
 }
 
 /// `[segment.keys.<name>]`: a segment key, created at start when missing.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SegmentKeyConfig {
     /// The segment size (and the dynamic step's floor).
@@ -643,7 +679,7 @@ impl SegmentKeyConfig {
 }
 
 /// How a key's IDs are made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// From this node's snowflake generator.
@@ -669,7 +705,7 @@ impl Strategy {
 }
 
 /// `[keys.<name>]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyConfig {
     /// How the key's IDs are made.
@@ -687,7 +723,7 @@ pub struct KeyConfig {
 }
 
 /// `[obfuscation]`: the keyed permutation of public IDs.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ObfuscationConfig {
     /// The key ring, as the CLI reads it: entries `HEX` or `KEY_ID:HEX`,
@@ -966,23 +1002,7 @@ impl Config {
                         )?;
                         continue;
                     }
-                    let origin = overlay
-                        .iter()
-                        .find(|v| {
-                            // The variable set the key, a table holding it,
-                            // or a key inside it (an unknown section or key
-                            // of its own, a field its table then lacks).
-                            let path = v.path.join(".");
-                            let under = |inner: &str, outer: &str| {
-                                inner.strip_prefix(outer).is_some_and(|rest| {
-                                    rest.is_empty() || rest.starts_with(['.', '['])
-                                })
-                            };
-                            under(&key, &path) || under(&path, &key)
-                        })
-                        .map_or(file_origin.clone(), |v| {
-                            format!("environment variable {}", v.var)
-                        });
+                    let origin = env_origin(&overlay, &key).unwrap_or(file_origin.clone());
                     let key = match key.as_str() {
                         "." => "(top level)".to_owned(),
                         "" => "\"\" (an empty key)".to_owned(),
@@ -1241,7 +1261,7 @@ impl Config {
 
 /// The origin named by checks made after loading: the value may have come
 /// from either place.
-const CHECKED: &str = "the config file or environment";
+pub(crate) const CHECKED: &str = "the config file or environment";
 
 /// A TOML syntax error on one line: where, then what (the parser draws the
 /// line and a caret in between).
@@ -1261,6 +1281,73 @@ fn without_key_suffix(message: &str) -> String {
     match message.rfind(" in `") {
         Some(at) if message.ends_with('`') => message[..at].to_owned(),
         _ => message,
+    }
+}
+
+/// The variable behind `key`, as an origin: one that set the key, a table
+/// holding it, or a key inside it (an unknown section or key of its own, a
+/// field its table then lacks).
+fn env_origin(overlay: &[EnvValue], key: &str) -> Option<String> {
+    let under = |inner: &str, outer: &str| {
+        inner
+            .strip_prefix(outer)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+    };
+    overlay
+        .iter()
+        .find(|v| {
+            let path = v.path.join(".");
+            under(key, &path) || under(&path, key)
+        })
+        .map(|v| format!("environment variable {}", v.var))
+}
+
+impl ConfigError {
+    /// This error with the origin of a key found wrong by the checks after
+    /// loading ([`Config::validate`]) pinned down when it can be: the
+    /// environment variable behind it, else `file` when it sets the key.
+    /// Otherwise (a key that is wrong for being unset, like a static
+    /// registry's `snowflake.worker`) it stays "the config file or
+    /// environment". `file` and `env` are what the config was loaded from.
+    /// Errors from loading name their origin already and are returned as
+    /// they are.
+    pub fn located(
+        self,
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> ConfigError {
+        let ConfigError::Invalid {
+            key,
+            origin,
+            message,
+        } = self
+        else {
+            return self;
+        };
+        if origin != CHECKED {
+            return ConfigError::Invalid {
+                key,
+                origin,
+                message,
+            };
+        }
+        let in_file = |path: &Path| {
+            let table: toml::Table = std::fs::read_to_string(path).ok()?.parse().ok()?;
+            let mut parts = key.split('.');
+            let mut here = table.get(parts.next()?)?;
+            for part in parts {
+                here = here.get(part)?;
+            }
+            Some(format!("config file {}", path.display()))
+        };
+        let origin = env_origin(&env_overlay(env), &key)
+            .or_else(|| file.and_then(in_file))
+            .unwrap_or(origin);
+        ConfigError::Invalid {
+            key,
+            origin,
+            message,
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use idmint_core::uuid::UuidGenerator;
-use idmint_core::{Layout, PublicIdCodec};
+use idmint_core::{Layout, PublicIdCodec, Snowflake};
 use idmint_registry::etcd_registry::{EtcdConfig, EtcdRegistry};
 use idmint_registry::file::{FileRegistry, LeaseFile};
 use idmint_registry::fixed::{HostRegistry, K8sRegistry, StaticRegistry};
@@ -17,7 +17,7 @@ use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
 use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
 use idmint_registry::{
     GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, NodeIdentity, RegistryError,
-    WorkerHandle, WorkerKeeper, WorkerRegistry,
+    WorkerHandle, WorkerKeeper, WorkerRegistry, check_given_worker,
 };
 use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
 use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
@@ -155,7 +155,7 @@ impl Server {
     /// # Errors
     /// [`ServerError`] naming the step and config key that failed.
     pub async fn start(config: Config) -> Result<Server, ServerError> {
-        config.validate()?;
+        Server::check(&config)?;
         let layout = config.layout()?;
         let data_dir = &config.server.data_dir;
         std::fs::create_dir_all(data_dir).map_err(|source| ServerError::DataDir {
@@ -197,16 +197,8 @@ impl Server {
         let registry = open_registry(&config).await.map_err(registry_error)?;
         let registry = CountingRegistry::wrap(registry, metrics.clone());
         let clock = IdClock::new(config.snowflake.clock);
-        let mut settings = GeneratorSettings::new(layout)
-            .with_clock(clock.shared())
-            .with_clock_behind(config.snowflake.clock_behind)
-            .with_sequence_exhausted(config.snowflake.sequence_exhausted)
-            .with_sequence_start(config.snowflake.sequence_start);
-        if let Some(dc) = config.snowflake.datacenter {
-            settings = settings.with_datacenter(dc);
-        }
-        let keeper_config = KeeperConfig::new().with_window(config.snowflake.window);
-        let keeper = WorkerKeeper::start(registry, node.clone(), settings, keeper_config)
+        let settings = generator_settings(&config, layout).with_clock(clock.shared());
+        let keeper = WorkerKeeper::start(registry, node.clone(), settings, keeper_config(&config))
             .await
             .map_err(registry_error)?;
         let worker = keeper.handle().clone();
@@ -311,6 +303,85 @@ impl Server {
             grpc,
             grace: config.server.shutdown_grace,
         })
+    }
+
+    /// Checks everything [`Server::start`] can check before any I/O:
+    /// [`Config::validate`], then what the worker registry, the keeper and
+    /// the segment store would refuse when opened, on the settings built by
+    /// the same functions `start` opens them with. `start` runs it first;
+    /// `idmint serve` and `idmint config check` run it before anything else,
+    /// so a config that passes the check fails at start only for what needs
+    /// the network, the data directory or the clock.
+    ///
+    /// Not checked here: what only a connection, the data directory or the
+    /// clock tells (a URL's host, credentials, the tables, a lock held by
+    /// another process, a clock behind the stored mark).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the key (or the section, for a
+    /// backend's setting) that is wrong.
+    pub fn check(config: &Config) -> Result<(), ConfigError> {
+        config.validate()?;
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            key: key.to_owned(),
+            origin: crate::config::CHECKED.to_owned(),
+            message,
+        };
+        let registry = |key: &'static str| move |e: RegistryError| invalid(key, e.to_string());
+        let sf = &config.snowflake;
+        let kind = sf.registry;
+        let layout = config.layout()?;
+        if let Some(dc) = sf.datacenter {
+            // The core's own check, as the keeper meets it when building the generator.
+            Snowflake::builder(layout)
+                .with_datacenter(dc)
+                .build()
+                .map_err(|e| invalid("snowflake.datacenter", e.to_string()))?;
+        }
+        if let Some(worker) = sf.worker {
+            // Config::validate allows a worker ID with these two only.
+            let range = generator_settings(config, layout).range();
+            check_given_worker(kind.name(), worker, range).map_err(registry("snowflake.worker"))?;
+        }
+        keeper_config(config)
+            .validate(kind.name())
+            .map_err(registry("snowflake.window"))?;
+        match kind {
+            RegistryKind::File | RegistryKind::Static => {}
+            RegistryKind::Host => {
+                // Without an address the host name is resolved: I/O, left to start.
+                if let Some(address) = sf.host.address {
+                    HostRegistry::from_ipv4(address).map_err(registry("snowflake.host.address"))?;
+                }
+            }
+            RegistryKind::K8s => {
+                if let Some(hostname) = &sf.k8s.hostname {
+                    K8sRegistry::from_hostname(hostname)
+                        .map_err(registry("snowflake.k8s.hostname"))?;
+                }
+            }
+            RegistryKind::Sql => sql_registry_config(config)
+                .validate()
+                .map_err(registry("snowflake.sql"))?,
+            RegistryKind::Redis => redis_registry_config(config)
+                .validate()
+                .map_err(registry("snowflake.redis"))?,
+            RegistryKind::Etcd => etcd_config(config)
+                .validate()
+                .map_err(registry("snowflake.etcd"))?,
+            RegistryKind::Zookeeper => zookeeper_config(config)
+                .validate()
+                .map_err(registry("snowflake.zookeeper"))?,
+        }
+        let segment = |key: &'static str| move |e: SegmentError| invalid(key, e.to_string());
+        segment_config(config).check().map_err(segment("segment"))?;
+        match store_settings(config) {
+            StoreSettings::Redis { config, .. } => {
+                config.validate().map_err(segment("segment.key_prefix"))?;
+            }
+            StoreSettings::Sql(config) => config.validate().map_err(segment("segment.table"))?,
+        }
+        Ok(())
     }
 
     /// The address HTTP listens on (the chosen port when the config said 0).
@@ -453,50 +524,129 @@ async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, Regis
             Arc::new(registry.with_mark_file(LeaseFile::open(data_dir)?))
         }
         RegistryKind::Sql => {
-            let s = &sf.sql;
-            let mode = match s.mode {
-                SqlModeName::Lease => SqlMode::Lease,
-                SqlModeName::Disposable => SqlMode::Disposable,
-                SqlModeName::UidGenerator => SqlMode::UidGenerator,
-            };
-            let url = s.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-            let mut sql_config = SqlConfig::new(mode)
-                .with_cluster(s.cluster.clone())
-                .with_lease_ttl(s.lease_ttl);
-            // Unset: the mode's own default (`WORKER_NODE` for uid-generator).
-            if let Some(table) = &s.table {
-                sql_config = sql_config.with_table(table.clone());
-            }
-            Arc::new(SqlRegistry::connect(url, sql_config).await?)
+            let url = sf.sql.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+            Arc::new(SqlRegistry::connect(url, sql_registry_config(config)).await?)
         }
-        RegistryKind::Redis => {
-            let r = &sf.redis;
-            let redis_config = RedisConfig::new()
-                .with_cluster(&r.cluster)
-                .with_lease_ttl(r.lease_ttl);
-            Arc::new(RedisRegistry::connect(r.url.expose(), redis_config).await?)
-        }
+        RegistryKind::Redis => Arc::new(
+            RedisRegistry::connect(sf.redis.url.expose(), redis_registry_config(config)).await?,
+        ),
         RegistryKind::Etcd => {
-            let e = &sf.etcd;
-            let etcd_config = EtcdConfig::new()
-                .with_cluster(&e.cluster)
-                .with_lease_ttl(e.lease_ttl);
-            Arc::new(EtcdRegistry::connect(&e.endpoints, etcd_config).await?)
+            Arc::new(EtcdRegistry::connect(&sf.etcd.endpoints, etcd_config(config)).await?)
         }
-        RegistryKind::Zookeeper => {
-            let z = &sf.zookeeper;
-            let mut zk_config = ZooKeeperConfig::new(match z.mode {
-                ZooKeeperModeName::Ephemeral => ZooKeeperMode::Ephemeral,
-                ZooKeeperModeName::Forever => ZooKeeperMode::Forever,
-            })
-            .with_cluster(z.cluster.clone())
-            .with_session_timeout(z.session_timeout);
-            if z.mode == ZooKeeperModeName::Forever {
-                zk_config = zk_config.with_cache_dir(data_dir.join("zookeeper-cache"));
-            }
-            Arc::new(ZooKeeperRegistry::connect(&z.connect, zk_config).await?)
-        }
+        RegistryKind::Zookeeper => Arc::new(
+            ZooKeeperRegistry::connect(&sf.zookeeper.connect, zookeeper_config(config)).await?,
+        ),
     })
+}
+
+// The settings each backend is opened with, built without I/O, so that
+// `Server::check` validates exactly what `Server::start` opens.
+
+fn generator_settings(config: &Config, layout: Layout) -> GeneratorSettings {
+    let sf = &config.snowflake;
+    let settings = GeneratorSettings::new(layout)
+        .with_clock_behind(sf.clock_behind)
+        .with_sequence_exhausted(sf.sequence_exhausted)
+        .with_sequence_start(sf.sequence_start);
+    match sf.datacenter {
+        Some(dc) => settings.with_datacenter(dc),
+        None => settings,
+    }
+}
+
+fn keeper_config(config: &Config) -> KeeperConfig {
+    KeeperConfig::new().with_window(config.snowflake.window)
+}
+
+fn sql_registry_config(config: &Config) -> SqlConfig {
+    let s = &config.snowflake.sql;
+    let mode = match s.mode {
+        SqlModeName::Lease => SqlMode::Lease,
+        SqlModeName::Disposable => SqlMode::Disposable,
+        SqlModeName::UidGenerator => SqlMode::UidGenerator,
+    };
+    let sql_config = SqlConfig::new(mode)
+        .with_cluster(s.cluster.clone())
+        .with_lease_ttl(s.lease_ttl);
+    // Unset: the mode's own default (`WORKER_NODE` for uid-generator).
+    match &s.table {
+        Some(table) => sql_config.with_table(table.clone()),
+        None => sql_config,
+    }
+}
+
+fn redis_registry_config(config: &Config) -> RedisConfig {
+    let r = &config.snowflake.redis;
+    RedisConfig::new()
+        .with_cluster(&r.cluster)
+        .with_lease_ttl(r.lease_ttl)
+}
+
+fn etcd_config(config: &Config) -> EtcdConfig {
+    let e = &config.snowflake.etcd;
+    EtcdConfig::new()
+        .with_cluster(&e.cluster)
+        .with_lease_ttl(e.lease_ttl)
+}
+
+fn zookeeper_config(config: &Config) -> ZooKeeperConfig {
+    let z = &config.snowflake.zookeeper;
+    let zk_config = ZooKeeperConfig::new(match z.mode {
+        ZooKeeperModeName::Ephemeral => ZooKeeperMode::Ephemeral,
+        ZooKeeperModeName::Forever => ZooKeeperMode::Forever,
+    })
+    .with_cluster(z.cluster.clone())
+    .with_session_timeout(z.session_timeout);
+    match z.mode {
+        ZooKeeperModeName::Forever => {
+            zk_config.with_cache_dir(config.server.data_dir.join("zookeeper-cache"))
+        }
+        ZooKeeperModeName::Ephemeral => zk_config,
+    }
+}
+
+fn segment_config(config: &Config) -> SegmentConfig {
+    let seg = &config.segment;
+    SegmentConfig::new()
+        .with_preload_share(seg.preload_share)
+        .with_max_step(seg.max_step)
+        .with_max_batch(config.server.max_count.max(1))
+}
+
+/// The segment store to open: Redis by the URL's scheme, else SQL.
+enum StoreSettings {
+    Redis {
+        url: String,
+        config: RedisStoreConfig,
+    },
+    Sql(SqlStoreConfig),
+}
+
+fn store_settings(config: &Config) -> StoreSettings {
+    let url = config.segment_url();
+    let seg = &config.segment;
+    if url.starts_with("redis://") || url.starts_with("rediss://") {
+        let redis_config = RedisStoreConfig::new();
+        let redis_config = match &seg.key_prefix {
+            Some(prefix) => redis_config.with_key_prefix(prefix.clone()),
+            None => redis_config,
+        };
+        StoreSettings::Redis {
+            url,
+            config: redis_config,
+        }
+    } else {
+        let schema = match seg.schema {
+            SchemaName::Idmint => TableSchema::Idmint,
+            SchemaName::Leaf => TableSchema::Leaf,
+            SchemaName::Tinyid => TableSchema::Tinyid,
+        };
+        let sql_config = SqlStoreConfig::new(url).with_schema(schema);
+        StoreSettings::Sql(match &seg.table {
+            Some(table) => sql_config.with_table(table.clone()),
+            None => sql_config,
+        })
+    }
 }
 
 /// Every key's strategy at start: the declared keys, and the store's rows
@@ -547,46 +697,29 @@ async fn open_segments(
     metrics: Arc<Metrics>,
 ) -> Result<(SegmentAllocator, Option<Arc<SqlSegmentStore>>), ServerError> {
     let url = config.segment_url();
-    let seg = &config.segment;
-    let segment_config = SegmentConfig::new()
-        .with_preload_share(seg.preload_share)
-        .with_max_step(seg.max_step)
-        .with_max_batch(config.server.max_count.max(1));
     let fail = |source| ServerError::Segment {
         what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
         source,
     };
     let mut tinyid = None;
-    let store: Arc<dyn SegmentStore> =
-        if url.starts_with("redis://") || url.starts_with("rediss://") {
-            let mut redis_config = RedisStoreConfig::new();
-            if let Some(prefix) = &seg.key_prefix {
-                redis_config = redis_config.with_key_prefix(prefix.clone());
-            }
-            Arc::new(
-                RedisSegmentStore::connect(&url, redis_config)
-                    .await
-                    .map_err(fail)?,
-            )
-        } else {
-            let schema = match seg.schema {
-                SchemaName::Idmint => TableSchema::Idmint,
-                SchemaName::Leaf => TableSchema::Leaf,
-                SchemaName::Tinyid => TableSchema::Tinyid,
-            };
-            let mut sql_config = SqlStoreConfig::new(url.clone()).with_schema(schema);
-            if let Some(table) = &seg.table {
-                sql_config = sql_config.with_table(table.clone());
-            }
+    let store: Arc<dyn SegmentStore> = match store_settings(config) {
+        StoreSettings::Redis { url, config } => Arc::new(
+            RedisSegmentStore::connect(&url, config)
+                .await
+                .map_err(fail)?,
+        ),
+        StoreSettings::Sql(sql_config) => {
+            let schema = sql_config.schema();
             let store = Arc::new(SqlSegmentStore::connect(sql_config).await.map_err(fail)?);
             if schema == TableSchema::Tinyid {
                 tinyid = Some(store.clone());
             }
             store
-        };
+        }
+    };
     tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
     let allocator =
-        SegmentAllocator::from_shared(CountingStore::wrap(store, metrics), segment_config)
+        SegmentAllocator::from_shared(CountingStore::wrap(store, metrics), segment_config(config))
             .map_err(fail)?;
     Ok((allocator, tinyid))
 }

@@ -3,6 +3,7 @@
 //! stdout, and returns `anyhow::Result`; printing errors is `main`'s job.
 
 mod bench;
+mod config;
 mod decode;
 mod format;
 mod generate;
@@ -46,6 +47,12 @@ enum Command {
     /// and a SQLite segment store in ./idmint-data, listening on 127.0.0.1:8080.
     /// Every config key can be set by an IDMINT_<SECTION>__<KEY> variable.
     Serve(serve::ServeArgs),
+    /// Check a server config file without starting the server, or print the default config.
+    ///
+    /// `idmint config check FILE` accepts exactly what `idmint serve --config
+    /// FILE` accepts (with the same IDMINT_… environment) and prints the
+    /// resolved config, secrets hidden; idmint.example.toml lists every key.
+    Config(config::ConfigArgs),
     /// Load a server (http://, resp://) or an in-process generator; print
     /// throughput and p50/p99/p99.9 latency, and check every ID is unique.
     ///
@@ -62,6 +69,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Obfuscate(args) => obfuscate::run(args),
         Command::Reveal(args) => reveal::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Config(args) => config::run(args),
         Command::Bench(args) => bench::run(args),
     }
 }

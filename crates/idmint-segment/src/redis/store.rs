@@ -96,7 +96,13 @@ impl RedisStoreConfig {
         self.timeout
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks the settings without connecting: the key prefix and the
+    /// timeout. [`RedisSegmentStore::connect`] runs it first; a server's config
+    /// check runs it before any I/O.
+    ///
+    /// # Errors
+    /// [`SegmentError::Config`] naming the setting that can't work.
+    pub fn validate(&self) -> Result<()> {
         check_key_prefix(&self.key_prefix)?;
         check_timeout(self.timeout)
     }

@@ -83,23 +83,20 @@ enum LogFormat {
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(args: ServeArgs) -> Result<()> {
     init_logging(args.log_format);
-    let mut config = Config::load(args.config.as_deref(), std::env::vars())
-        .map_err(|e| bad_input(format!("config: {e}")))?;
-    if let Some(dir) = args.data_dir {
-        config.server.data_dir = dir;
-    }
-    if let Some(addr) = args.http_addr {
-        config.server.http_addr = addr;
-    }
-    if let Some(addr) = args.resp_addr {
-        config.server.resp_addr = Some(addr);
-    }
-    if let Some(addr) = args.grpc_addr {
-        config.server.grpc_addr = Some(addr);
-    }
-    config
-        .validate()
-        .map_err(|e| bad_input(format!("config: {e}")))?;
+    let config = checked_config(args.config.as_deref(), |config| {
+        if let Some(dir) = args.data_dir {
+            config.server.data_dir = dir;
+        }
+        if let Some(addr) = args.http_addr {
+            config.server.http_addr = addr;
+        }
+        if let Some(addr) = args.resp_addr {
+            config.server.resp_addr = Some(addr);
+        }
+        if let Some(addr) = args.grpc_addr {
+            config.server.grpc_addr = Some(addr);
+        }
+    })?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -127,6 +124,27 @@ pub fn run(args: ServeArgs) -> Result<()> {
         server.serve(shutdown_signal()).await?;
         Ok(())
     })
+}
+
+/// The config `serve` runs on: the defaults, `file`, the `IDMINT_…`
+/// environment, then `flags` (the command line's overrides), checked by
+/// [`Server::check`] (everything `start` checks before any I/O). `idmint
+/// config check` loads through here too, so it accepts exactly what `serve`
+/// accepts.
+///
+/// # Errors
+/// Bad input (exit 2): one line naming the key and the file or variable its
+/// value came from.
+pub(super) fn checked_config(
+    file: Option<&Path>,
+    flags: impl FnOnce(&mut Config),
+) -> Result<Config> {
+    let mut config =
+        Config::load(file, std::env::vars()).map_err(|e| bad_input(format!("config: {e}")))?;
+    flags(&mut config);
+    Server::check(&config)
+        .map_err(|e| bad_input(format!("config: {}", e.located(file, std::env::vars()))))?;
+    Ok(config)
 }
 
 /// Logs to stderr in `format`, filtered by `IDMINT_LOG` (or `RUST_LOG`),

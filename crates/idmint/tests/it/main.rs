@@ -5,6 +5,7 @@
 mod bad_input;
 mod bench;
 mod client;
+mod config;
 mod decode;
 mod generate;
 mod guides;

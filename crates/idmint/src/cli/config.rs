@@ -1,0 +1,61 @@
+//! `idmint config`: the server's configuration, without starting a server.
+//!
+//! - `check FILE` loads FILE and the `IDMINT_…` environment exactly as
+//!   `idmint serve --config FILE` does, runs every check `serve` runs before
+//!   it starts (the same code: `serve::checked_config`, no network I/O), and
+//!   prints the resolved config as TOML with every secret hidden (tokens and
+//!   keys as `***`, passwords inside URLs too). A config that passes can still
+//!   fail at start only for what needs a connection, the data directory or
+//!   the clock.
+//! - `default` prints the embedded default config, the one an empty file gives.
+//!
+//! Every key, with its default and meaning, is listed in `idmint.example.toml`
+//! at the repository root.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use idmint_server::Config;
+
+use super::{bad_input, serve};
+
+/// Flags of `idmint config`.
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    command: ConfigCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Check a config file as `idmint serve --config FILE` would (with the
+    /// IDMINT_… environment), without starting or connecting; print the
+    /// resolved config with secrets hidden.
+    ///
+    /// Exits 0 when the config is good, 2 with one line naming the bad key
+    /// and the file or environment variable it came from.
+    Check {
+        /// The TOML config file (`/dev/stdin` reads standard input).
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Print the default config (what no file at all gives) as TOML.
+    Default,
+}
+
+/// Runs `idmint config check` or `idmint config default`.
+pub fn run(args: ConfigArgs) -> Result<()> {
+    let config = match args.command {
+        ConfigCommand::Check { file } => serve::checked_config(Some(&file), |_| {})?,
+        ConfigCommand::Default => Config::default(),
+    };
+    let text = config
+        .to_toml()
+        .map_err(|e| bad_input(format!("config: {e}")))?;
+    std::io::stdout()
+        .lock()
+        .write_all(text.as_bytes())
+        .context("writing the config to stdout")
+}

@@ -1,0 +1,296 @@
+//! `idmint config check FILE` and `idmint config default`: the resolved
+//! config with secrets hidden, bad keys named with their origin and exit 2,
+//! the environment overlay applied as `serve` applies it, and the same
+//! refusals as `serve` (one shared check).
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crate::{expect_failure, expect_ok, idmint_with};
+
+/// Every secret a config can hold, each a distinct string to look for.
+const SECRETS: &[&str] = &[
+    "admin-s3cret",
+    "order-t0ken",
+    "00112233445566778899aabbccddeeff",
+    "pg-passw0rd",
+    "my-passw0rd",
+    "redis-passw0rd",
+];
+
+const WITH_SECRETS: &str = r#"
+[server]
+admin_token = "admin-s3cret"
+
+[snowflake.sql]
+url = "mysql://root:my-passw0rd@127.0.0.1:3306/test"
+
+[snowflake.redis]
+url = "redis://:redis-passw0rd@127.0.0.1:6379"
+
+[segment]
+url = "postgres://idmint:pg-passw0rd@127.0.0.1:5432/test"
+
+[keys.order]
+strategy = "segment"
+public = true
+token = "order-t0ken"
+
+[obfuscation]
+key = "00112233445566778899aabbccddeeff"
+"#;
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs `idmint args` with `env` set and `stdin` on its input, and without
+/// the config variables a developer's shell might hold, so the run sees
+/// only what the test sets.
+fn run(args: &[&str], env: &[(&str, Option<&str>)], stdin: &str) -> Output {
+    let stray: Vec<String> = std::env::vars()
+        .map(|(name, _)| name)
+        .filter(|name| {
+            name.strip_prefix("IDMINT_").is_some_and(|rest| {
+                rest.contains("__") || rest == "ADMIN_TOKEN" || rest == "OBFUSCATION_KEY"
+            })
+        })
+        .collect();
+    let mut all: Vec<(&str, Option<&str>)> = stray.iter().map(|name| (&**name, None)).collect();
+    all.extend_from_slice(env);
+    idmint_with(args, &all, stdin)
+}
+
+/// `idmint config check FILE` with `env` set.
+fn check(file: &Path, env: &[(&str, Option<&str>)]) -> Output {
+    run(&["config", "check", file.to_str().unwrap()], env, "")
+}
+
+#[test]
+fn config_check_prints_the_resolved_config_with_every_secret_hidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "idmint.toml", WITH_SECRETS);
+    let args = ["config", "check", file.to_str().unwrap()];
+    let out = expect_ok(&args, check(&file, &[]));
+    for secret in SECRETS {
+        assert!(!out.contains(secret), "{secret} shown:\n{out}");
+    }
+    // Hidden, not dropped: the marker stands where each secret was, and a
+    // URL keeps all but its password.
+    assert!(out.contains("admin_token = \"***\""), "{out}");
+    assert!(out.contains("\ntoken = \"***\""), "{out}");
+    assert!(out.contains("\nkey = \"***\""), "{out}");
+    assert!(
+        out.contains("postgres://idmint:***@127.0.0.1:5432/test"),
+        "{out}"
+    );
+    assert!(
+        out.contains("mysql://root:***@127.0.0.1:3306/test"),
+        "{out}"
+    );
+    assert!(out.contains("redis://:***@127.0.0.1:6379"), "{out}");
+    // The resolved config: defaults filled in, and valid TOML.
+    let table: toml::Table = out.parse().expect("the output is TOML");
+    assert_eq!(table["server"]["max_count"].as_integer(), Some(100_000));
+    assert_eq!(table["keys"]["order"]["public"].as_bool(), Some(true));
+
+    // Secrets from the environment are hidden alike.
+    let out = expect_ok(
+        &args,
+        check(
+            &file,
+            &[
+                ("IDMINT_ADMIN_TOKEN", Some("env-admin-s3cret")),
+                ("IDMINT_KEYS__ORDER__TOKEN", Some("env-order-t0ken")),
+            ],
+        ),
+    );
+    assert!(
+        !out.contains("env-admin-s3cret") && !out.contains("env-order-t0ken"),
+        "{out}"
+    );
+}
+
+#[test]
+fn config_check_shows_environment_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "idmint.toml", "[server]\nmax_count = 10\n");
+    let args = ["config", "check", file.to_str().unwrap()];
+    let out = expect_ok(&args, check(&file, &[]));
+    assert!(out.contains("max_count = 10\n"), "{out}");
+    let out = expect_ok(
+        &args,
+        check(
+            &file,
+            &[
+                ("IDMINT_SERVER__MAX_COUNT", Some("777")),
+                ("IDMINT_SNOWFLAKE__CLOCK_BEHIND", Some("borrow:50ms")),
+            ],
+        ),
+    );
+    assert!(out.contains("max_count = 777\n"), "{out}");
+    assert!(out.contains("clock_behind = \"borrow:50ms\"\n"), "{out}");
+}
+
+/// A config file, the environment, and what the one error line must name.
+type BadCase<'a> = (&'a str, &'a [(&'a str, Option<&'a str>)], &'a [&'a str]);
+
+#[test]
+fn config_check_names_a_bad_value_and_where_it_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[BadCase] = &[
+        // A value of the wrong type, from the file.
+        (
+            "[server]\nmax_count = \"lots\"\n",
+            &[],
+            &["server.max_count", "config file"],
+        ),
+        // Out of range (a check after loading), from the file.
+        (
+            "[server]\nmax_count = 0\n",
+            &[],
+            &["server.max_count", "config file"],
+        ),
+        // Out of range, from the environment.
+        (
+            "",
+            &[("IDMINT_SERVER__MAX_COUNT", Some("0"))],
+            &["server.max_count", "IDMINT_SERVER__MAX_COUNT"],
+        ),
+        (
+            "[snowflake]\nlayout = \"twiter\"\n",
+            &[],
+            &["snowflake.layout", "config file"],
+        ),
+        // A secret's error never quotes it.
+        (
+            "[obfuscation]\nkey = \"not-hex-s3cret\"\n",
+            &[],
+            &["obfuscation.key"],
+        ),
+        ("[server\n", &[], &["not valid TOML", "config file"]),
+    ];
+    for (i, (text, env, named)) in cases.iter().enumerate() {
+        let file = write(dir.path(), &format!("bad{i}.toml"), text);
+        let args = ["config", "check", file.to_str().unwrap()];
+        let (code, line) = expect_failure(&args, check(&file, env));
+        assert_eq!(code, 2, "{text}: {line}");
+        for name in *named {
+            assert!(line.contains(name), "{text}: {name} not in {line}");
+        }
+        if named.contains(&"config file") {
+            assert!(line.contains(file.to_str().unwrap()), "{line}");
+        }
+        assert!(!line.contains("s3cret"), "{line}");
+    }
+}
+
+#[test]
+fn config_check_names_an_unknown_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "idmint.toml",
+        "[server]\nhttp_adr = \"127.0.0.1:1\"\n",
+    );
+    let args = ["config", "check", file.to_str().unwrap()];
+    let (code, line) = expect_failure(&args, check(&file, &[]));
+    assert_eq!(code, 2, "{line}");
+    assert!(
+        line.contains("http_adr") && line.contains("config file"),
+        "{line}"
+    );
+
+    let file = write(dir.path(), "empty.toml", "");
+    let (code, line) = expect_failure(
+        &args,
+        check(&file, &[("IDMINT_SNOWFLAKE__NOPE", Some("1"))]),
+    );
+    assert_eq!(code, 2, "{line}");
+    assert!(
+        line.contains("nope") && line.contains("IDMINT_SNOWFLAKE__NOPE"),
+        "{line}"
+    );
+}
+
+/// What a backend refuses when opened is refused by `check` too, with no
+/// backend running, and by `serve` with the very same line before it
+/// touches anything: one check, shared.
+#[test]
+fn config_check_refuses_what_serve_would_refuse_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str)] = &[
+        // etcd grants whole seconds only.
+        (
+            "[snowflake]\nregistry = \"etcd\"\n[snowflake.etcd]\nlease_ttl = \"1500ms\"\n",
+            "snowflake.etcd",
+        ),
+        (
+            "[snowflake]\nregistry = \"zookeeper\"\n[snowflake.zookeeper]\ncluster = \"a/b\"\n",
+            "snowflake.zookeeper",
+        ),
+        (
+            "[snowflake]\nregistry = \"host\"\n[snowflake.host]\naddress = \"8.8.8.8\"\n",
+            "snowflake.host.address",
+        ),
+        // Out of the layout's range (twitter: 32 datacenters of 32 workers).
+        (
+            "[snowflake]\nregistry = \"static\"\nworker = 32\ndatacenter = 3\n",
+            "snowflake.worker",
+        ),
+        ("[snowflake]\ndatacenter = 32\n", "snowflake.datacenter"),
+        ("[segment]\ntable = \"no such-table\"\n", "segment.table"),
+        ("[segment]\nmax_step = 0\n", "segment"),
+    ];
+    for (i, (text, key)) in cases.iter().enumerate() {
+        let file = write(dir.path(), &format!("refused{i}.toml"), text);
+        let path = file.to_str().unwrap();
+        let args = ["config", "check", path];
+        let (code, line) = expect_failure(&args, check(&file, &[]));
+        assert_eq!(code, 2, "{text}: {line}");
+        assert!(
+            line.contains(&format!("config key {key} ")),
+            "{text}: {line}"
+        );
+
+        let data = dir.path().join(format!("data{i}"));
+        let serve_args = [
+            "serve",
+            "--config",
+            path,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--http-addr",
+            "127.0.0.1:0",
+        ];
+        let (serve_code, serve_line) = expect_failure(&serve_args, run(&serve_args, &[], ""));
+        assert_eq!((serve_code, &serve_line), (2, &line), "{text}");
+        assert!(
+            !data.exists(),
+            "serve made {} before refusing",
+            data.display()
+        );
+    }
+}
+
+#[test]
+fn config_default_passes_config_check_and_loads_back_the_same() {
+    let default = expect_ok(&["config", "default"], run(&["config", "default"], &[], ""));
+    assert!(default.contains("[server]\n"), "{default}");
+    assert!(
+        default.contains("http_addr = \"127.0.0.1:8080\"\n"),
+        "{default}"
+    );
+
+    // Through a file, and through standard input.
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "default.toml", &default);
+    let args = ["config", "check", file.to_str().unwrap()];
+    let checked = expect_ok(&args, check(&file, &[]));
+    assert_eq!(checked, default);
+    let args = ["config", "check", "/dev/stdin"];
+    let piped = expect_ok(&args, run(&args, &[], &default));
+    assert_eq!(piped, default);
+}
