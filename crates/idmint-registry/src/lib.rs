@@ -28,4 +28,6 @@ pub use keeper::{
     GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, WorkerHandle, WorkerKeeper,
     WorkerStatus,
 };
-pub use registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+pub use registry::{
+    Claim, FLEET_RECENT, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry,
+};
