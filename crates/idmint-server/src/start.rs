@@ -196,6 +196,7 @@ impl Server {
         let metrics = Arc::new(Metrics::new(node.to_string()));
         let registry = open_registry(&config).await.map_err(registry_error)?;
         let registry = CountingRegistry::wrap(registry, metrics.clone());
+        let fleet = crate::fleet::FleetView::new(registry.clone(), node.clone());
         let clock = IdClock::new(config.snowflake.clock);
         let mut settings = GeneratorSettings::new(layout)
             .with_clock(clock.shared())
@@ -288,6 +289,7 @@ impl Server {
                 config.server.max_connections,
                 config.server.read_timeout,
             ),
+            fleet,
         });
         let watcher = WatcherGuard::spawn(worker);
         let sampler = SamplerGuard::spawn(metrics);
