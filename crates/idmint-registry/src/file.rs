@@ -287,7 +287,7 @@ pub(crate) enum WorkerSource {
 /// a second node with the same ID fails its claim with
 /// [`RegistryError::WorkerTaken`]. The shared claim's lease is this claim's
 /// lease; marks are persisted to both stores and a claim starts above the
-/// higher of the two; peers are the shared registry's.
+/// higher of the two; peers and the fleet listing are the shared registry's.
 #[derive(Debug)]
 pub(crate) struct LocalWorker {
     kind: &'static str,

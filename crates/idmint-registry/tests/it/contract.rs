@@ -967,6 +967,12 @@ pub async fn a_second_node_deriving_the_same_worker_fails_at_start_naming_both<B
             keeper_config(),
         )
     };
+    // The host registry's fleet is the shared registry's: the other node,
+    // failing to start, sees the first one there.
+    let seen = host_b.fleet().await.unwrap();
+    assert_eq!(seen.len(), 1, "{kind}: {seen:?}");
+    assert_eq!(seen[0].worker, 515);
+    assert!(seen[0].is_node(&web_a), "{kind}: {seen:?}");
     let err = start_b().await.unwrap_err();
     assert_worker_taken(
         &err,
