@@ -227,11 +227,26 @@ fn serve_status_page_shows_the_fleet_table_in_chromium() {
     let asks = page.eval("document.getElementById('fleet-auth').hidden");
     assert_eq!(asks, "false", "without a token the page asks for one");
 
-    // Type the admin token into the page's form, as an operator would.
-    page.eval(&format!(
-        "(function () {{ document.getElementById('fleet-token').value = {TOKEN:?}; \
-         document.getElementById('fleet-auth').requestSubmit(); return 'sent'; }})()"
-    ));
+    // Type the admin token into the page's form, as an operator would: a
+    // wrong one first, which the page says was refused.
+    let submit = |token: &str| {
+        page.eval(&format!(
+            "(function () {{ document.getElementById('fleet-token').value = {token:?}; \
+             document.getElementById('fleet-auth').requestSubmit(); return 'sent'; }})()"
+        ))
+    };
+    submit("not-the-token");
+    let message = "document.getElementById('fleet-message').textContent";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !page.eval(message).contains("refused") {
+        assert!(Instant::now() < deadline, "{}", page.eval(message));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        page.eval("document.getElementById('fleet-auth').hidden"),
+        "false"
+    );
+    submit(TOKEN);
     let rows_with_workers = "Array.from(document.querySelectorAll('#fleet tr'))\
         .filter(function (tr) { return tr.children.length === 6; }).length";
     let deadline = Instant::now() + Duration::from_secs(20);
