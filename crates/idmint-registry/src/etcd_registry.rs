@@ -52,6 +52,10 @@
 //!   the first two compares, so it can never raise the mark a new holder started
 //!   from; the mod-revision compare makes read-check-write one atomic step, so
 //!   the mark never goes down.
+//! - **fleet** ([`WorkerRegistry::fleet`]): one read-only transaction gets the
+//!   `workers/`, `reported/` and `marks/` prefixes at one revision; then each
+//!   holding's lease is asked its time to live. Only live holdings are listed:
+//!   etcd deletes a holding with its lease, so it remembers no recent ones.
 //! - **release**: `LeaseRevoke`, which deletes `workers/<id>` and `reported/<id>`
 //!   at once and leaves `marks/<id>`. Revoking acts on our own lease only, so a
 //!   stale node can't release a new holder's ID.
@@ -92,7 +96,8 @@ use jiff::Timestamp;
 
 use crate::error::{RegistryError, Result};
 use crate::registry::{
-    Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker, check_range,
+    Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker,
+    check_range,
 };
 use crate::util::{bounded, ceil_ms, random_u64};
 
@@ -748,6 +753,92 @@ impl WorkerRegistry for EtcdRegistry {
         }
         peers.sort_by_key(|p| p.worker);
         Ok(peers)
+    }
+
+    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+        const OP: &str = "list fleet";
+        let workers = format!("{}workers/", self.config.prefix);
+        let reported = format!("{}reported/", self.config.prefix);
+        let marks = format!("{}marks/", self.config.prefix);
+        let read = async {
+            let mut client = self.client.clone();
+            let txn = Txn::new().and_then([
+                TxnOp::get(workers.as_str(), Some(GetOptions::new().with_prefix())),
+                TxnOp::get(reported.as_str(), Some(GetOptions::new().with_prefix())),
+                TxnOp::get(marks.as_str(), Some(GetOptions::new().with_prefix())),
+            ]);
+            let resp = client.txn(txn).await.map_err(|e| backend(OP, &e))?;
+            let mut gets = resp.op_responses().into_iter().filter_map(|op| match op {
+                TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
+                _ => None,
+            });
+            let (Some(held), Some(reports), Some(stored)) = (gets.next(), gets.next(), gets.next())
+            else {
+                return Err(backend_msg(
+                    OP,
+                    "transaction answer lacks a read".to_owned(),
+                ));
+            };
+            let mut rows = std::collections::BTreeMap::new();
+            let mut leases = tokio::task::JoinSet::new();
+            for kv in &held {
+                let Some(worker) = worker_of(kv, workers.as_bytes()) else {
+                    continue;
+                };
+                let mut row = FleetMember::new(worker);
+                let text = String::from_utf8_lossy(kv.value());
+                let field = |name: &str| {
+                    text.split(' ')
+                        .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+                        .map(str::to_owned)
+                };
+                row.host = field("host");
+                row.address = field("address");
+                row.port = field("port").and_then(|p| p.parse().ok());
+                row.live = true;
+                let lease_id = kv.lease();
+                let mut client = self.client.clone();
+                leases.spawn(async move {
+                    let ttl = client.lease_time_to_live(lease_id, None).await;
+                    (worker, ttl.map(|t| t.ttl()))
+                });
+                rows.insert(worker, row);
+            }
+            for kv in &reports {
+                if let Some(worker) = worker_of(kv, reported.as_bytes())
+                    && let Some(row) = rows.get_mut(&worker)
+                {
+                    row.reported = Some(parse_ms(OP, worker, kv.value())?);
+                }
+            }
+            for kv in &stored {
+                if let Some(worker) = worker_of(kv, marks.as_bytes())
+                    && let Some(row) = rows.get_mut(&worker)
+                {
+                    row.mark = Some(parse_ms(OP, worker, kv.value())?);
+                }
+            }
+            while let Some(done) = leases.join_next().await {
+                let (worker, ttl) = done.map_err(|e| backend_msg(OP, e.to_string()))?;
+                let ttl = ttl.map_err(|e| backend(OP, &e))?;
+                if ttl <= 0 {
+                    // The lease ran out since the read: its holding went with it.
+                    rows.remove(&worker);
+                } else if let Some(row) = rows.get_mut(&worker) {
+                    row.lease_left = Some(Duration::from_secs(ttl.unsigned_abs()));
+                }
+            }
+            Ok(rows.into_values().collect())
+        };
+        // The lease reads are spawned: dropping the set on a timeout aborts them.
+        match tokio::time::timeout(self.config.timeout, read).await {
+            Ok(result) => result,
+            Err(_) => Err(RegistryError::Timeout {
+                registry: KIND,
+                operation: OP,
+                after: self.config.timeout,
+            }),
+        }
     }
 
     async fn release(&self, claim: &Claim) -> Result<()> {

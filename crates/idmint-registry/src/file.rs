@@ -34,7 +34,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use jiff::Timestamp;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_range};
+use crate::registry::{
+    Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_range,
+};
 
 /// The lock file's name inside the data directory.
 const LOCK_NAME: &str = "idmint.lock";
@@ -287,7 +289,7 @@ pub(crate) enum WorkerSource {
 /// a second node with the same ID fails its claim with
 /// [`RegistryError::WorkerTaken`]. The shared claim's lease is this claim's
 /// lease; marks are persisted to both stores and a claim starts above the
-/// higher of the two; peers are the shared registry's.
+/// higher of the two; peers and the fleet listing are the shared registry's.
 #[derive(Debug)]
 pub(crate) struct LocalWorker {
     kind: &'static str,
@@ -306,6 +308,11 @@ struct LocalInner {
     token: Option<String>,
     /// The claim in the shared registry that goes with it.
     shared_claim: Option<Claim>,
+    /// The worker last claimed and who claimed it, for
+    /// [`WorkerRegistry::fleet`]: kept in memory only, since the directory lock
+    /// means the holder is always this process (and the lease file's format
+    /// stays what older binaries read).
+    holder: Option<(u32, NodeIdentity)>,
     claims: u64,
 }
 
@@ -355,6 +362,7 @@ impl LocalWorker {
                 reported: None,
                 token: None,
                 shared_claim: None,
+                holder: None,
                 claims: 0,
             })),
             shared: None,
@@ -464,7 +472,7 @@ impl LocalWorker {
 
     pub(crate) async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         let worker = self.worker_for(range)?;
-        let mut claim = self.claim_local(worker).await?;
+        let mut claim = self.claim_local(worker, node.clone()).await?;
         let Some(shared) = &self.shared else {
             return Ok(claim);
         };
@@ -500,7 +508,7 @@ impl LocalWorker {
         Ok(claim)
     }
 
-    async fn claim_local(&self, worker: u32) -> Result<Claim> {
+    async fn claim_local(&self, worker: u32, node: NodeIdentity) -> Result<Claim> {
         let kind = self.kind;
         self.with_inner("claim", move |inner| {
             if inner.token.is_some() {
@@ -529,6 +537,7 @@ impl LocalWorker {
             let token = format!("{kind}-{}-{}", std::process::id(), inner.claims);
             inner.token = Some(token.clone());
             inner.shared_claim = None;
+            inner.holder = Some((worker, node));
             Ok(Claim {
                 worker,
                 stored_mark: inner.mark,
@@ -593,6 +602,44 @@ impl LocalWorker {
             (Some(shared), Some(held)) => shared.peers(&held).await,
             _ => Ok(Vec::new()),
         }
+    }
+
+    /// The shared registry's fleet when there is one (that is where the other
+    /// nodes are); otherwise this node alone, from the lease file when there
+    /// is one (what is durably stored) or from memory. No row before the first
+    /// claim of a registry without a lease file.
+    pub(crate) async fn fleet(&self) -> Result<Vec<FleetMember>> {
+        if let Some(shared) = &self.shared {
+            return shared.fleet().await;
+        }
+        self.with_inner("list fleet", |inner| {
+            let stored = match &inner.file {
+                Some(file) => file.read()?,
+                None => None,
+            };
+            let held = inner.token.is_some();
+            let mut row = match (stored, &inner.holder) {
+                (Some(record), _) => {
+                    let mut row = FleetMember::new(record.worker);
+                    row.mark = record.mark;
+                    row.reported = record.reported;
+                    row
+                }
+                (None, Some((worker, _))) => {
+                    let mut row = FleetMember::new(*worker);
+                    row.mark = inner.mark;
+                    row.reported = inner.reported;
+                    row
+                }
+                (None, None) => return Ok(Vec::new()),
+            };
+            row.live = held;
+            if let (true, Some((_, node))) = (held, &inner.holder) {
+                row = row.with_node(node);
+            }
+            Ok(vec![row])
+        })
+        .await
     }
 
     pub(crate) async fn release(&self, claim: &Claim) -> Result<()> {
@@ -724,6 +771,10 @@ macro_rules! local_worker_registry {
 
             async fn release(&self, claim: &crate::registry::Claim) -> crate::error::Result<()> {
                 self.local.release(claim).await
+            }
+
+            async fn fleet(&self) -> crate::error::Result<Vec<crate::registry::FleetMember>> {
+                self.local.fleet().await
             }
         }
     };

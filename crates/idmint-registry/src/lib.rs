@@ -28,4 +28,7 @@ pub use keeper::{
     GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, WorkerHandle, WorkerKeeper,
     WorkerStatus,
 };
-pub use registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker};
+pub use registry::{
+    Claim, FLEET_RECENT, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry,
+    check_given_worker,
+};

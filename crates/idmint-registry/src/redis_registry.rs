@@ -23,6 +23,13 @@
 //!   Unix milliseconds. An entry counts as live only while the worker's lease key
 //!   exists; stale entries are removed when peers are listed, when a worker is
 //!   claimed and when it is released.
+//! - `holders`: a set of the worker IDs claimed and not released, so that
+//!   [`WorkerRegistry::fleet`] finds holders without scanning the keyspace
+//!   (`KEYS` blocks Redis). Added after the other keys: workers claimed by an
+//!   older idmint are not in it and are found through `reported` instead
+//!   once they report (their first mark follows their claim at once). Who
+//!   holds a worker is read from its lease token, which has always begun
+//!   with `host@address:port/`.
 //!
 //! # Scripts, and why each is atomic
 //!
@@ -44,6 +51,10 @@
 //! - **release**: `DEL` only if the lease key holds our token; the mark stays.
 //! - **peers**: reads the `reported` hash and keeps the entries whose lease key
 //!   exists.
+//! - **fleet**: reads `holders` and `reported`, and for each worker whose lease
+//!   key exists its token, `PTTL`, report and mark, in one read-only script
+//!   (one moment). Only live holdings are listed: Redis deletes an expired
+//!   lease key, so it remembers no recent ones.
 //!
 //! # Limits: what a Redis lease can and cannot promise
 //!
@@ -87,7 +98,8 @@ use redis::{RedisResult, Script};
 
 use crate::error::{RegistryError, Result};
 use crate::registry::{
-    Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker, check_range,
+    Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker,
+    check_range,
 };
 use crate::util::{ceil_ms, random_u64};
 
@@ -112,6 +124,7 @@ for i = 0, count - 1 do
   if redis.call('SET', prefix .. 'worker:' .. id, ARGV[5], 'NX', 'PX', ARGV[6]) then
     local mark = redis.call('GET', prefix .. 'mark:' .. id)
     redis.call('HDEL', prefix .. 'reported', tostring(id))
+    redis.call('SADD', prefix .. 'holders', tostring(id))
     return {1, id, mark or ''}
   end
   held = held + 1
@@ -150,12 +163,14 @@ return 1
 ";
 
 /// Release: `DEL` only while the lease holds our token; the mark stays.
-/// Returns 1 released, 0 expired, -1 held by another token.
+/// KEYS: lease, reported hash, holders set. Returns 1 released, 0 expired,
+/// -1 held by another token.
 const RELEASE_LUA: &str = r"
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('HDEL', KEYS[2], ARGV[2])
+  redis.call('SREM', KEYS[3], ARGV[2])
   return 1
 elseif holder then
   return -1
@@ -174,6 +189,34 @@ for i = 1, #all, 2 do
     out[#out + 1] = all[i + 1]
   else
     redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+return out
+";
+
+/// Fleet: every worker in `holders` or `reported` whose lease key exists, as
+/// a flat list `id, token, pttl ms, reported ms or '', mark ms or '', ...`.
+/// Read-only: stale entries are left to the scripts that clean them.
+const FLEET_LUA: &str = r"
+local prefix = ARGV[1]
+local seen = {}
+local ids = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if not seen[id] then seen[id] = true; ids[#ids + 1] = id end
+end
+for _, id in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if not seen[id] then seen[id] = true; ids[#ids + 1] = id end
+end
+local out = {}
+for _, id in ipairs(ids) do
+  local lease = prefix .. 'worker:' .. id
+  local token = redis.call('GET', lease)
+  if token then
+    out[#out + 1] = id
+    out[#out + 1] = token
+    out[#out + 1] = tostring(redis.call('PTTL', lease))
+    out[#out + 1] = redis.call('HGET', KEYS[2], id) or ''
+    out[#out + 1] = redis.call('GET', prefix .. 'mark:' .. id) or ''
   end
 end
 return out
@@ -321,6 +364,7 @@ pub struct RedisRegistry {
     persist_script: Script,
     release_script: Script,
     peers_script: Script,
+    fleet_script: Script,
 }
 
 impl fmt::Debug for RedisRegistry {
@@ -354,6 +398,7 @@ impl RedisRegistry {
             persist_script: Script::new(PERSIST_LUA),
             release_script: Script::new(RELEASE_LUA),
             peers_script: Script::new(PEERS_LUA),
+            fleet_script: Script::new(FLEET_LUA),
         })
     }
 
@@ -604,14 +649,66 @@ impl WorkerRegistry for RedisRegistry {
         Ok(peers)
     }
 
+    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+        const OP: &str = "list fleet";
+        let holders_key = format!("{}holders", self.config.prefix);
+        let reported_key = format!("{}reported", self.config.prefix);
+        let flat: Vec<String> = self
+            .call(OP, |mut conn| {
+                let mut invocation = self.fleet_script.key(&holders_key);
+                invocation
+                    .key(&reported_key)
+                    .arg(self.config.prefix.as_ref());
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        let mut rows = Vec::with_capacity(flat.len() / 5);
+        for row in flat.chunks_exact(5) {
+            let [id, token, pttl, reported, mark] = row else {
+                continue;
+            };
+            let worker: u32 = id.parse().map_err(|_| RegistryError::Backend {
+                registry: KIND,
+                operation: OP,
+                message: format!(
+                    "worker ID {id:?} in the holders set or reported hash is not a number"
+                ),
+            })?;
+            let mut member = FleetMember::new(worker);
+            if let Some((host, address, port)) = holder_of(token) {
+                member.host = Some(host);
+                member.address = Some(address);
+                member.port = Some(port);
+            }
+            member.live = true;
+            // PTTL: -1 no expiry (not written by idmint), -2 gone since the GET.
+            member.lease_left = pttl
+                .parse::<i64>()
+                .ok()
+                .filter(|ms| *ms >= 0)
+                .map(|ms| Duration::from_millis(ms.unsigned_abs()));
+            member.reported = (!reported.is_empty())
+                .then(|| parse_ms(OP, worker, reported))
+                .transpose()?;
+            member.mark = (!mark.is_empty())
+                .then(|| parse_ms(OP, worker, mark))
+                .transpose()?;
+            rows.push(member);
+        }
+        rows.sort_by_key(|r| r.worker);
+        Ok(rows)
+    }
+
     async fn release(&self, claim: &Claim) -> Result<()> {
         let lease_key = self.key("worker:", claim.worker);
         let reported_key = format!("{}reported", self.config.prefix);
+        let holders_key = format!("{}holders", self.config.prefix);
         let code: i64 = self
             .call("release", |mut conn| {
                 let mut invocation = self.release_script.key(&lease_key);
                 invocation
                     .key(&reported_key)
+                    .key(&holders_key)
                     .arg(&claim.token)
                     .arg(claim.worker);
                 async move { invocation.invoke_async(&mut conn).await }
@@ -643,6 +740,18 @@ fn new_token(node: &NodeIdentity) -> String {
         random_u64(),
         random_u64()
     )
+}
+
+/// The host, address and port a lease token of [`new_token`] begins with;
+/// `None` for a token written by something else.
+fn holder_of(token: &str) -> Option<(String, String, u16)> {
+    let (who, _) = token.split_once('/')?;
+    let (host, at) = who.rsplit_once('@')?;
+    let (address, port) = at.rsplit_once(':')?;
+    if host.is_empty() || address.is_empty() {
+        return None;
+    }
+    Some((host.to_owned(), address.to_owned(), port.parse().ok()?))
 }
 
 /// The node a lease token names (`host (address:port)`), or the token itself
@@ -736,6 +845,20 @@ mod tests {
         let token = new_token(&node);
         assert!(token.starts_with("web-1@10.0.0.7:8080/"), "{token}");
         assert_eq!(describe_holder(&token), "web-1 (10.0.0.7:8080)");
+        assert_eq!(
+            holder_of(&token),
+            Some(("web-1".to_owned(), "10.0.0.7".to_owned(), 8080))
+        );
+        let v6 = new_token(&NodeIdentity {
+            host: "web-2".into(),
+            address: "::1".into(),
+            port: 9,
+        });
+        assert_eq!(
+            holder_of(&v6),
+            Some(("web-2".to_owned(), "::1".to_owned(), 9))
+        );
+        assert_eq!(holder_of("someone-else"), None);
         assert_eq!(describe_holder("someone-else"), "\"someone-else\"");
     }
 

@@ -72,6 +72,76 @@ pub struct PeerReport {
     pub reported: Timestamp,
 }
 
+/// How long after its lease or liveness deadline ran out a holding still
+/// shows in [`WorkerRegistry::fleet`] (as `live: false`), where the registry
+/// remembers it at all: long enough to see a node that just died, short
+/// enough that a fleet's history doesn't fill the listing.
+pub const FLEET_RECENT: Duration = Duration::from_secs(300);
+
+/// One node of the fleet as the registry sees it: a holding (or a recent
+/// holding) of a worker ID, from [`WorkerRegistry::fleet`].
+///
+/// Every field is what the registry stores, read at one moment; nothing is
+/// filled in from this node's own state. Fields a backend does not store (or
+/// that data written by an older idmint lacks) are `None`, never guessed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FleetMember {
+    /// The worker ID.
+    pub worker: u32,
+    /// The holder's host name, where the registry stores it.
+    pub host: Option<String>,
+    /// The address peers reach the holder on, where the registry stores it.
+    pub address: Option<String>,
+    /// The holder's service port, where the registry stores it.
+    pub port: Option<u16>,
+    /// Whether the holding is live now by the registry's own rule (an unexpired
+    /// lease, an existing ephemeral node, a recent report). `false` rows are
+    /// recent holdings the registry still remembers (a lease that ran out and
+    /// was not yet taken over).
+    pub live: bool,
+    /// How long the lease has left at the read, by the registry's clock where it
+    /// keeps one (zero once it ran out); `None` for registries without leases.
+    pub lease_left: Option<Duration>,
+    /// The holder's last reported time: its clock's reading when it reported.
+    pub reported: Option<Timestamp>,
+    /// The worker's stored high-water mark.
+    pub mark: Option<Timestamp>,
+}
+
+impl FleetMember {
+    /// A row for `worker` with nothing else known yet.
+    pub fn new(worker: u32) -> FleetMember {
+        FleetMember {
+            worker,
+            host: None,
+            address: None,
+            port: None,
+            live: false,
+            lease_left: None,
+            reported: None,
+            mark: None,
+        }
+    }
+
+    /// Fills the identity from `node`.
+    #[must_use]
+    pub fn with_node(mut self, node: &NodeIdentity) -> FleetMember {
+        self.host = Some(node.host.clone());
+        self.address = Some(node.address.clone());
+        self.port = Some(node.port);
+        self
+    }
+
+    /// Whether this row is `node`'s: the same address and port (the host name
+    /// too where the registry stored one).
+    pub fn is_node(&self, node: &NodeIdentity) -> bool {
+        self.address.as_deref() == Some(node.address.as_str())
+            && self.port == Some(node.port)
+            && self.host.as_deref().is_none_or(|h| h == node.host)
+    }
+}
+
 /// A backend that hands out worker IDs and stores their high-water marks.
 ///
 /// Contract, for every implementation:
@@ -135,6 +205,32 @@ pub trait WorkerRegistry: Send + Sync + fmt::Debug {
 
     /// Gives the worker ID back. The stored mark stays.
     async fn release(&self, claim: &Claim) -> Result<()>;
+
+    /// The fleet as the registry sees it: every live holding of a worker ID,
+    /// and the ones that ended less than [`FLEET_RECENT`] ago where the
+    /// registry still remembers them (`live: false`), sorted by worker ID. For status pages and operators; nothing decides on it.
+    ///
+    /// - **Read-only**: it never changes what the registry holds (no claim,
+    ///   renewal or clean-up), so any number of nodes may call it.
+    /// - **Bounded** like every call: it gives up with
+    ///   [`RegistryError::Timeout`](crate::RegistryError::Timeout) after the
+    ///   registry's timeout, however many rows it reads.
+    /// - **One moment**: rows are read together where the backend can (one
+    ///   statement, one transaction, one script); otherwise one after another
+    ///   within the timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`RegistryError::Unsupported`](crate::RegistryError::Unsupported), the
+    /// default, for registries that can't list; the backend's timeout and
+    /// failure errors otherwise.
+    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+        Err(crate::RegistryError::Unsupported {
+            registry: self.kind(),
+            operation: "listing the fleet",
+            reason: None,
+        })
+    }
 }
 
 /// The range check of [`WorkerRegistry::claim`]: a layout with no worker bits

@@ -65,6 +65,15 @@
 //! raise the mark the new holder started from. `persist_mark` only ever raises
 //! the mark (a `CASE` that keeps the larger value, portable to all three).
 //!
+//! # The fleet
+//! [`WorkerRegistry::fleet`] is one `SELECT` (one snapshot): the rows holding
+//! a token whose lease (lease mode) or liveness deadline (the disposable
+//! modes) ends in the future or ended less than [`FLEET_RECENT`] ago, with
+//! the time left computed by the database's clock. Released rows are not
+//! listed. Disposable rows have no lease: their `lease_left` is `None` and
+//! the deadline only decides `live`. In uid-generator mode the holder is the
+//! side table's `HOLDER` (`host (address:port)`).
+//!
 //! # Schema
 //! Created and upgraded by the binary's own migrations ([`idmint_sql::migrate`],
 //! component `registry:<table>`, recorded in `idmint_schema_migrations`), which
@@ -127,7 +136,8 @@ use jiff::Timestamp;
 
 use crate::error::{RegistryError, Result};
 use crate::registry::{
-    Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker, check_range,
+    Claim, FLEET_RECENT, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry,
+    check_given_worker, check_range,
 };
 use crate::util::{bounded, random_u64};
 
@@ -779,6 +789,23 @@ impl SqlRegistry {
         })
     }
 
+    async fn fetch_fleet(
+        &self,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> std::result::Result<Vec<FleetRow>, sqlx::Error> {
+        on_pool!(self.db.pool(), p => {
+            let mut q = sqlx::query_as::<_, FleetRow>(sql);
+            for b in binds {
+                q = match *b {
+                    Bind::Int(v) => q.bind(v),
+                    Bind::Text(v) => q.bind(v),
+                };
+            }
+            q.fetch_all(p).await
+        })
+    }
+
     /// Inserts a disposable row and returns its `ID`.
     async fn insert_disposable(&self, binds: &[Bind<'_>]) -> std::result::Result<i64, sqlx::Error> {
         self.insert_returning_id(&self.sql.disposable_insert, binds)
@@ -1259,6 +1286,59 @@ impl WorkerRegistry for SqlRegistry {
             .collect()
     }
 
+    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+        const OP: &str = "list fleet";
+        let recent = -i64::try_from(FLEET_RECENT.as_micros()).unwrap_or(i64::MAX);
+        let rows = self
+            .timed(OP, async {
+                let cluster = Bind::Text(&self.config.cluster);
+                match self.config.mode {
+                    SqlMode::Lease => {
+                        self.fetch_fleet(&self.sql.lease_fleet, &[cluster, Bind::Int(recent)])
+                            .await
+                    }
+                    SqlMode::Disposable => {
+                        self.fetch_fleet(&self.sql.disposable_fleet, &[cluster, Bind::Int(recent)])
+                            .await
+                    }
+                    SqlMode::UidGenerator => {
+                        self.fetch_fleet(&self.uid().side_fleet, &[Bind::Int(recent)])
+                            .await
+                    }
+                }
+                .map_err(backend_error(OP))
+            })
+            .await?;
+        rows.into_iter()
+            .map(
+                |(worker, host, address, port, left_us, reported_us, mark_us)| {
+                    let mut row = FleetMember::new(worker_u32(worker)?);
+                    if self.config.mode == SqlMode::UidGenerator {
+                        // The side table's HOLDER: `host (address:port)`.
+                        if let Some((h, a, p)) = parse_holder(&host) {
+                            row.host = Some(h);
+                            row.address = Some(a);
+                            row.port = Some(p);
+                        }
+                    } else {
+                        row.host = Some(host);
+                        row.address = Some(address);
+                        // uid-generator-style rows may hold a non-numeric PORT.
+                        row.port = port.parse().ok();
+                    }
+                    let left_us = left_us.unwrap_or(0);
+                    row.live = left_us > 0;
+                    if self.config.mode == SqlMode::Lease {
+                        row.lease_left = Some(Duration::from_micros(left_us.max(0).unsigned_abs()));
+                    }
+                    row.reported = reported_us.map(timestamp_from_us).transpose()?;
+                    row.mark = mark_us.map(timestamp_from_us).transpose()?;
+                    Ok(row)
+                },
+            )
+            .collect()
+    }
+
     async fn release(&self, claim: &Claim) -> Result<()> {
         const OP: &str = "release";
         let rows = self
@@ -1327,12 +1407,40 @@ struct Statements {
     lease_persist: String,
     lease_peers: String,
     lease_release: String,
+    lease_fleet: String,
     disposable_insert: String,
     disposable_in_use: String,
     disposable_renew: String,
     disposable_persist: String,
     disposable_peers: String,
     disposable_release: String,
+    disposable_fleet: String,
+}
+
+/// One row of a fleet listing: worker, host, address, port, microseconds
+/// left (negative once past), reported, mark.
+type FleetRow = (
+    i64,
+    String,
+    String,
+    String,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+/// `LEASE_EXPIRES`-like `column` minus the database's now, in microseconds,
+/// as a `BIGINT` on each dialect.
+fn micros_left(dialect: Dialect, column: &str) -> String {
+    match dialect {
+        Dialect::Postgres => {
+            format!("CAST(EXTRACT(EPOCH FROM ({column} - now())) * 1000000 AS BIGINT)")
+        }
+        Dialect::MySql => format!("TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), {column})"),
+        Dialect::Sqlite => {
+            format!("({column} - CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))")
+        }
+    }
 }
 
 impl Statements {
@@ -1373,6 +1481,7 @@ impl Statements {
             Dialect::Sqlite => "SELECT name FROM pragma_table_info(?)",
         };
         let free = format!("(TOKEN IS NULL OR LEASE_EXPIRES IS NULL OR LEASE_EXPIRES <= {now})");
+        let left = micros_left(dialect, "LEASE_EXPIRES");
         let raise_mark =
             "MARK_US = CASE WHEN MARK_US IS NULL OR MARK_US < ? THEN ? ELSE MARK_US END";
         let s = |sql: String| dialect.placeholders(&sql);
@@ -1421,6 +1530,12 @@ impl Statements {
                 "UPDATE {t} SET TOKEN = NULL, LEASE_EXPIRES = NULL, MODIFIED = {wall} \
                  WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ?"
             )),
+            // `expires_in` bound to minus the recent window: ended no earlier.
+            lease_fleet: s(format!(
+                "SELECT WORKER, HOST_NAME, ADDRESS, PORT, {left}, REPORTED_US, MARK_US FROM {t} \
+                 WHERE CLUSTER = ? AND WORKER IS NOT NULL AND TOKEN IS NOT NULL \
+                 AND LEASE_EXPIRES > {expires_in} ORDER BY WORKER"
+            )),
             disposable_insert: s(format!(
                 "INSERT INTO {t} (CLUSTER, HOST_NAME, PORT, ADDRESS, TYPE, LAUNCH_DATE, MODIFIED, \
                  CREATED, TOKEN, LEASE_EXPIRES) \
@@ -1453,8 +1568,21 @@ impl Statements {
                 "UPDATE {t} SET TOKEN = NULL, LEASE_EXPIRES = NULL, MODIFIED = {wall} \
                  WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
             )),
+            disposable_fleet: s(format!(
+                "SELECT ID, HOST_NAME, ADDRESS, PORT, {left}, REPORTED_US, MARK_US FROM {t} \
+                 WHERE CLUSTER = ? AND WORKER IS NULL AND TOKEN IS NOT NULL \
+                 AND LEASE_EXPIRES > {expires_in} ORDER BY ID"
+            )),
         }
     }
+}
+
+/// The host, address and port of a holder written as [`NodeIdentity`]'s
+/// `Display` (`host (address:port)`).
+fn parse_holder(text: &str) -> Option<(String, String, u16)> {
+    let (host, rest) = text.rsplit_once(" (")?;
+    let (address, port) = rest.strip_suffix(')')?.rsplit_once(':')?;
+    Some((host.to_owned(), address.to_owned(), port.parse().ok()?))
 }
 
 fn backend_error(operation: &'static str) -> impl Fn(sqlx::Error) -> RegistryError {
@@ -1698,6 +1826,20 @@ mod tests {
             source: sqlx::Error::RowNotFound,
         };
         assert_eq!(sql_error("migrate")(failed).code(), "registry_backend");
+    }
+
+    #[test]
+    fn holders_parse_back_into_identities() {
+        let node = NodeIdentity {
+            host: "web (eu) 1".into(),
+            address: "::1".into(),
+            port: 8080,
+        };
+        assert_eq!(
+            parse_holder(&node.to_string()),
+            Some(("web (eu) 1".to_owned(), "::1".to_owned(), 8080))
+        );
+        assert_eq!(parse_holder("10.0.0.1"), None);
     }
 
     #[test]

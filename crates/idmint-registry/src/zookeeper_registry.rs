@@ -52,6 +52,20 @@
 //! it, so renewing or persisting them fails with [`RegistryError::LeaseLost`],
 //! and the keeper claims again.
 //!
+//! # The fleet
+//!
+//! [`WorkerRegistry::fleet`] reads every node's data in one bounded call
+//! (one read after another: ZooKeeper has no multi-read). A node's data
+//! holds `address=ip:port` and, since the fleet view, `host=` (older data
+//! has no host line: readers skip lines they don't know, both ways).
+//! - Forever: every identity's node whose last change is within
+//!   [`FLEET_RECENT`] of the newest change, live within the peer window (the
+//!   rule peers follow), by ZooKeeper's own modification times. No lease.
+//! - Ephemeral: every worker node (the session is the lease; ZooKeeper tells
+//!   no one how long another session has left, so `lease_left` is `None`),
+//!   with the mark from `marks/<id>`. A holder's report keeps its identity
+//!   lines.
+//!
 //! # Limits
 //!
 //! - **Session timeout vs lease.** ZooKeeper bounds the session timeout between
@@ -87,7 +101,9 @@ use jiff::Timestamp;
 use zookeeper_client as zk;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_range};
+use crate::registry::{
+    Claim, FLEET_RECENT, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_range,
+};
 use crate::util::{bounded, ceil_ms, random_u64};
 
 /// The registry kind, as in config and in errors.
@@ -469,7 +485,7 @@ impl ZooKeeperRegistry {
                         .map_err(|e| backend("read forever node", &e))?;
                     return Ok((path, seq, data));
                 }
-                let data = render_forever(&address, Timestamp::now(), None);
+                let data = render_forever(&address, Some(&node.host), Timestamp::now(), None);
                 let options =
                     zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
                 let (_, seq) = client
@@ -573,7 +589,7 @@ impl ZooKeeperRegistry {
                     .map_err(|e| backend("persist mark", &e))?;
                 let record = parse_record("persist mark", claim.worker, &data)?;
                 let new_mark = record.mark.max(Some(mark));
-                let data = render_forever(&address, reported, new_mark);
+                let data = render_forever(&address, record.host.as_deref(), reported, new_mark);
                 match client
                     .set_data(&path, data.as_bytes(), Some(stat.version))
                     .await
@@ -669,7 +685,7 @@ impl ZooKeeperRegistry {
                     .map(|i| ((u64::from(start) + u64::from(i)) % u64::from(range)) as u32)
                     .filter(|w| !held.contains(w));
                 for worker in free {
-                    let data = render_ephemeral(&address);
+                    let data = render_ephemeral(&address, &node.host);
                     let before = Instant::now();
                     match client.create(&self.worker_path(worker), data.as_bytes(), &options).await {
                         Ok(_) => {
@@ -763,6 +779,19 @@ impl ZooKeeperRegistry {
         self.call("persist mark", async {
             for _ in 0..CAS_ATTEMPTS {
                 let version = self.owned_version(&client, claim, "persist mark").await?;
+                // Who holds the node stays in its data (the multi-op's
+                // version check fails if it changed since this read).
+                let (own_data, own_stat) = match client.get_data(&worker_path).await {
+                    Ok(got) => got,
+                    Err(zk::Error::NoNode) => {
+                        return Err(self.lease_lost(claim.worker, "the worker node is gone"));
+                    }
+                    Err(e) => return Err(backend("persist mark", &e)),
+                };
+                if own_stat.version != version {
+                    continue;
+                }
+                let held = parse_record("persist mark", claim.worker, &own_data)?;
                 let (old, mark_version) = match client.get_data(&mark_path).await {
                     Ok((data, stat)) => (
                         parse_mark_node("persist mark", claim.worker, &data)?,
@@ -773,7 +802,7 @@ impl ZooKeeperRegistry {
                 };
                 let new_mark = old.map_or(mark, |old| old.max(mark));
                 let mut multi = client.new_multi_writer();
-                let own = render_ephemeral_reported(reported);
+                let own = render_ephemeral_reported(&held, reported);
                 let mark_data = ceil_ms(new_mark).to_string();
                 let built = (|| {
                     multi.add_set_data(&worker_path, own.as_bytes(), Some(version))?;
@@ -864,6 +893,102 @@ impl ZooKeeperRegistry {
                 Ok(()) | Err(zk::Error::NoNode) => Ok(()),
                 Err(e) => Err(backend("release", &e)),
             }
+        })
+        .await
+    }
+
+    async fn fleet_forever(&self) -> Result<Vec<FleetMember>> {
+        const OP: &str = "list fleet";
+        let client = self.live_client(OP).await?;
+        let dir = self.forever_dir();
+        let nodes = self
+            .call(OP, async {
+                let children = client
+                    .list_children(&dir)
+                    .await
+                    .map_err(|e| backend(OP, &e))?;
+                let mut nodes = Vec::with_capacity(children.len());
+                for child in children {
+                    let Some((address, seq)) = child.rsplit_once('-') else {
+                        continue;
+                    };
+                    let Some(worker) = parse_seq(seq).and_then(|s| u32::try_from(s).ok()) else {
+                        continue;
+                    };
+                    match client.get_data(&format!("{dir}/{child}")).await {
+                        Ok((data, stat)) => {
+                            nodes.push((worker, address.to_owned(), data, stat.mtime));
+                        }
+                        Err(zk::Error::NoNode) => {}
+                        Err(e) => return Err(backend(OP, &e)),
+                    }
+                }
+                Ok(nodes)
+            })
+            .await?;
+        let newest = nodes.iter().map(|n| n.3).max().unwrap_or(0);
+        let window = i64::try_from(self.config.peer_window.as_millis()).unwrap_or(i64::MAX);
+        let recent = i64::try_from(FLEET_RECENT.as_millis()).unwrap_or(i64::MAX);
+        let mut rows = Vec::new();
+        for (worker, address, data, mtime) in nodes {
+            let age = newest.saturating_sub(mtime);
+            if age > recent.max(window) {
+                continue;
+            }
+            let record = parse_record(OP, worker, &data)?;
+            let mut row = FleetMember::new(worker);
+            if let Some((a, port)) = split_address(&address) {
+                row.address = Some(a);
+                row.port = Some(port);
+            }
+            row.host = record.host;
+            row.live = age <= window;
+            row.reported = record.reported;
+            row.mark = record.mark;
+            rows.push(row);
+        }
+        rows.sort_by_key(|r| r.worker);
+        Ok(rows)
+    }
+
+    async fn fleet_ephemeral(&self) -> Result<Vec<FleetMember>> {
+        const OP: &str = "list fleet";
+        let client = self.live_client(OP).await?;
+        let dir = format!("{}/workers", self.config.root());
+        self.call(OP, async {
+            let children = client
+                .list_children(&dir)
+                .await
+                .map_err(|e| backend(OP, &e))?;
+            let mut rows = Vec::new();
+            for child in children {
+                let Ok(worker) = child.parse::<u32>() else {
+                    continue;
+                };
+                let data = match client.get_data(&format!("{dir}/{child}")).await {
+                    Ok((data, _)) => data,
+                    // Its session ended since the listing.
+                    Err(zk::Error::NoNode) => continue,
+                    Err(e) => return Err(backend(OP, &e)),
+                };
+                let record = parse_record(OP, worker, &data)?;
+                let mut row = FleetMember::new(worker);
+                if let Some((a, port)) = record.address.as_deref().and_then(split_address) {
+                    row.address = Some(a);
+                    row.port = Some(port);
+                }
+                row.host = record.host;
+                row.live = true;
+                row.reported = record.reported;
+                row.mark = match client.get_data(&self.mark_path(worker)).await {
+                    Ok((data, _)) => parse_mark_node(OP, worker, &data)?,
+                    Err(zk::Error::NoNode) => None,
+                    Err(e) => return Err(backend(OP, &e)),
+                };
+                rows.push(row);
+            }
+            rows.sort_by_key(|r| r.worker);
+            Ok(rows)
         })
         .await
     }
@@ -969,6 +1094,23 @@ impl WorkerRegistry for ZooKeeperRegistry {
         }
     }
 
+    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+        if self.is_offline() {
+            return Err(RegistryError::Backend {
+                registry: KIND,
+                operation: "list fleet",
+                message: format!(
+                    "zookeeper was unreachable at connect: {}",
+                    self.offline_reason.as_deref().unwrap_or("unknown")
+                ),
+            });
+        }
+        match self.config.mode {
+            ZooKeeperMode::Forever => self.fleet_forever().await,
+            ZooKeeperMode::Ephemeral => self.fleet_ephemeral().await,
+        }
+    }
+
     async fn release(&self, claim: &Claim) -> Result<()> {
         match self.config.mode {
             // A forever worker ID belongs to its identity for good; the mark stays.
@@ -1027,16 +1169,33 @@ impl CacheRecord {
     }
 }
 
-/// A node's data: `address=`, `reported=`, `mark=` lines (times in Unix ms).
+/// A node's data: `address=`, `host=`, `reported=`, `mark=` lines (times in
+/// Unix ms). Lines a reader doesn't know are skipped.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct NodeRecord {
+    address: Option<String>,
+    host: Option<String>,
     reported: Option<Timestamp>,
     mark: Option<Timestamp>,
 }
 
-fn render_forever(address: &str, reported: Timestamp, mark: Option<Timestamp>) -> String {
+/// The identity lines; `host` is absent where older data had none.
+fn identity_lines(address: &str, host: Option<&str>) -> String {
+    match host {
+        Some(host) => format!("address={address}\nhost={host}\n"),
+        None => format!("address={address}\n"),
+    }
+}
+
+fn render_forever(
+    address: &str,
+    host: Option<&str>,
+    reported: Timestamp,
+    mark: Option<Timestamp>,
+) -> String {
     let mut s = format!(
-        "address={address}\nreported={}\n",
+        "{}reported={}\n",
+        identity_lines(address, host),
         reported.as_millisecond()
     );
     if let Some(mark) = mark {
@@ -1048,12 +1207,19 @@ fn render_forever(address: &str, reported: Timestamp, mark: Option<Timestamp>) -
 /// A new ephemeral node's data: who holds it. No `reported=` line: a holder
 /// reports with its first persisted mark, by its generator's clock, and until
 /// then is no peer to compare clocks with.
-fn render_ephemeral(address: &str) -> String {
-    format!("address={address}\n")
+fn render_ephemeral(address: &str, host: &str) -> String {
+    identity_lines(address, Some(host))
 }
 
-fn render_ephemeral_reported(reported: Timestamp) -> String {
-    format!("reported={}\n", reported.as_millisecond())
+/// A report on an ephemeral node: its identity lines (as `held` has them),
+/// then the time.
+fn render_ephemeral_reported(held: &NodeRecord, reported: Timestamp) -> String {
+    let identity = held
+        .address
+        .as_deref()
+        .map(|a| identity_lines(a, held.host.as_deref()))
+        .unwrap_or_default();
+    format!("{identity}reported={}\n", reported.as_millisecond())
 }
 
 fn parse_record(operation: &'static str, worker: u32, data: &[u8]) -> Result<NodeRecord> {
@@ -1072,6 +1238,8 @@ fn parse_record(operation: &'static str, worker: u32, data: &[u8]) -> Result<Nod
             Some(("mark", v)) => {
                 record.mark = Some(ms_to_ts(v).ok_or_else(|| bad(format!("mark={v:?}")))?);
             }
+            Some(("address", v)) => record.address = Some(v.to_owned()),
+            Some(("host", v)) => record.host = Some(v.to_owned()),
             _ => {}
         }
     }
@@ -1104,6 +1272,12 @@ fn ms_to_ts(raw: &str) -> Option<Timestamp> {
 
 fn node_address(node: &NodeIdentity) -> String {
     format!("{}:{}", node.address, node.port)
+}
+
+/// `ip` and port of an `ip:port` (the last colon splits, so IPv6 works).
+fn split_address(address: &str) -> Option<(String, u16)> {
+    let (ip, port) = address.rsplit_once(':')?;
+    Some((ip.to_owned(), port.parse().ok()?))
 }
 
 /// `ip:port` from a forever node path `.../forever/{ip:port}-{seq}`.
@@ -1226,11 +1400,21 @@ mod tests {
         assert_eq!(zk_seq(3), "0000000003");
         let data = render_forever(
             "a:1",
+            Some("web-1"),
             Timestamp::from_millisecond(5).unwrap(),
             Timestamp::from_millisecond(9).ok(),
         );
         let record = parse_record("claim", 1, data.as_bytes()).unwrap();
         assert_eq!(record.mark, Timestamp::from_millisecond(9).ok());
         assert_eq!(record.reported, Timestamp::from_millisecond(5).ok());
+        assert_eq!(record.host.as_deref(), Some("web-1"));
+        assert_eq!(record.address.as_deref(), Some("a:1"));
+        // Data of an older idmint: no host line.
+        let old = parse_record("claim", 1, b"address=a:1\nreported=5\n").unwrap();
+        assert_eq!((old.host, old.address.as_deref()), (None, Some("a:1")));
+        let reported = render_ephemeral_reported(&record, Timestamp::from_millisecond(7).unwrap());
+        assert_eq!(reported, "address=a:1\nhost=web-1\nreported=7\n");
+        assert_eq!(split_address("::1:80"), Some(("::1".to_owned(), 80)));
+        assert_eq!(split_address("nonsense"), None);
     }
 }

@@ -83,6 +83,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/v1/admin/keys", get(admin_keys).post(admin_create_key))
         .route("/v1/admin/workers", get(admin_workers))
+        .route("/v1/admin/fleet", get(admin_fleet))
         .route("/v1/admin/reveal", post(admin_reveal))
         .route("/", get(status::page))
         .route("/v1/status", get(status::status))
@@ -790,6 +791,28 @@ async fn admin_workers(State(state): Shared, headers: HeaderMap) -> Result<Respo
         "ready": s.is_ready() && crate::issue::clock_not_ready(&state).is_none(),
     });
     Ok(axum::Json(json!({ "workers": [worker] })).into_response())
+}
+
+/// `GET /v1/admin/fleet`: every node as the worker registry sees it, with
+/// each one's report offset from this node's clock and this node's row
+/// marked (`fleet.rs`). Behind the admin token like the other admin routes:
+/// it names every node's address. 501 `registry_unsupported` for a registry
+/// that can't list; 503 when the registry fails or times out.
+async fn admin_fleet(State(state): Shared, headers: HeaderMap) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    match crate::fleet::snapshot(&state).await {
+        Ok(body) => Ok(axum::Json(body).into_response()),
+        Err(e) if e.unsupported => Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            e.code,
+            e.message,
+        )),
+        Err(e) => Err(ApiError::unavailable(
+            e.code,
+            e.message,
+            crate::fleet::FleetView::MIN_INTERVAL,
+        )),
+    }
 }
 
 /// The body of `POST /v1/admin/reveal`.

@@ -276,6 +276,8 @@ pub(crate) struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// `server.max_connections` and `server.read_timeout`, which every listener keeps.
     pub connections: ConnectionLimits,
+    /// The registry's fleet, read at most every couple of seconds (`fleet.rs`).
+    pub fleet: crate::fleet::FleetView,
 }
 
 /// What bounds slow and greedy clients, on every listener

@@ -25,6 +25,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+mod fleet;
 pub mod grpc;
 mod http;
 mod issue;

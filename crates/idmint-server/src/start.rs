@@ -196,6 +196,7 @@ impl Server {
         let metrics = Arc::new(Metrics::new(node.to_string()));
         let registry = open_registry(&config).await.map_err(registry_error)?;
         let registry = CountingRegistry::wrap(registry, metrics.clone());
+        let fleet = crate::fleet::FleetView::new(registry.clone(), node.clone());
         let clock = IdClock::new(config.snowflake.clock);
         let settings = generator_settings(&config, layout).with_clock(clock.shared());
         let keeper = WorkerKeeper::start(registry, node.clone(), settings, keeper_config(&config))
@@ -280,6 +281,7 @@ impl Server {
                 config.server.max_connections,
                 config.server.read_timeout,
             ),
+            fleet,
         });
         let watcher = WatcherGuard::spawn(worker);
         let sampler = SamplerGuard::spawn(metrics);

@@ -7,6 +7,11 @@
 //! throughput chart as inline SVG. `/v1/status` is public, like Leaf's
 //! `/cache`: it holds no secret (no URLs, no tokens).
 //!
+//! The page's Fleet table is the exception: it comes from
+//! `/v1/admin/fleet` (`fleet.rs`), which names every node's address and so
+//! sits behind the admin token. The page asks for the token and keeps it in
+//! the tab's `sessionStorage` only; without it, the table says so.
+//!
 //! IDs and ID counts are strings in the JSON (JavaScript loses integers above
 //! 2^53); durations are numbers of milliseconds or seconds, times RFC 3339.
 

@@ -203,6 +203,7 @@ pub(super) struct Statements {
     pub(super) side_persist: String,
     pub(super) side_peers: String,
     pub(super) side_release: String,
+    pub(super) side_fleet: String,
 }
 
 impl Statements {
@@ -238,6 +239,7 @@ impl Statements {
             ),
         };
         let free = format!("(TOKEN IS NULL OR LIVE_UNTIL IS NULL OR LIVE_UNTIL <= {db_now})");
+        let left = super::micros_left(dialect, "LIVE_UNTIL");
         let raise_mark =
             "MARK_US = CASE WHEN MARK_US IS NULL OR MARK_US < ? THEN ? ELSE MARK_US END";
         let p = |sql: String| dialect.placeholders(&sql);
@@ -281,6 +283,12 @@ impl Statements {
                 "SELECT WORKER_ID, REPORTED_US FROM {s} WHERE WORKER_ID <> ? \
                  AND TOKEN IS NOT NULL AND LIVE_UNTIL > {db_now} AND REPORTED_US IS NOT NULL \
                  ORDER BY WORKER_ID"
+            )),
+            // The shape of the other modes' listing: HOLDER stands for the
+            // identity; `live_for` bound to minus the recent window.
+            side_fleet: p(format!(
+                "SELECT WORKER_ID, HOLDER, '', '', {left}, REPORTED_US, MARK_US FROM {s} \
+                 WHERE TOKEN IS NOT NULL AND LIVE_UNTIL > {live_for} ORDER BY WORKER_ID"
             )),
             side_release: p(format!(
                 "UPDATE {s} SET TOKEN = NULL, LIVE_UNTIL = NULL, MODIFIED = {wall} \

@@ -91,6 +91,7 @@ macro_rules! contract_suite {
             a_takeover_by_a_node_with_its_clock_behind_issues_above_the_dead_nodes_ids,
             a_given_worker_is_claimed_once_and_the_holder_is_named,
             a_second_node_deriving_the_same_worker_fails_at_start_naming_both,
+            the_fleet_lists_every_holder_with_its_identity_report_and_mark,
         );
     };
     ($make:ident: $($scenario:ident),+ $(,)?) => {
@@ -681,6 +682,91 @@ pub async fn a_new_holder_does_not_inherit_the_old_holders_report<B: Backend>(b:
     );
 }
 
+/// The fleet listing names every holder (identity, report, mark, lease left)
+/// as any node sees it; a released holder drops out; a dead one drops out,
+/// or stays as not live where the registry remembers recent holdings (SQL).
+pub async fn the_fleet_lists_every_holder_with_its_identity_report_and_mark<B: Backend>(b: B) {
+    let kind = b.kind();
+    let node = b.node(LONG).await;
+    let short = b.node(b.short_ttl()).await;
+    let observer = b.node(LONG).await;
+    assert_eq!(
+        observer.fleet().await.unwrap(),
+        [],
+        "{kind}: an empty fleet"
+    );
+    let one = node.claim(&identity(1), 16).await.unwrap();
+    let two = node.claim(&identity(2), 16).await.unwrap();
+    let three = short.claim(&identity(3), 16).await.unwrap();
+    for (registry, claim, at) in [(&node, &one, 1), (&node, &two, 2), (&short, &three, 3)] {
+        registry
+            .persist_mark(claim, mark(3_000 + at), mark(at))
+            .await
+            .unwrap();
+    }
+    let fleet = observer.fleet().await.unwrap();
+    let mut expected: Vec<(u32, usize)> = vec![(one.worker, 1), (two.worker, 2), (three.worker, 3)];
+    expected.sort_unstable();
+    assert_eq!(
+        fleet.iter().map(|m| m.worker).collect::<Vec<_>>(),
+        expected.iter().map(|e| e.0).collect::<Vec<_>>(),
+        "{kind}: {fleet:?}"
+    );
+    for (member, (_, n)) in fleet.iter().zip(&expected) {
+        let at = i64::try_from(*n).unwrap();
+        assert!(member.is_node(&identity(*n)), "{kind}: {member:?}");
+        assert_eq!(member.host.as_deref(), Some(identity(*n).host.as_str()));
+        assert!(member.live, "{kind}: {member:?}");
+        assert_eq!(member.reported, Some(mark(at)), "{kind}: {member:?}");
+        assert_eq!(member.mark, Some(mark(3_000 + at)), "{kind}: {member:?}");
+        match b.holding() {
+            Holding::Lease => {
+                let left = member.lease_left.expect("a lease has time left");
+                let ttl = if *n == 3 { b.short_ttl() } else { LONG };
+                // etcd may grant more than asked (its minimum) and counts whole seconds.
+                assert!(
+                    left > Duration::ZERO && left <= ttl.max(Duration::from_secs(2)),
+                    "{kind}: {member:?}"
+                );
+            }
+            Holding::Session | Holding::Forever => {
+                assert_eq!(member.lease_left, None, "{kind}: {member:?}");
+            }
+        }
+    }
+    if b.holding() == Holding::Forever {
+        return;
+    }
+    node.release(&two).await.unwrap();
+    drop(short);
+    let deadline = Instant::now() + b.short_ttl() * 3 + Duration::from_secs(3);
+    loop {
+        let fleet = observer.fleet().await.unwrap();
+        let live: Vec<u32> = fleet.iter().filter(|m| m.live).map(|m| m.worker).collect();
+        if live == [one.worker] {
+            assert!(
+                fleet.iter().all(|m| m.worker != two.worker),
+                "{kind}: a released holder is listed: {fleet:?}"
+            );
+            // SQL keeps an expired holding's row until another node takes it.
+            if kind == "sql" {
+                let dead = fleet.iter().find(|m| m.worker == three.worker);
+                let dead = dead.unwrap_or_else(|| panic!("{kind}: {fleet:?}"));
+                assert_eq!(dead.lease_left, Some(Duration::ZERO), "{dead:?}");
+                assert!(dead.is_node(&identity(3)), "{dead:?}");
+            } else {
+                assert_eq!(fleet.len(), 1, "{kind}: {fleet:?}");
+            }
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{kind}: released or dead holders stay live: {fleet:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 // ---- Keepers: what the marks are for ----
 
 /// A node issues, stops, and starts again with its clock 2 s behind: every ID
@@ -881,6 +967,12 @@ pub async fn a_second_node_deriving_the_same_worker_fails_at_start_naming_both<B
             keeper_config(),
         )
     };
+    // The host registry's fleet is the shared registry's: the other node,
+    // failing to start, sees the first one there.
+    let seen = host_b.fleet().await.unwrap();
+    assert_eq!(seen.len(), 1, "{kind}: {seen:?}");
+    assert_eq!(seen[0].worker, 515);
+    assert!(seen[0].is_node(&web_a), "{kind}: {seen:?}");
     let err = start_b().await.unwrap_err();
     assert_worker_taken(
         &err,

@@ -223,6 +223,52 @@ fn a_second_process_on_the_same_data_directory_fails_fast() {
     LeaseFile::open(dir.path()).expect("a dead holder leaves no stale lock");
 }
 
+/// The file registry's fleet is this node: the lease file's worker, mark and
+/// report, the identity while it is claimed; a static registry without a
+/// file lists its in-memory worker once claimed.
+#[test]
+fn the_fleet_of_a_single_node_registry_is_that_node() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = FileRegistry::open(dir.path(), 3).unwrap();
+        assert_eq!(registry.fleet().await.unwrap(), []);
+        let claim = registry.claim(&node("a"), 8).await.unwrap();
+        let mark = ts("2026-11-21T00:00:03Z");
+        let reported = ts("2026-11-21T00:00:00Z");
+        registry.persist_mark(&claim, mark, reported).await.unwrap();
+        let fleet = registry.fleet().await.unwrap();
+        assert_eq!(fleet.len(), 1, "{fleet:?}");
+        let me = &fleet[0];
+        assert_eq!(me.worker, 3);
+        assert!(me.is_node(&node("a")) && me.live, "{me:?}");
+        assert_eq!(
+            (me.mark, me.reported, me.lease_left),
+            (Some(mark), Some(reported), None)
+        );
+        registry.release(&claim).await.unwrap();
+        let fleet = registry.fleet().await.unwrap();
+        assert_eq!(fleet.len(), 1, "the lease file still holds the mark");
+        assert!(!fleet[0].live && fleet[0].host.is_none(), "{fleet:?}");
+        assert_eq!(fleet[0].mark, Some(mark));
+
+        let fixed = StaticRegistry::new(5);
+        assert_eq!(fixed.fleet().await.unwrap(), []);
+        let claim = fixed.claim(&node("b"), 8).await.unwrap();
+        let fleet = fixed.fleet().await.unwrap();
+        assert_eq!(fleet.len(), 1, "{fleet:?}");
+        assert_eq!(
+            (fleet[0].worker, fleet[0].live, fleet[0].mark),
+            (5, true, None)
+        );
+        assert!(fleet[0].is_node(&node("b")));
+        fixed.release(&claim).await.unwrap();
+    });
+}
+
 fn ts(s: &str) -> Timestamp {
     s.parse().unwrap()
 }

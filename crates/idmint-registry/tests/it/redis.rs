@@ -128,6 +128,68 @@ async fn a_stale_claim_is_told_whether_its_lease_expired_or_was_taken_over() {
         .expect("the new holder is untouched");
 }
 
+/// A worker claimed by an idmint from before the `holders` set (a lease key
+/// and a report, no set entry) is listed once it reported, its holder read
+/// from its token; one whose token idmint didn't write has no identity.
+#[tokio::test]
+async fn the_fleet_finds_holders_of_older_idmints_through_their_reports() {
+    let Some(b) = backend("fleet-old-data") else {
+        return;
+    };
+    let registry = b.registry(LONG).await;
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let p = &b.prefix;
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(format!("{p}worker:4"))
+        .arg("old-host@10.9.8.7:7100/42/00000000000000000000000000000001")
+        .arg("PX")
+        .arg(30_000)
+        .ignore()
+        .cmd("SET")
+        .arg(format!("{p}worker:5"))
+        .arg("written-by-something-else")
+        .arg("PX")
+        .arg(30_000)
+        .ignore()
+        .cmd("SET")
+        .arg(format!("{p}mark:4"))
+        .arg(1_800_000_003_000_i64)
+        .ignore()
+        .cmd("HSET")
+        .arg(format!("{p}reported"))
+        .arg("4")
+        .arg(1_800_000_000_000_i64)
+        .arg("5")
+        .arg(1_800_000_000_000_i64)
+        .arg("6")
+        .arg(1_800_000_000_000_i64)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let fresh = registry.claim(&identity(1), 4).await.unwrap();
+    let fleet = registry.fleet().await.unwrap();
+    // Worker 6 reported once but holds no lease: not listed.
+    assert_eq!(
+        fleet.iter().map(|m| m.worker).collect::<Vec<_>>(),
+        [fresh.worker, 4, 5],
+        "{fleet:?}"
+    );
+    let old = &fleet[1];
+    assert_eq!(
+        (old.host.as_deref(), old.address.as_deref(), old.port),
+        (Some("old-host"), Some("10.9.8.7"), Some(7100))
+    );
+    assert_eq!(old.mark, Some(ms(1_800_000_003_000)));
+    assert_eq!(old.reported, Some(ms(1_800_000_000_000)));
+    assert!(old.live && old.lease_left.is_some_and(|l| l <= LONG));
+    assert_eq!((fleet[2].host.as_deref(), fleet[2].port), (None, None));
+    assert!(fleet[0].is_node(&identity(1)), "{fleet:?}");
+    assert_eq!(fleet[0].reported, None, "not reported yet");
+}
+
 #[async_trait]
 impl ReadsMarks for RedisRegistry {
     async fn stored(&self, worker: u32) -> Option<jiff::Timestamp> {

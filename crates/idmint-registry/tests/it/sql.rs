@@ -244,6 +244,39 @@ async fn clusters_sharing_a_table_stay_apart(env: SqlBackend) {
     );
 }
 
+/// Disposable rows have no lease: the fleet lists them with `lease_left`
+/// `None`, live while their liveness deadline lasts, and drops released ones.
+async fn the_fleet_in_disposable_mode_has_no_leases(env: SqlBackend) {
+    let ttl = Duration::from_secs(1);
+    let node = env
+        .node_with(env.config(SqlMode::Disposable).with_lease_ttl(ttl))
+        .await;
+    let a = node.claim(&identity(1), 8).await.unwrap();
+    let b = node.claim(&identity(2), 8).await.unwrap();
+    let c = node.claim(&identity(3), 8).await.unwrap();
+    let mark = mark_at(SignedDuration::from_secs(3));
+    node.persist_mark(&a, mark, mark).await.unwrap();
+    let fleet = node.fleet().await.unwrap();
+    assert_eq!(
+        fleet.iter().map(|m| m.worker).collect::<Vec<_>>(),
+        [a.worker, b.worker, c.worker],
+        "{:?}",
+        env.db
+    );
+    for (member, n) in fleet.iter().zip(1..) {
+        assert!(member.is_node(&identity(n)), "{member:?}");
+        assert!(member.live && member.lease_left.is_none(), "{member:?}");
+    }
+    assert_eq!((fleet[0].mark, fleet[0].reported), (Some(mark), Some(mark)));
+    node.release(&b).await.unwrap();
+    // `c` stops reporting: once its deadline passes it is listed, not live.
+    tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+    node.persist_mark(&a, mark, mark).await.unwrap();
+    let fleet = node.fleet().await.unwrap();
+    let rows: Vec<(u32, bool)> = fleet.iter().map(|m| (m.worker, m.live)).collect();
+    assert_eq!(rows, [(a.worker, true), (c.worker, false)], "{:?}", env.db);
+}
+
 async fn disposable_ids_increase_and_are_never_reused(env: SqlBackend) {
     let config = env.config(SqlMode::Disposable);
     let node = env.node_with(config).await;
@@ -578,6 +611,7 @@ macro_rules! per_database {
             sql_only!(backend:
                 clusters_sharing_a_table_stay_apart,
                 disposable_ids_increase_and_are_never_reused,
+                the_fleet_in_disposable_mode_has_no_leases,
                 bad_configs_and_urls_are_typed_errors,
                 a_fresh_table_records_its_migration,
                 a_pre_migration_table_is_adopted,

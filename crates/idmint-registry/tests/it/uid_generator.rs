@@ -442,6 +442,37 @@ async fn marks_only_rise_and_peers_report(env: TheirTable) {
     assert_eq!(err.code(), "registry_unsupported", "{err}");
 }
 
+/// The fleet names each holder from the side table's `HOLDER`, with no lease
+/// (the mode has none), and drops a released one.
+async fn the_fleet_names_holders_without_leases(env: TheirTable) {
+    let a = env.node().await;
+    let ca = a.claim(&identity(1), BAIDU_RANGE).await.unwrap();
+    let cb = a.claim(&identity(2), BAIDU_RANGE).await.unwrap();
+    let high = mark_at(SignedDuration::from_secs(3));
+    let reported = mark_at(SignedDuration::ZERO);
+    a.persist_mark(&ca, high, reported).await.unwrap();
+    let fleet = a.fleet().await.unwrap();
+    assert_eq!(fleet.len(), 2, "{:?}: {fleet:?}", env.db);
+    assert_eq!((fleet[0].worker, fleet[1].worker), (ca.worker, cb.worker));
+    assert!(fleet[0].is_node(&identity(1)), "{fleet:?}");
+    assert_eq!(fleet[0].host.as_deref(), Some("node-1"));
+    assert!(fleet[1].is_node(&identity(2)), "{fleet:?}");
+    assert!(fleet.iter().all(|m| m.live && m.lease_left.is_none()));
+    assert_eq!(
+        (fleet[0].mark, fleet[0].reported),
+        (Some(high), Some(reported))
+    );
+    assert_eq!((fleet[1].mark, fleet[1].reported), (None, None));
+    a.release(&cb).await.unwrap();
+    let fleet = a.fleet().await.unwrap();
+    assert_eq!(
+        fleet.iter().map(|m| m.worker).collect::<Vec<_>>(),
+        [ca.worker],
+        "{:?}: a released holder is listed",
+        env.db
+    );
+}
+
 /// A peer counts as live while it reports: each report extends its deadline
 /// by the TTL (the keeper never renews a claim without a lease).
 async fn a_peer_is_live_while_it_reports(env: TheirTable) {
@@ -598,6 +629,7 @@ macro_rules! per_database {
                 marks_only_rise_and_peers_report,
                 a_restart_gets_a_new_row_and_the_old_mark_stays,
                 a_peer_is_live_while_it_reports,
+                the_fleet_names_holders_without_leases,
                 an_id_handed_out_again_starts_above_its_mark,
                 a_full_range_is_a_typed_error_that_inserts_nothing,
                 a_missing_or_foreign_table_is_refused,

@@ -13,6 +13,7 @@ mod layout;
 mod obfuscate;
 mod serve;
 mod serve_cluster;
+mod serve_fleet;
 mod serve_grpc;
 mod serve_grpc_python;
 mod serve_hostile;

@@ -495,7 +495,11 @@ fn serve_admin_api_needs_its_token() {
     {
         // No token configured: 403, saying how to set one.
         let server = Served::start(&dir.path().join("off"), None, &[]);
-        for (method, path) in [("GET", "/v1/admin/keys"), ("GET", "/v1/admin/workers")] {
+        for (method, path) in [
+            ("GET", "/v1/admin/keys"),
+            ("GET", "/v1/admin/workers"),
+            ("GET", "/v1/admin/fleet"),
+        ] {
             let r = c
                 .request(method.parse().unwrap(), server.url(path))
                 .bearer_auth("anything")

@@ -34,11 +34,7 @@ fn chart_has_a_rise(points: &str) -> bool {
 
 #[test]
 fn serve_status_page_renders_in_chromium_and_its_chart_follows_the_load() {
-    let has_chromium = Command::new("chromium")
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !idmint_testkit::require_service("chromium (Debian's chromium package)", has_chromium) {
+    if !Browser::available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -53,26 +49,8 @@ fn serve_status_page_renders_in_chromium_and_its_chart_follows_the_load() {
     // status embedded in the page has no throughput; then IDs are issued. A
     // rise in the chart can only come from the script's refreshes (every 2 s,
     // from /v1/status, which the server samples once a second).
-    let profile = tempfile::tempdir().unwrap();
-    let mut browser = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--remote-debugging-port=0",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(server.url("/"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run chromium");
-    let page = DevTools::attach(&mut browser, &server.url("/"));
+    let browser = Browser::open(&server.url("/"), (1280, 900));
+    let page = &browser.page;
     let first = page.eval("document.getElementById('chart-line').getAttribute('points')");
     assert!(!chart_has_a_rise(&first), "no load yet: {first:?}");
     let worker = page.eval("document.getElementById('worker-id').textContent");
@@ -99,8 +77,7 @@ fn serve_status_page_renders_in_chromium_and_its_chart_follows_the_load() {
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
     let updated = page.eval("document.getElementById('updated').textContent");
-    let _ = browser.kill();
-    let _ = browser.wait();
+    drop(browser);
     assert!(
         chart_has_a_rise(&points),
         "the chart was redrawn with the load in it within 10 s: {points:?}"
@@ -108,8 +85,68 @@ fn serve_status_page_renders_in_chromium_and_its_chart_follows_the_load() {
     assert!(updated.starts_with("updated "), "{updated:?}");
 }
 
+/// A headless Chromium (Debian's `chromium`) showing one page, driven over
+/// the DevTools protocol; killed on drop.
+pub(crate) struct Browser {
+    child: std::process::Child,
+    _profile: tempfile::TempDir,
+    /// The page it shows.
+    pub page: DevTools,
+}
+
+impl Browser {
+    /// Whether Chromium is installed; under `CI=true` a missing one fails the
+    /// test, elsewhere it prints a loud SKIPPED line.
+    pub(crate) fn available() -> bool {
+        let has_chromium = Command::new("chromium")
+            .arg("--version")
+            .output()
+            .is_ok_and(|out| out.status.success());
+        idmint_testkit::require_service("chromium (Debian's chromium package)", has_chromium)
+    }
+
+    /// Opens `url` in a window of `size` (width, height) and waits until the
+    /// status page has loaded.
+    pub(crate) fn open(url: &str, size: (u32, u32)) -> Browser {
+        let profile = tempfile::tempdir().unwrap();
+        let mut child = Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--hide-scrollbars",
+                "--remote-debugging-port=0",
+            ])
+            .arg(format!("--window-size={},{}", size.0, size.1))
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(url)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run chromium");
+        let page = DevTools::attach(&mut child, url);
+        Browser {
+            child,
+            _profile: profile,
+            page,
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A page target of a headless Chromium, driven over the DevTools protocol.
-struct DevTools {
+pub(crate) struct DevTools {
     socket: std::cell::RefCell<tungstenite::WebSocket<std::net::TcpStream>>,
     next_id: std::cell::Cell<u64>,
 }
@@ -181,14 +218,37 @@ impl DevTools {
     }
 
     /// Evaluates `expression` in the page; its value as a string.
-    fn eval(&self, expression: &str) -> String {
+    pub(crate) fn eval(&self, expression: &str) -> String {
+        let result = self.call(
+            "Runtime.evaluate",
+            serde_json::json!({"expression": format!("String({expression})"), "returnByValue": true}),
+        );
+        result["result"]["value"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Writes a PNG of the whole page (beyond the window too) to `path`.
+    pub(crate) fn screenshot(&self, path: &std::path::Path) {
+        use base64::Engine as _;
+        let result = self.call(
+            "Page.captureScreenshot",
+            serde_json::json!({"format": "png", "captureBeyondViewport": true}),
+        );
+        let data = result["data"].as_str().expect("a screenshot");
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .expect("base64 PNG");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, png).unwrap();
+    }
+
+    /// Calls a DevTools method; its `result`.
+    fn call(&self, method: &str, params: serde_json::Value) -> serde_json::Value {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
-        let request = serde_json::json!({
-            "id": id,
-            "method": "Runtime.evaluate",
-            "params": {"expression": format!("String({expression})"), "returnByValue": true},
-        });
+        let request = serde_json::json!({"id": id, "method": method, "params": params});
         let mut socket = self.socket.borrow_mut();
         socket
             .send(tungstenite::Message::text(request.to_string()))
@@ -200,10 +260,8 @@ impl DevTools {
             };
             let reply: serde_json::Value = serde_json::from_str(text).unwrap();
             if reply["id"] == id {
-                return reply["result"]["result"]["value"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
+                assert!(reply["error"].is_null(), "{method}: {reply}");
+                return reply["result"].clone();
             }
         }
     }
