@@ -831,14 +831,7 @@ impl WorkerRegistry for EtcdRegistry {
             Ok(rows.into_values().collect())
         };
         // The lease reads are spawned: dropping the set on a timeout aborts them.
-        match tokio::time::timeout(self.config.timeout, read).await {
-            Ok(result) => result,
-            Err(_) => Err(RegistryError::Timeout {
-                registry: KIND,
-                operation: OP,
-                after: self.config.timeout,
-            }),
-        }
+        bounded(KIND, OP, self.config.timeout, read).await
     }
 
     async fn release(&self, claim: &Claim) -> Result<()> {
