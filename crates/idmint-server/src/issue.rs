@@ -276,6 +276,8 @@ pub(crate) struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// `server.max_connections` and `server.read_timeout`, which every listener keeps.
     pub connections: ConnectionLimits,
+    /// `[tls]`: the certificate the listeners serve; `None`, all plain text.
+    pub tls: Option<Arc<crate::tls::Tls>>,
 }
 
 /// What bounds slow and greedy clients, on every listener

@@ -32,6 +32,8 @@ mod metrics;
 mod resp;
 mod start;
 mod status;
+mod tls;
 
 pub use config::{Config, ConfigError};
 pub use start::{Server, ServerError, run};
+pub use tls::{TlsError, TlsReload};
