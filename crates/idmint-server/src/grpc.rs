@@ -33,6 +33,12 @@
 //! `/readyz` is ready (for `""` and `idmint.v1.IdService`, `Watch` streaming
 //! each change), and server reflection v1 and v1alpha (`health.rs`).
 //!
+//! # TLS
+//! With `[tls]` (and `tls.grpc` left on), connections are handed to tonic
+//! once their TLS handshake (ALPN `h2`) is done, each made in its own task
+//! within `server.read_timeout` ([`accept`]): the same acceptor and reload
+//! path as HTTP and RESP (`tls.rs`), not tonic's own TLS.
+//!
 //! # Shutdown
 //! When the server stops, the listener stops accepting and every connection
 //! is told to go away (HTTP/2 `GOAWAY`); calls in flight finish, and open

@@ -21,6 +21,8 @@
 //! (`idmint.v1.IdService`, from `proto/idmint/v1/idmint.proto`), on its own
 //! port when `server.grpc_addr` is set, in [`grpc`]. All issue IDs through
 //! `issue.rs`, which resolves a key's strategy and maps failures to those codes.
+//! With `[tls]`, every listener speaks TLS from one certificate (`tls.rs`),
+//! reloaded through [`TlsReload`] and when its files change.
 
 #![deny(missing_docs)]
 

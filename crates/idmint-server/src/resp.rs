@@ -84,6 +84,13 @@
 //! from accept to close, and at the cap the listener accepts no more until
 //! one frees.
 //!
+//! # TLS
+//! With `[tls]` (and `tls.resp` left on) every connection shakes hands
+//! first, in its own task within `server.read_timeout` (`tls.rs`); `redis-cli
+//! --tls` and `rediss://` clients connect. A client sending plain RESP gets
+//! `-ERR this port speaks TLS ...` and is disconnected. Plain and TLS
+//! connections run the same code over `MaybeTls`.
+//!
 //! # Shutdown
 //! When the server stops, the listener stops accepting; each connection
 //! answers the requests it has read (and finishes one it is halfway through

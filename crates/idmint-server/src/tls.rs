@@ -650,3 +650,227 @@ impl AsyncWrite for MaybeTls {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use idmint_testkit::tls::TestCa;
+
+    use super::*;
+
+    /// A `[tls]` section serving `cert` and `key`.
+    fn section(cert: &Path, key: &Path) -> TlsSection {
+        TlsSection {
+            cert: Some(cert.to_owned()),
+            key: Some(key.to_owned()),
+            ..TlsSection::default()
+        }
+    }
+
+    fn load_err(section: &TlsSection) -> String {
+        match Tls::load(section) {
+            Ok(_) => panic!("loaded {section:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_tls_section_loads_from_file_and_env_with_defaults() {
+        use crate::config::Config;
+        assert!(Config::load(None, vars(&[])).unwrap().tls.is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("idmint.toml");
+        std::fs::write(
+            &file,
+            "[tls]\ncert = \"s.pem\"\nkey = \"s.key\"\nresp = false\n",
+        )
+        .unwrap();
+        let config = Config::load(Some(&file), vars(&[])).unwrap();
+        config.validate().unwrap();
+        let tls = config.tls.unwrap();
+        assert_eq!(tls.cert.as_deref(), Some(Path::new("s.pem")));
+        assert_eq!((tls.http, tls.grpc, tls.resp), (true, true, false));
+        assert_eq!(tls.poll_interval, Duration::from_secs(5));
+        assert!(tls.client_ca.is_none());
+
+        let config = Config::load(
+            None,
+            vars(&[
+                ("IDMINT_TLS__CERT", "/etc/idmint/s.pem"),
+                ("IDMINT_TLS__KEY", "/etc/idmint/s.key"),
+                ("IDMINT_TLS__CLIENT_CA", "/etc/idmint/ca.pem"),
+                ("IDMINT_TLS__POLL_INTERVAL", "1s"),
+            ]),
+        )
+        .unwrap();
+        config.validate().unwrap();
+        let tls = config.tls.unwrap();
+        assert_eq!(
+            tls.client_ca.as_deref(),
+            Some(Path::new("/etc/idmint/ca.pem"))
+        );
+        assert_eq!(tls.poll_interval, Duration::from_secs(1));
+
+        // No key, or a zero interval: named by the check.
+        for (text, named) in [
+            ("[tls]\ncert = \"s.pem\"\n", "tls.key"),
+            ("[tls]\nkey = \"s.key\"\n", "tls.cert"),
+            (
+                "[tls]\ncert = \"a\"\nkey = \"b\"\npoll_interval = \"0s\"\n",
+                "tls.poll_interval",
+            ),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = Config::load(Some(&file), vars(&[]))
+                .unwrap()
+                .validate()
+                .unwrap_err();
+            assert!(e.to_string().contains(named), "{text}: {e}");
+        }
+        // An unknown key is refused when loading.
+        std::fs::write(&file, "[tls]\ncertificate = \"s.pem\"\n").unwrap();
+        let e = Config::load(Some(&file), vars(&[])).unwrap_err();
+        assert!(e.to_string().contains("tls"), "{e}");
+    }
+
+    #[test]
+    fn bad_files_are_refused_naming_the_key_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = TestCa::new("test CA");
+        let (cert, key) = ca.server(1).write(dir.path(), "server");
+        let (_, other_key) = ca.server(2).write(dir.path(), "other");
+        let (expired, expired_key) = ca.expired_server(3).write(dir.path(), "expired");
+        let nowhere = dir.path().join("nowhere.pem");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+
+        let e = load_err(&section(&expired, &expired_key));
+        assert!(
+            e.starts_with(&format!("tls.cert {}: ", expired.display())),
+            "{e}"
+        );
+        assert!(e.contains("expired at 2020-01-01T00:00:00Z"), "{e}");
+
+        let e = load_err(&section(&cert, &other_key));
+        assert!(
+            e.contains(&format!("tls.key {}", other_key.display())),
+            "{e}"
+        );
+        assert!(e.contains("is not the private key"), "{e}");
+
+        let e = load_err(&section(&nowhere, &key));
+        assert!(
+            e.starts_with(&format!("cannot read tls.cert {}", nowhere.display())),
+            "{e}"
+        );
+        let e = load_err(&section(&cert, &nowhere));
+        assert!(e.starts_with("cannot read tls.key"), "{e}");
+
+        // A key where the certificate should be, and the other way round.
+        let e = load_err(&section(&key, &key));
+        assert!(
+            e.contains("tls.cert") && e.contains("no CERTIFICATE"),
+            "{e}"
+        );
+        let e = load_err(&section(&cert, &cert));
+        assert!(e.contains("tls.key") && e.contains("no PRIVATE KEY"), "{e}");
+
+        let mut with_ca = section(&cert, &key);
+        with_ca.client_ca = Some(empty.clone());
+        let e = load_err(&with_ca);
+        assert!(
+            e.starts_with(&format!("tls.client_ca {}", empty.display())),
+            "{e}"
+        );
+
+        let good = Tls::load(&section(&cert, &key)).unwrap();
+        assert_eq!(good.cert().serial, "01");
+        assert_eq!(good.cert().subject, "CN=idmint test server 1");
+    }
+
+    #[test]
+    fn only_enabled_listeners_get_an_acceptor_with_their_alpn() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = TestCa::new("test CA").server(1).write(dir.path(), "s");
+        let mut s = section(&cert, &key);
+        s.resp = false;
+        let tls = Tls::load(&s).unwrap();
+        assert!(tls.acceptor(Surface::Resp).is_none());
+        let alpn = |surface: Surface| {
+            tls.current.load().configs[surface.index()]
+                .alpn_protocols
+                .clone()
+        };
+        assert!(tls.acceptor(Surface::Http).is_some());
+        assert_eq!(alpn(Surface::Http), [b"http/1.1".to_vec()]);
+        assert_eq!(alpn(Surface::Grpc), [b"h2".to_vec()]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn changed_files_are_reloaded_and_a_bad_change_keeps_the_old_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = TestCa::new("test CA");
+        let (cert, key) = ca.server(1).write(dir.path(), "server");
+        let mut s = section(&cert, &key);
+        s.poll_interval = Duration::from_millis(20);
+        let tls = Arc::new(Tls::load(&s).unwrap());
+        let _watcher = tls.spawn_watcher();
+
+        // Written whole, then moved into place (the key first).
+        let (new_cert, new_key) = ca.server(2).write(dir.path(), "new");
+        std::fs::rename(&new_key, &key).unwrap();
+        std::fs::rename(&new_cert, &cert).unwrap();
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            while tls.cert().serial != "02" {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "no reload: serial {}", tls.cert().serial);
+        assert_eq!(tls.reload_counts().1, 0);
+
+        // A certificate file that is no longer one: counted, the old one kept.
+        std::fs::write(&cert, "garbage").unwrap();
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            while tls.reload_counts().1 == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "the bad file was not noticed");
+        assert_eq!(tls.cert().serial, "02");
+        let (_, error) = tls.last_error().unwrap();
+        assert!(error.contains("tls.cert"), "{error}");
+
+        // A request (SIGHUP's) reloads though nothing changed since.
+        let third = ca.server(3);
+        let (third_cert, third_key) = third.write(dir.path(), "third");
+        std::fs::rename(&third_key, &key).unwrap();
+        std::fs::rename(&third_cert, &cert).unwrap();
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            while tls.cert().serial != "03" {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "no reload of the third certificate");
+        assert!(tls.last_error().is_none());
+        let reloads = tls.reload_counts().0;
+        TlsReload(tls.clone()).request();
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            while tls.reload_counts().0 == reloads {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "a request did not reload");
+        assert_eq!(tls.cert().serial, "03");
+    }
+}

@@ -80,6 +80,10 @@ const SWEEPS: u32 = 4;
 ///   (shared with RESP and gRPC) before it is served, and the loop accepts no
 ///   more until it has one: at the cap, new clients wait in the listen backlog.
 ///
+/// With `[tls]` (and `tls.http` left on), each connection shakes hands in
+/// its own task within `server.read_timeout` before anything else; a client
+/// speaking plain HTTP gets 400 and is disconnected (`tls.rs`).
+///
 /// HTTP/1.1 only: `axum::serve` also took HTTP/2 with prior knowledge, which
 /// no idmint client speaks (gRPC has its own listener), and its protocol
 /// sniffing waits for the first bytes without any timeout.

@@ -495,3 +495,44 @@ fn openssl_serial(server: &Served) -> Option<String> {
     let serial = text.trim().strip_prefix("serial=")?;
     Some(serial.trim_start_matches('0').to_ascii_lowercase())
 }
+
+#[test]
+fn bench_over_https_rediss_and_grpcs_with_a_client_certificate() {
+    let pki = Pki::new();
+    let server = pki.start(&format!("client_ca = {:?}\n", pki.ca_file));
+    let resp = server.resp_addr.clone().unwrap();
+    let grpc = grpc_addr(&server);
+    let (ca, cert, key) = (
+        path(&pki.ca_file),
+        path(&pki.client_files.0),
+        path(&pki.client_files.1),
+    );
+    for target in [
+        https(&server, ""),
+        format!("rediss://{resp}"),
+        format!("grpcs://{grpc}"),
+    ] {
+        let out = crate::ok(&[
+            "bench",
+            "--target",
+            &target,
+            "--key",
+            "order",
+            "--concurrency",
+            "2",
+            "--duration",
+            "300ms",
+            "--tls-ca",
+            ca,
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+        ]);
+        crate::bench::check_report(&out);
+    }
+    // TLS flags with a plain target are refused as bad input.
+    let (code, stderr) = crate::fails(&["bench", "--target", &server.url(""), "--tls-ca", ca]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("need a TLS target"), "{stderr}");
+}
