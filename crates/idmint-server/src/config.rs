@@ -113,7 +113,10 @@
 //! again on `SIGHUP` and when they change; a new set that fails the same
 //! checks is logged and counted (`idmint_tls_reload_failures_total`), and the
 //! old certificate keeps serving. Open connections are never dropped by a
-//! reload: only new handshakes see the new certificate.
+//! reload: only new handshakes see the new certificate. Replace the files
+//! by renaming new ones into place, as certbot and Kubernetes secret
+//! volumes do: a pair read between the two renames fails that reload, and
+//! the second rename, itself a change, reloads again.
 //!
 //! Environment: `IDMINT_TLS__CERT=/etc/idmint/server.pem`,
 //! `IDMINT_TLS__KEY=...`, `IDMINT_TLS__CLIENT_CA=...`, `IDMINT_TLS__RESP=false`.

@@ -217,9 +217,7 @@ fn accept_tls(
                 accepted = accept_one(&listener, addr) => accepted,
             };
             // Loaded per connection, so a reloaded certificate serves the next one.
-            let Some(acceptor) = tls.acceptor(Surface::Grpc) else {
-                return;
-            };
+            let acceptor = tls.acceptor(Surface::Grpc);
             let ready = ready.clone();
             let timeout = limits.read_timeout;
             tokio::spawn(async move {

@@ -38,4 +38,4 @@ mod tls;
 
 pub use config::{Config, ConfigError};
 pub use start::{Server, ServerError, run};
-pub use tls::{TlsError, TlsReload};
+pub use tls::{TlsError, TlsReload, check_files as check_tls_files};

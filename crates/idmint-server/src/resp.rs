@@ -151,7 +151,7 @@ pub(crate) async fn serve(
                     let Some(slot) = slot else { break };
                     let _ = stream.set_nodelay(true);
                     // Loaded per connection, so a reloaded certificate serves the next one.
-                    let acceptor = tls.as_ref().and_then(|t| t.acceptor(Surface::Resp));
+                    let acceptor = tls.as_ref().map(|t| t.acceptor(Surface::Resp));
                     let (state, stats) = (state.clone(), stats.clone());
                     let stop = stop_connections.clone();
                     connections.spawn(async move {

@@ -99,6 +99,15 @@ pub enum TlsError {
     },
 }
 
+/// Reads and checks the files `section` names, as `Server::start` does,
+/// without serving them: for a config check before a start or a deploy.
+///
+/// # Errors
+/// As the start's: [`TlsError`] naming the key and file.
+pub fn check_files(section: &TlsSection) -> Result<(), TlsError> {
+    Tls::load(section).map(|_| ())
+}
+
 /// A listener that can speak TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Surface {
@@ -187,10 +196,11 @@ impl Tls {
     /// key in it, a key not the certificate's, an expired certificate, a
     /// client CA file without a usable CA certificate.
     pub(crate) fn load(section: &TlsSection) -> Result<Tls, TlsError> {
+        // `Config::validate` refuses these first, with the config's words.
         let missing = |key: &'static str| TlsError::Invalid {
             key,
-            path: PathBuf::new(),
-            message: "not set".to_owned(),
+            path: PathBuf::from("(unset)"),
+            message: "[tls] needs this file".to_owned(),
         };
         let files = Files {
             cert: section.cert.clone().ok_or_else(|| missing("tls.cert"))?,
@@ -212,12 +222,10 @@ impl Tls {
         })
     }
 
-    /// The acceptor for `surface`'s next handshake, or `None` when that
-    /// listener is plain text.
-    pub(crate) fn acceptor(&self, surface: Surface) -> Option<tokio_rustls::TlsAcceptor> {
-        let i = surface.index();
-        self.enabled[i]
-            .then(|| tokio_rustls::TlsAcceptor::from(self.current.load().configs[i].clone()))
+    /// The acceptor for `surface`'s next handshake, with the set in use now
+    /// (listeners ask only when [`Tls::enabled`] says they speak TLS).
+    pub(crate) fn acceptor(&self, surface: Surface) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(self.current.load().configs[surface.index()].clone())
     }
 
     /// Whether `surface` speaks TLS.
@@ -796,19 +804,19 @@ mod tests {
     }
 
     #[test]
-    fn only_enabled_listeners_get_an_acceptor_with_their_alpn() {
+    fn listeners_are_switched_one_by_one_and_get_their_alpn() {
         let dir = tempfile::tempdir().unwrap();
         let (cert, key) = TestCa::new("test CA").server(1).write(dir.path(), "s");
         let mut s = section(&cert, &key);
         s.resp = false;
         let tls = Tls::load(&s).unwrap();
-        assert!(tls.acceptor(Surface::Resp).is_none());
+        assert!(!tls.enabled(Surface::Resp));
+        assert!(tls.enabled(Surface::Http) && tls.enabled(Surface::Grpc));
         let alpn = |surface: Surface| {
             tls.current.load().configs[surface.index()]
                 .alpn_protocols
                 .clone()
         };
-        assert!(tls.acceptor(Surface::Http).is_some());
         assert_eq!(alpn(Surface::Http), [b"http/1.1".to_vec()]);
         assert_eq!(alpn(Surface::Grpc), [b"h2".to_vec()]);
     }

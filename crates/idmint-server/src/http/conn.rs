@@ -127,7 +127,7 @@ pub(crate) async fn serve(
         let Some(slot) = slot else { break };
         let _ = stream.set_nodelay(true);
         // Loaded per connection, so a reloaded certificate serves the next one.
-        let acceptor = tls.as_ref().and_then(|t| t.acceptor(Surface::Http));
+        let acceptor = tls.as_ref().map(|t| t.acceptor(Surface::Http));
         let http1 = http1.clone();
         let front = front.clone();
         let watcher = watcher.clone();
