@@ -536,3 +536,50 @@ fn bench_over_https_rediss_and_grpcs_with_a_client_certificate() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("need a TLS target"), "{stderr}");
 }
+
+#[test]
+fn serve_tls_handshakes_are_bounded_and_never_hold_up_other_clients() {
+    let pki = Pki::new();
+    // Long enough that serving the others well within it shows they didn't
+    // wait for the stalled ones, on a busy machine too.
+    let server = pki.start("[server]\nread_timeout = \"4s\"\n");
+    let resp = server.resp_addr.clone().unwrap();
+    let grpc = grpc_addr(&server);
+    let ca = path(&pki.ca_file);
+
+    // On each port: one client silent after connecting, one that sent the
+    // first byte of a ClientHello and stopped.
+    let mut stalled = Vec::new();
+    for addr in [server.addr.as_str(), &resp, &grpc] {
+        stalled.push(std::net::TcpStream::connect(addr).unwrap());
+        let mut half = std::net::TcpStream::connect(addr).unwrap();
+        std::io::Write::write_all(&mut half, &[0x16]).unwrap();
+        stalled.push(half);
+    }
+    // Everyone else is served meanwhile.
+    let started = Instant::now();
+    assert_eq!(
+        curl_ok(&["--cacert", ca, &https(&server, "/v1/ids/order")]),
+        "1000\n"
+    );
+    let out = redis_cli(&resp, &["--tls", "--cacert", ca], &["INCR", "order"]);
+    assert_eq!(redis_integer(&out), 1001);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // And the stalled ones are closed once the read timeout has passed.
+    for mut conn in stalled {
+        conn.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let closed = match std::io::Read::read(&mut conn, &mut buf) {
+            Ok(n) => n == 0 || buf[0] == 0x15, // EOF, or a TLS alert first
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        };
+        assert!(closed, "a stalled handshake was kept open");
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
