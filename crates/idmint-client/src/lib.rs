@@ -41,7 +41,7 @@ use tokio::task::AbortHandle;
 pub use crate::blocking::BlockingClient;
 pub use crate::error::{Error, Failure, FailureReason};
 use crate::prefetch::KeyBuffer;
-use crate::transport::Transport;
+use crate::transport::{TlsOptions, Transport};
 
 /// The server's default cap on one request's count (`server.max_count`).
 const DEFAULT_MAX_BATCH: u64 = 100_000;
@@ -111,6 +111,7 @@ pub struct ClientBuilder {
     timeout: Duration,
     backoff: Duration,
     max_batch: u64,
+    tls: TlsOptions,
 }
 
 impl Default for ClientBuilder {
@@ -130,11 +131,16 @@ impl ClientBuilder {
             timeout: Duration::from_secs(5),
             backoff: Duration::from_secs(1),
             max_batch: DEFAULT_MAX_BATCH,
+            tls: TlsOptions {
+                ca_pem: None,
+                identity_pem: None,
+            },
         }
     }
 
-    /// The servers, tried in this order: `http://host:port` (a path prefix
-    /// is kept) or `host:port`. Plain HTTP only.
+    /// The servers, tried in this order: `http://host:port`,
+    /// `https://host:port` (a path prefix is kept) or `host:port` (plain
+    /// HTTP).
     pub fn servers<I, S>(mut self, servers: I) -> ClientBuilder
     where
         I: IntoIterator<Item = S>,
@@ -179,19 +185,40 @@ impl ClientBuilder {
         self
     }
 
+    /// Trust the CA certificate(s) in `pem` (PEM text, as read from a CA
+    /// file) for `https://` servers, instead of the built-in web roots: a
+    /// server whose certificate another CA issued is refused.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> ClientBuilder {
+        self.tls.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Present this client certificate and private key (both PEM) to
+    /// `https://` servers that require one (mutual TLS, the server's
+    /// `tls.client_ca`).
+    pub fn tls_client_pem(
+        mut self,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> ClientBuilder {
+        self.tls.identity_pem = Some((cert.into(), key.into()));
+        self
+    }
+
     /// Builds the client. No I/O and no task happens here.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for no servers, an address that isn't an
-    /// `http://` URL, a low-water share outside 0.0..=1.0, a timeout of 0, or
-    /// a prefetch or max batch that doesn't fit (`prefetch` ≤ `max_batch`).
+    /// `http://` or `https://` URL, a low-water share outside 0.0..=1.0, a
+    /// timeout of 0, a prefetch or max batch that doesn't fit (`prefetch` ≤
+    /// `max_batch`), or TLS PEM text that isn't a certificate (or key).
     ///
     /// # Examples
     /// ```
     /// let e = idmint_client::Client::builder().build().unwrap_err();
     /// assert_eq!(e.code(), "invalid_input");
-    /// let e = idmint_client::Client::builder().servers(["https://h:1"]).build().unwrap_err();
-    /// assert!(e.to_string().contains("only http://"));
+    /// let e = idmint_client::Client::builder().servers(["ftp://h:1"]).build().unwrap_err();
+    /// assert!(e.to_string().contains("only http:// and https://"));
     /// let client = idmint_client::Client::builder().servers(["127.0.0.1:8080"]).build()?;
     /// assert_eq!(client.servers().collect::<Vec<_>>(), ["http://127.0.0.1:8080"]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -225,7 +252,13 @@ impl ClientBuilder {
             .iter()
             .map(|s| transport::parse_server(s))
             .collect::<Result<Vec<_>, _>>()?;
-        let transport = Transport::new(servers, self.timeout, self.backoff, self.max_batch)?;
+        let transport = Transport::new(
+            servers,
+            self.timeout,
+            self.backoff,
+            self.max_batch,
+            &self.tls,
+        )?;
         Ok(Client {
             inner: Arc::new(Inner {
                 transport: Arc::new(transport),

@@ -12,6 +12,7 @@
 //! that issued it once. A request whose answer was lost (timeout, broken
 //! body) loses those IDs (a gap), and the next server issues others.
 
+use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -54,9 +55,9 @@ pub(crate) fn parse_server(text: &str) -> Result<Url, Error> {
     };
     let mut url = Url::parse(&with_scheme)
         .map_err(|e| Error::invalid(format!("server address {text:?} is not a URL: {e}")))?;
-    if url.scheme() != "http" {
+    if url.scheme() != "http" && url.scheme() != "https" {
         return Err(Error::invalid(format!(
-            "server address {text:?}: only http:// is supported (plain HTTP on loopback or a LAN)"
+            "server address {text:?}: only http:// and https:// are supported"
         )));
     }
     if url.host().is_none() || url.cannot_be_a_base() {
@@ -146,6 +147,25 @@ fn error_of(status: StatusCode, body: &[u8]) -> (String, String) {
     }
 }
 
+/// What TLS trusts and presents (see `ClientBuilder::tls_ca_pem`).
+#[derive(Clone, Default)]
+pub(crate) struct TlsOptions {
+    /// The CA certificate(s) to trust instead of the built-in roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// The client certificate and key for mutual TLS.
+    pub identity_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the private key.
+        f.debug_struct("TlsOptions")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_identity", &self.identity_pem.is_some())
+            .finish()
+    }
+}
+
 /// How one attempt ended.
 enum Attempt {
     Ids(Vec<u64>),
@@ -161,10 +181,30 @@ impl Transport {
         timeout: Duration,
         backoff: Duration,
         max_batch: u64,
+        tls: &TlsOptions,
     ) -> Result<Transport, Error> {
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
+            .use_rustls_tls()
             .timeout(timeout)
-            .connect_timeout(timeout)
+            .connect_timeout(timeout);
+        if let Some(ca) = &tls.ca_pem {
+            let ca = reqwest::Certificate::from_pem(ca)
+                .map_err(|e| Error::invalid(format!("the TLS CA is not a PEM certificate: {e}")))?;
+            // Only this CA: a server certificate from any other is refused.
+            http = http.tls_built_in_root_certs(false).add_root_certificate(ca);
+        }
+        if let Some((cert, key)) = &tls.identity_pem {
+            let mut pem = cert.clone();
+            pem.push(b'\n');
+            pem.extend_from_slice(key);
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                Error::invalid(format!(
+                    "the TLS client certificate and key are not a usable PEM pair: {e}"
+                ))
+            })?;
+            http = http.identity(identity);
+        }
+        let http = http
             .build()
             .map_err(|e| Error::invalid(format!("can't build the HTTP client: {e}")))?;
         let servers = servers
@@ -344,13 +384,11 @@ mod tests {
             parse_server("http://h:1/idmint/").unwrap().as_str(),
             "http://h:1/idmint"
         );
-        for bad in [
-            "https://h:1",
-            "http://",
-            "ftp://h",
-            "http://h:1/?a=b",
-            "not a url at all",
-        ] {
+        assert_eq!(
+            parse_server("https://h:1").unwrap().as_str(),
+            "https://h:1/"
+        );
+        for bad in ["http://", "ftp://h", "http://h:1/?a=b", "not a url at all"] {
             let e = parse_server(bad).unwrap_err();
             assert_eq!(e.code(), "invalid_input", "{bad}: {e}");
         }
@@ -405,7 +443,14 @@ mod tests {
             .iter()
             .map(|s| parse_server(s).unwrap())
             .collect();
-        let t = Transport::new(urls, Duration::from_secs(1), Duration::from_secs(1), 10).unwrap();
+        let t = Transport::new(
+            urls,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            10,
+            &TlsOptions::default(),
+        )
+        .unwrap();
         let now = Instant::now();
         assert_eq!(t.order(now), [0, 1, 2, 3]);
         t.preferred.store(2, Ordering::Relaxed);

@@ -97,6 +97,35 @@
 //! segment routes): they serve any undeclared name with that strategy
 //! (`"refuse"` refuses it there too), and answer a key *declared* with
 //! another strategy with 409 `wrong_strategy`.
+//!
+//! # TLS (`[tls]`)
+//! Setting `[tls]` turns TLS on for every listener (HTTP, gRPC, RESP), all
+//! served from one certificate (`tls.rs`):
+//! - `cert`: a PEM file with the server's certificate first, then any
+//!   intermediates (required);
+//! - `key`: a PEM file with its private key: PKCS#8, PKCS#1 (RSA) or SEC1
+//!   (EC) (required);
+//! - `client_ca`: a PEM file of CA certificates; set, every client must
+//!   present a certificate one of them issued (mutual TLS), or its handshake
+//!   fails (default: unset, no client certificates asked for);
+//! - `http`, `grpc`, `resp`: whether each listener speaks TLS (default
+//!   `true` each); a listener set `false` stays plain text;
+//! - `poll_interval`: how often the files' modification times are checked
+//!   for a reload (default `5s`).
+//!
+//! At start an unreadable file, a PEM without a certificate or key, a key
+//! that doesn't match the certificate, or an expired certificate stops the
+//! server with an error naming the key and the file. The files are read
+//! again on `SIGHUP` and when they change; a new set that fails the same
+//! checks is logged and counted (`idmint_tls_reload_failures_total`), and the
+//! old certificate keeps serving. Open connections are never dropped by a
+//! reload: only new handshakes see the new certificate. Replace the files
+//! by renaming new ones into place, as certbot and Kubernetes secret
+//! volumes do: a pair read between the two renames fails that reload, and
+//! the second rename, itself a change, reloads again.
+//!
+//! Environment: `IDMINT_TLS__CERT=/etc/idmint/server.pem`,
+//! `IDMINT_TLS__KEY=...`, `IDMINT_TLS__CLIENT_CA=...`, `IDMINT_TLS__RESP=false`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -210,6 +239,8 @@ pub struct Config {
     pub keys: BTreeMap<String, KeyConfig>,
     /// `[obfuscation]`: the keyed permutation behind public IDs.
     pub obfuscation: ObfuscationConfig,
+    /// `[tls]`: TLS on the listeners; unset (the default), all plain text.
+    pub tls: Option<TlsSection>,
 }
 
 /// `[server]`.
@@ -823,6 +854,78 @@ impl ObfuscationConfig {
     }
 }
 
+/// `[tls]`: the certificate every listener serves, and which listeners use
+/// it (see "TLS" in the [module docs](self)). The files are read and checked
+/// when the server starts (`Server::start`), not here.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSection {
+    /// The certificate chain, PEM, leaf first (required).
+    pub cert: Option<PathBuf>,
+    /// The private key, PEM (required).
+    pub key: Option<PathBuf>,
+    /// CA certificates, PEM, that client certificates must chain to; set,
+    /// client certificates are required (mutual TLS).
+    pub client_ca: Option<PathBuf>,
+    /// TLS on the HTTP listener (default true).
+    pub http: bool,
+    /// TLS on the gRPC listener (default true).
+    pub grpc: bool,
+    /// TLS on the RESP listener (default true).
+    pub resp: bool,
+    /// How often the files' modification times are checked (default `5s`).
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
+    pub poll_interval: Duration,
+}
+
+impl Default for TlsSection {
+    fn default() -> TlsSection {
+        TlsSection {
+            cert: None,
+            key: None,
+            client_ca: None,
+            http: true,
+            grpc: true,
+            resp: true,
+            poll_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+impl TlsSection {
+    /// Checks what needs no file: `cert` and `key` are set, the interval is
+    /// not zero.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `tls.cert`, `tls.key` or `tls.poll_interval`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: &str| ConfigError::Invalid {
+            key: key.to_owned(),
+            origin: CHECKED.to_owned(),
+            message: message.to_owned(),
+        };
+        if self.cert.is_none() {
+            return Err(invalid(
+                "tls.cert",
+                "[tls] needs the certificate's PEM file (tls.cert)",
+            ));
+        }
+        if self.key.is_none() {
+            return Err(invalid(
+                "tls.key",
+                "[tls] needs the private key's PEM file (tls.key)",
+            ));
+        }
+        if self.poll_interval.is_zero() {
+            return Err(invalid(
+                "tls.poll_interval",
+                "0s is out of range: the files are checked every poll_interval",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Reads a duration written as `"3s"`, `"500ms"`, `"1m 30s"` or ISO 8601
 /// (`"PT3S"`), through jiff's parser.
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
@@ -1179,6 +1282,9 @@ impl Config {
                     origin: CHECKED.to_owned(),
                     message: e.to_string(),
                 })?;
+        }
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
         }
         let obfuscator = self.obfuscation.obfuscator()?;
         self.obfuscation.text_format()?;

@@ -33,6 +33,12 @@
 //! `/readyz` is ready (for `""` and `idmint.v1.IdService`, `Watch` streaming
 //! each change), and server reflection v1 and v1alpha (`health.rs`).
 //!
+//! # TLS
+//! With `[tls]` (and `tls.grpc` left on), connections are handed to tonic
+//! once their TLS handshake (ALPN `h2`) is done, each made in its own task
+//! within `server.read_timeout` ([`accept`]): the same acceptor and reload
+//! path as HTTP and RESP (`tls.rs`), not tonic's own TLS.
+//!
 //! # Shutdown
 //! When the server stops, the listener stops accepting and every connection
 //! is told to go away (HTTP/2 `GOAWAY`); calls in flight finish, and open
@@ -46,6 +52,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use futures_util::future::Either;
 use futures_util::{Stream, StreamExt, stream};
 use idmint_core::Id;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -60,6 +67,7 @@ use crate::issue::{
 };
 use crate::metrics::Metrics;
 use crate::start::Bound;
+use crate::tls::{self, MaybeTls, Surface, Tls};
 use proto::id_service_server::{IdService, IdServiceServer};
 use proto::{DecodeRequest, DecodeResponse, GetIdsRequest, GetIdsResponse, StreamIdsRequest};
 
@@ -101,6 +109,7 @@ pub(crate) async fn serve(
         local_addr,
     } = bound;
     let limits = state.connections.clone();
+    let tls = state.tls.clone().filter(|t| t.enabled(Surface::Grpc));
     let (health, _follower) = health::health(state.clone(), stop.clone()).await;
     let (reflection_v1, reflection_v1alpha) = match health::reflection() {
         Ok((v1, v1alpha)) => (Some(v1), Some(v1alpha)),
@@ -125,7 +134,7 @@ pub(crate) async fn serve(
         .add_service(health)
         .add_optional_service(reflection_v1)
         .add_optional_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(accept(listener, local_addr, limits), shutdown);
+        .serve_with_incoming_shutdown(accept(listener, local_addr, limits, tls), shutdown);
     tokio::select! {
         result = served => {
             if let Err(e) = result {
@@ -141,35 +150,101 @@ pub(crate) async fn serve(
 /// The accepted connections, with `TCP_NODELAY` set (small replies go out at
 /// once), each holding one of the server's connection slots
 /// (`server.max_connections`, shared with HTTP and RESP) until it closes. A
-/// failed accept (out of file descriptors) pauses instead of spinning.
+/// failed accept (out of file descriptors) pauses instead of spinning. With
+/// TLS, see [`accept_tls`].
 fn accept(
     listener: TcpListener,
     addr: SocketAddr,
     limits: ConnectionLimits,
+    tls: Option<Arc<Tls>>,
 ) -> impl Stream<Item = std::io::Result<Slotted>> {
-    stream::unfold(listener, move |listener| {
+    if let Some(tls) = tls {
+        return Either::Right(accept_tls(listener, addr, limits, tls));
+    }
+    Either::Left(stream::unfold(listener, move |listener| {
         let limits = limits.clone();
         async move {
             let slot = limits.slot("grpc").await?;
-            loop {
-                match listener.accept().await {
-                    Ok((stream, _)) => {
-                        let _ = stream.set_nodelay(true);
-                        return Some((
-                            Ok(Slotted {
-                                stream,
-                                _slot: slot,
-                            }),
-                            listener,
-                        ));
-                    }
-                    Err(e) => {
-                        tracing::warn!(addr = %addr, error = %e, "gRPC accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
+            let (stream, _) = accept_one(&listener, addr).await;
+            Some((
+                Ok(Slotted {
+                    stream: MaybeTls::Plain(stream),
+                    _slot: slot,
+                }),
+                listener,
+            ))
+        }
+    }))
+}
+
+/// The next connection, with `TCP_NODELAY` set; a failed accept pauses.
+async fn accept_one(listener: &TcpListener, addr: SocketAddr) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => {
+                let _ = accepted.0.set_nodelay(true);
+                return accepted;
+            }
+            Err(e) => {
+                tracing::warn!(addr = %addr, error = %e, "gRPC accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+}
+
+/// [`accept`] over TLS: a task accepts, and each connection shakes hands in
+/// a task of its own (within `server.read_timeout`), so a slow or silent
+/// client never holds up the others; connections done with their handshake
+/// come out in the order they finish. The accepting task ends when tonic
+/// drops the stream (the server stopped).
+fn accept_tls(
+    listener: TcpListener,
+    addr: SocketAddr,
+    limits: ConnectionLimits,
+    tls: Arc<Tls>,
+) -> impl Stream<Item = std::io::Result<Slotted>> {
+    let (ready, handshaken) = tokio::sync::mpsc::channel::<Slotted>(64);
+    tokio::spawn(async move {
+        loop {
+            let slot = tokio::select! {
+                () = ready.closed() => return,
+                slot = limits.slot("grpc") => slot,
+            };
+            let Some(slot) = slot else { return };
+            let (stream, peer) = tokio::select! {
+                () = ready.closed() => return,
+                accepted = accept_one(&listener, addr) => accepted,
+            };
+            // Loaded per connection, so a reloaded certificate serves the next one.
+            let acceptor = tls.acceptor(Surface::Grpc);
+            let ready = ready.clone();
+            let timeout = limits.read_timeout;
+            tokio::spawn(async move {
+                // No plain-text reply: a plain HTTP/2 client reads only frames.
+                let handshake = tls::accept(acceptor, stream, b"");
+                match tokio::time::timeout(timeout, handshake).await {
+                    Ok(Ok(stream)) => {
+                        let _ = ready
+                            .send(Slotted {
+                                stream,
+                                _slot: slot,
+                            })
+                            .await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "gRPC TLS handshake failed; closing");
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "gRPC TLS handshake not done within the read timeout; closing");
+                    }
+                }
+            });
+        }
+    });
+    stream::unfold(handshaken, |mut handshaken| async move {
+        let slotted = handshaken.recv().await?;
+        Some((Ok(slotted), handshaken))
     })
 }
 
@@ -177,7 +252,7 @@ pin_project_lite::pin_project! {
     /// A gRPC client's connection and the slot it holds until dropped.
     struct Slotted {
         #[pin]
-        stream: TcpStream,
+        stream: MaybeTls,
         _slot: OwnedSemaphorePermit,
     }
 }

@@ -278,6 +278,8 @@ pub(crate) struct AppState {
     pub connections: ConnectionLimits,
     /// The registry's fleet, read at most every couple of seconds (`fleet.rs`).
     pub fleet: crate::fleet::FleetView,
+    /// `[tls]`: the certificate the listeners serve; `None`, all plain text.
+    pub tls: Option<Arc<crate::tls::Tls>>,
 }
 
 /// What bounds slow and greedy clients, on every listener

@@ -21,6 +21,8 @@
 //! (`idmint.v1.IdService`, from `proto/idmint/v1/idmint.proto`), on its own
 //! port when `server.grpc_addr` is set, in [`grpc`]. All issue IDs through
 //! `issue.rs`, which resolves a key's strategy and maps failures to those codes.
+//! With `[tls]`, every listener speaks TLS from one certificate (`tls.rs`),
+//! reloaded through [`TlsReload`] and when its files change.
 
 #![deny(missing_docs)]
 
@@ -33,6 +35,8 @@ mod metrics;
 mod resp;
 mod start;
 mod status;
+mod tls;
 
 pub use config::{Config, ConfigError};
 pub use start::{Server, ServerError, run};
+pub use tls::{TlsError, TlsReload, check_files as check_tls_files};

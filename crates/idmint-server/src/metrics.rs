@@ -79,6 +79,8 @@ const HTTP_LATENCY: &str = "idmint_http_request_duration_seconds";
 const GRPC_LATENCY: &str = "idmint_grpc_request_duration_seconds";
 const REGISTRY_ERRORS: &str = "idmint_registry_errors_total";
 const LEASE_FAILURES: &str = "idmint_segment_lease_failures_total";
+const TLS_RELOADS: &str = "idmint_tls_reloads_total";
+const TLS_RELOAD_FAILURES: &str = "idmint_tls_reload_failures_total";
 
 /// Latency buckets: 50 µs to 10 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -189,6 +191,16 @@ impl Metrics {
             LEASE_FAILURES,
             Some(Unit::Count),
             "segment leases (store fetches) that failed or timed out, by key",
+        );
+        describe(
+            TLS_RELOADS,
+            Some(Unit::Count),
+            "TLS certificate reloads that were swapped in (SIGHUP or the files changed)",
+        );
+        describe(
+            TLS_RELOAD_FAILURES,
+            Some(Unit::Count),
+            "TLS certificate reloads that failed: the previous certificate is still served",
         );
         for (name, text) in GAUGE_HELP {
             recorder.describe_gauge((*name).into(), None, (*text).into());
@@ -542,6 +554,15 @@ impl Metrics {
         )
         .set(1.0);
 
+        if let Some(tls) = &state.tls {
+            let (reloads, failures) = tls.reload_counts();
+            self.counter(&key(TLS_RELOADS, vec![])).absolute(reloads);
+            self.counter(&key(TLS_RELOAD_FAILURES, vec![]))
+                .absolute(failures);
+            self.gauge("idmint_tls_cert_not_after_timestamp_seconds", vec![])
+                .set(tls.cert().not_after as f64);
+        }
+
         let stats = self.snowflake_stats(state.worker.generator());
         for (name, read, _) in STATS_HELP {
             self.counter(&key(name, vec![])).absolute(read(&stats));
@@ -602,6 +623,10 @@ const STATS_HELP: &[(&str, StatField, &str)] = &[
 ];
 
 const GAUGE_HELP: &[(&str, &str)] = &[
+    (
+        "idmint_tls_cert_not_after_timestamp_seconds",
+        "when the TLS certificate served now expires, in seconds since the Unix epoch",
+    ),
     (
         "idmint_worker_id",
         "the worker ID this node holds, by registry",

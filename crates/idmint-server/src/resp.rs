@@ -84,6 +84,13 @@
 //! from accept to close, and at the cap the listener accepts no more until
 //! one frees.
 //!
+//! # TLS
+//! With `[tls]` (and `tls.resp` left on) every connection shakes hands
+//! first, in its own task within `server.read_timeout` (`tls.rs`); `redis-cli
+//! --tls` and `rediss://` clients connect. A client sending plain RESP gets
+//! `-ERR this port speaks TLS ...` and is disconnected. Plain and TLS
+//! connections run the same code over `MaybeTls`.
+//!
 //! # Shutdown
 //! When the server stops, the listener stops accepting; each connection
 //! answers the requests it has read (and finishes one it is halfway through
@@ -108,6 +115,7 @@ use crate::config::Strategy;
 use crate::issue::{self, AppState, ErrorClass, IssueError, Issued};
 use crate::metrics::IssuedCounter;
 use crate::start::Bound;
+use crate::tls::{self, MaybeTls, Surface};
 use commands::{Command, command};
 use frame::{LIMITS, Proto};
 
@@ -128,6 +136,7 @@ pub(crate) async fn serve(
         local_addr,
     } = bound;
     let stats = Arc::new(Stats::new(local_addr));
+    let tls = state.tls.clone().filter(|t| t.enabled(Surface::Resp));
     let mut connections = JoinSet::new();
     let stop_connections = stop.clone();
     loop {
@@ -141,10 +150,19 @@ pub(crate) async fn serve(
                     };
                     let Some(slot) = slot else { break };
                     let _ = stream.set_nodelay(true);
-                    let conn = Connection::new(stream, peer, state.clone(), stats.clone());
-                    let run = conn.run(stop_connections.clone());
+                    // Loaded per connection, so a reloaded certificate serves the next one.
+                    let acceptor = tls.as_ref().map(|t| t.acceptor(Surface::Resp));
+                    let (state, stats) = (state.clone(), stats.clone());
+                    let stop = stop_connections.clone();
                     connections.spawn(async move {
-                        run.await;
+                        let stream = match acceptor {
+                            None => MaybeTls::Plain(stream),
+                            Some(acceptor) => match handshake(acceptor, stream, peer, &state).await {
+                                Some(stream) => stream,
+                                None => return,
+                            },
+                        };
+                        Connection::new(stream, peer, state, stats).run(stop).await;
                         drop(slot);
                     });
                 }
@@ -174,6 +192,32 @@ pub(crate) async fn serve(
             "RESP connections still open after the shutdown grace; closing"
         );
         connections.shutdown().await;
+    }
+}
+
+/// What a client speaking plain RESP to the TLS port is told.
+const PLAIN_TEXT_ON_TLS: &[u8] =
+    b"-ERR this port speaks TLS: connect with TLS (redis-cli --tls, a rediss:// URL)\r\n";
+
+/// Shakes hands in the connection's task, within `server.read_timeout`;
+/// `None` (logged) when it failed or the client spoke plain text.
+async fn handshake(
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    state: &AppState,
+) -> Option<MaybeTls> {
+    let timeout = state.connections.read_timeout;
+    match tokio::time::timeout(timeout, tls::accept(acceptor, stream, PLAIN_TEXT_ON_TLS)).await {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "RESP TLS handshake failed; closing");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "RESP TLS handshake not done within the read timeout; closing");
+            None
+        }
     }
 }
 
@@ -273,7 +317,8 @@ const MAX_QUEUED_BYTES: usize = 4 * 1024 * 1024;
 
 /// One client connection.
 struct Connection {
-    stream: TcpStream,
+    /// Plain or TLS: an enum, so the plain path has no dynamic call.
+    stream: MaybeTls,
     peer: SocketAddr,
     /// `CLIENT ID`: the connection's number since start.
     id: i64,
@@ -307,7 +352,7 @@ struct Connection {
 }
 
 impl Connection {
-    fn new(stream: TcpStream, peer: SocketAddr, state: Arc<AppState>, stats: Arc<Stats>) -> Self {
+    fn new(stream: MaybeTls, peer: SocketAddr, state: Arc<AppState>, stats: Arc<Stats>) -> Self {
         let id = stats.connections_total.fetch_add(1, Ordering::Relaxed) + 1;
         Connection {
             stream,
@@ -388,7 +433,7 @@ impl Connection {
                     );
                     frame::error(&mut self.out, "ERR", &message);
                     // Best effort: a client that doesn't read gets nothing.
-                    let _ = self.stream.try_write(&self.out);
+                    let _ = self.stream.try_write_now(&self.out);
                     return Ok(());
                 }
             }
@@ -408,23 +453,23 @@ impl Connection {
             last.flush();
         }
         // Most replies fit the socket buffer at once: no timer for those.
-        let written = match self.stream.try_write(&self.out) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
-            Err(e) => return Err(e),
-        };
-        if written < self.out.len() {
+        let written = self.stream.try_write_now(&self.out)?;
+        if written < self.out.len() || self.stream.wants_flush() {
             // A client that doesn't read its replies holds a connection slot
             // and its buffers: it gets the read timeout to take them.
             let timeout = self.state.connections.read_timeout;
-            tokio::time::timeout(timeout, self.stream.write_all(&self.out[written..]))
-                .await
-                .map_err(|_| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("replies not read within {timeout:?} (server.read_timeout)"),
-                    )
-                })??;
+            let rest = &self.out[written..];
+            let stream = &mut self.stream;
+            let send = async move {
+                stream.write_all(rest).await?;
+                stream.flush().await
+            };
+            tokio::time::timeout(timeout, send).await.map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("replies not read within {timeout:?} (server.read_timeout)"),
+                )
+            })??;
         }
         self.out.clear();
         Ok(())

@@ -31,6 +31,7 @@ use crate::config::{
 use crate::http::tinyid::{TinyidTokens, TokenRefresher};
 use crate::issue::{AppState, ConnectionLimits, IdClock, KeyMap, KeySource, KeySpec, KeyTable};
 use crate::metrics::{CountingRegistry, CountingStore, Metrics, SamplerGuard};
+use crate::tls::{Surface, Tls, TlsError, TlsReload, TlsWatcher};
 use crate::{grpc, http, resp};
 
 /// Why the server could not start or serve. Each names the step and the
@@ -89,6 +90,9 @@ pub enum ServerError {
         /// The store's error.
         source: SegmentError,
     },
+    /// The TLS files (`[tls]`) can't be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// Serving failed.
     #[error("serving HTTP failed: {0}")]
     Serve(std::io::Error),
@@ -98,7 +102,7 @@ impl ServerError {
     /// True when the configuration (rather than a backend) is at fault.
     pub fn is_config(&self) -> bool {
         match self {
-            ServerError::Config(_) => true,
+            ServerError::Config(_) | ServerError::Tls(_) => true,
             ServerError::Registry { source, .. } => {
                 matches!(source, RegistryError::Config { .. })
             }
@@ -144,6 +148,8 @@ pub struct Server {
     sampler: SamplerGuard,
     resp: Option<Bound>,
     grpc: Option<Bound>,
+    /// Reloads the TLS files on request and when they change.
+    tls_watcher: Option<TlsWatcher>,
     grace: Duration,
 }
 
@@ -157,6 +163,16 @@ impl Server {
     pub async fn start(config: Config) -> Result<Server, ServerError> {
         Server::check(&config)?;
         let layout = config.layout()?;
+        // Read before anything is bound or claimed: bad files stop the start.
+        let tls = match &config.tls {
+            Some(section) => {
+                let tls = Arc::new(Tls::load(section)?);
+                let cert = tls.cert();
+                tracing::info!(subject = %cert.subject, serial = %cert.serial, "TLS certificate loaded");
+                Some(tls)
+            }
+            None => None,
+        };
         let data_dir = &config.server.data_dir;
         std::fs::create_dir_all(data_dir).map_err(|source| ServerError::DataDir {
             path: data_dir.display().to_string(),
@@ -282,15 +298,18 @@ impl Server {
                 config.server.read_timeout,
             ),
             fleet,
+            tls: tls.clone(),
         });
+        let tls_watcher = tls.as_ref().map(Tls::spawn_watcher);
         let watcher = WatcherGuard::spawn(worker);
         let sampler = SamplerGuard::spawn(metrics);
-        tracing::info!(addr = %local_addr, "listening for HTTP");
+        let tls_on = |surface| tls.as_ref().is_some_and(|t| t.enabled(surface));
+        tracing::info!(addr = %local_addr, tls = tls_on(Surface::Http), "listening for HTTP");
         if let Some(resp) = &resp {
-            tracing::info!(addr = %resp.local_addr, "listening for RESP (Redis protocol)");
+            tracing::info!(addr = %resp.local_addr, tls = tls_on(Surface::Resp), "listening for RESP (Redis protocol)");
         }
         if let Some(grpc) = &grpc {
-            tracing::info!(addr = %grpc.local_addr, "listening for gRPC (idmint.v1.IdService)");
+            tracing::info!(addr = %grpc.local_addr, tls = tls_on(Surface::Grpc), "listening for gRPC (idmint.v1.IdService)");
         }
         Ok(Server {
             listener,
@@ -303,6 +322,7 @@ impl Server {
             sampler,
             resp,
             grpc,
+            tls_watcher,
             grace: config.server.shutdown_grace,
         })
     }
@@ -386,6 +406,12 @@ impl Server {
         Ok(())
     }
 
+    /// The handle that makes the server read its TLS files again (what
+    /// `idmint serve` does on `SIGHUP`), when `[tls]` is set.
+    pub fn tls_reload(&self) -> Option<TlsReload> {
+        self.state.tls.clone().map(TlsReload)
+    }
+
     /// The address HTTP listens on (the chosen port when the config said 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
@@ -422,6 +448,7 @@ impl Server {
             sampler,
             resp,
             grpc,
+            tls_watcher,
             grace,
         } = self;
         let stopping = Arc::new(tokio::sync::Notify::new());
@@ -459,6 +486,7 @@ impl Server {
             }
         }
         drop(watcher);
+        drop(tls_watcher);
         drop(sampler);
         drop(preloader);
         drop(token_refresher);

@@ -211,6 +211,30 @@ pub(crate) fn snapshot(state: &AppState) -> Value {
             "window_seconds": RATE_WINDOW,
             "history": history.iter().map(|r| r.round()).collect::<Vec<_>>(),
         },
+        "tls": state.tls.as_deref().map(tls_status),
+    })
+}
+
+/// `/v1/status`'s `tls`: the certificate served and how reloads went.
+fn tls_status(tls: &crate::tls::Tls) -> Value {
+    use crate::tls::Surface;
+    let cert = tls.cert();
+    let (reloads, failures) = tls.reload_counts();
+    let last_error = tls.last_error();
+    json!({
+        "listeners": {
+            "http": tls.enabled(Surface::Http),
+            "grpc": tls.enabled(Surface::Grpc),
+            "resp": tls.enabled(Surface::Resp),
+        },
+        "subject": cert.subject,
+        "serial": cert.serial,
+        "not_after": jiff::Timestamp::from_second(cert.not_after).ok().map(|t| t.to_string()),
+        "loaded_at": cert.loaded_at.to_string(),
+        "reloads": reloads,
+        "reload_failures": failures,
+        "last_reload_error": last_error.as_ref().map(|(_, e)| e.clone()),
+        "last_reload_error_at": last_error.map(|(at, _)| at.to_string()),
     })
 }
 

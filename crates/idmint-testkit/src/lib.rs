@@ -16,6 +16,7 @@
 //!   per call on N threads).
 //! - [`proxy`]: a TCP proxy that cuts a client off from a service.
 //! - [`tinyid`]: Didi Tinyid's DDL and sample rows.
+//! - [`tls`]: a test CA and the certificates the TLS tests need.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ use std::process::Command;
 pub mod fuzz;
 pub mod proxy;
 pub mod tinyid;
+pub mod tls;
 
 /// The machine's PostgreSQL, for tests.
 pub const POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";

@@ -125,6 +125,15 @@ fn full() -> Config {
             active_key: Some(0),
             format: "dec".to_owned(),
         },
+        tls: Some(TlsSection {
+            cert: Some(PathBuf::from("server.pem")),
+            key: Some(PathBuf::from("server.key")),
+            client_ca: Some(PathBuf::from("ca.pem")),
+            http: false,
+            grpc: false,
+            resp: false,
+            poll_interval: secs(1),
+        }),
     }
 }
 

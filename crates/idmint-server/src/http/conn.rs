@@ -46,6 +46,14 @@ use super::{AppState, single_text};
 use crate::config::Strategy;
 use crate::issue::ConnectionLimits;
 use crate::metrics;
+use crate::tls::{self, MaybeTls, Surface};
+
+/// The answer to a client speaking plain HTTP to the HTTPS port.
+const PLAIN_TEXT_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
+    content-type: text/plain\r\n\
+    connection: close\r\n\
+    content-length: 50\r\n\r\n\
+    this port speaks HTTPS (TLS): use an https:// URL\n";
 
 /// The largest request head (request line and headers) read, in bytes;
 /// a larger one is answered 431 before more is buffered. idmint's requests
@@ -72,6 +80,10 @@ const SWEEPS: u32 = 4;
 ///   (shared with RESP and gRPC) before it is served, and the loop accepts no
 ///   more until it has one: at the cap, new clients wait in the listen backlog.
 ///
+/// With `[tls]` (and `tls.http` left on), each connection shakes hands in
+/// its own task within `server.read_timeout` before anything else; a client
+/// speaking plain HTTP gets 400 and is disconnected (`tls.rs`).
+///
 /// HTTP/1.1 only: `axum::serve` also took HTTP/2 with prior knowledge, which
 /// no idmint client speaks (gRPC has its own listener), and its protocol
 /// sniffing waits for the first bytes without any timeout.
@@ -88,6 +100,8 @@ pub(crate) async fn serve(
     http1
         .header_read_timeout(None)
         .max_buf_size(MAX_REQUEST_HEAD);
+    let read_timeout = limits.read_timeout;
+    let tls = state.tls.clone().filter(|t| t.enabled(Surface::Http));
     let front = Arc::new(FrontShared::new(state, router));
     let watcher = Arc::new(Watcher::default());
     let sweeping = tokio::spawn(watcher.clone().sweep(limits.read_timeout));
@@ -112,22 +126,46 @@ pub(crate) async fn serve(
         };
         let Some(slot) = slot else { break };
         let _ = stream.set_nodelay(true);
-        let registered = watcher.watch();
-        let conn = &registered.conn;
-        let stream = Tracked {
-            stream,
-            conn: conn.clone(),
-        };
-        let service = Front {
-            shared: front.clone(),
-            conn: conn.clone(),
-        };
-        let connection = Watched {
-            connection: http1.serve_connection(TokioIo::new(stream), service),
-            conn: conn.clone(),
-            finishing: false,
-        };
+        // Loaded per connection, so a reloaded certificate serves the next one.
+        let acceptor = tls.as_ref().map(|t| t.acceptor(Surface::Http));
+        let http1 = http1.clone();
+        let front = front.clone();
+        let watcher = watcher.clone();
         connections.spawn(async move {
+            let stream = match acceptor {
+                None => MaybeTls::Plain(stream),
+                // In the connection's task, bounded: a slow or silent client
+                // holds its slot for at most the read timeout, never the loop.
+                Some(acceptor) => {
+                    let handshake = tls::accept(acceptor, stream, PLAIN_TEXT_ON_TLS);
+                    match tokio::time::timeout(read_timeout, handshake).await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "HTTP TLS handshake failed; closing");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "HTTP TLS handshake not done within the read timeout; closing");
+                            return;
+                        }
+                    }
+                }
+            };
+            let registered = watcher.watch();
+            let conn = &registered.conn;
+            let stream = Tracked {
+                stream,
+                conn: conn.clone(),
+            };
+            let service = Front {
+                shared: front,
+                conn: conn.clone(),
+            };
+            let connection = Watched {
+                connection: http1.serve_connection(TokioIo::new(stream), service),
+                conn: conn.clone(),
+                finishing: false,
+            };
             connection.await;
             tracing::trace!(%peer, "HTTP connection closed");
             drop(registered);
@@ -337,7 +375,10 @@ impl ConnState {
 /// The registry of open connections and what the sweeper last saw of each.
 #[derive(Debug, Default)]
 struct Watcher {
-    watched: Mutex<Slab<Watch>>,
+    /// The open connections, and whether the server is stopping (a
+    /// connection registered after [`Watcher::stop_all`], done with its TLS
+    /// handshake late, is told to finish at once).
+    watched: Mutex<(Slab<Watch>, bool)>,
 }
 
 #[derive(Debug)]
@@ -360,18 +401,23 @@ struct Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        self.watcher.lock().try_remove(self.key);
+        self.watcher.lock().0.try_remove(self.key);
     }
 }
 
 impl Watcher {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Slab<Watch>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Slab<Watch>, bool)> {
         self.watched.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn watch(self: &Arc<Self>) -> Registered {
         let conn = Arc::new(ConnState::default());
-        let key = self.lock().insert(Watch::new(conn.clone()));
+        let mut watched = self.lock();
+        if watched.1 {
+            conn.raise(FINISH);
+        }
+        let key = watched.0.insert(Watch::new(conn.clone()));
+        drop(watched);
         Registered {
             watcher: self.clone(),
             key,
@@ -386,7 +432,7 @@ impl Watcher {
         every.tick().await;
         loop {
             every.tick().await;
-            for (_, watch) in self.lock().iter_mut() {
+            for (_, watch) in self.lock().0.iter_mut() {
                 watch.sweep();
             }
         }
@@ -398,7 +444,9 @@ impl Watcher {
     /// counters can't tell an idle connection from one whose response is
     /// still being written.
     fn stop_all(&self) {
-        for (_, watch) in self.lock().iter() {
+        let mut watched = self.lock();
+        watched.1 = true;
+        for (_, watch) in watched.0.iter() {
             watch.conn.raise(FINISH);
         }
     }
@@ -484,7 +532,7 @@ impl Future for Watched {
 /// A client's TCP stream that counts in its [`ConnState`] when bytes move.
 #[derive(Debug)]
 struct Tracked {
-    stream: tokio::net::TcpStream,
+    stream: MaybeTls,
     conn: Arc<ConnState>,
 }
 

@@ -13,6 +13,9 @@
 //!   `IDMINT.BATCH key N` for batches, one connection per worker;
 //! - `grpc://ADDR`: `idmint.v1.IdService/GetIds` with `count` N, through the
 //!   server crate's generated client, one HTTP/2 connection per worker;
+//! - over TLS: `https://`, `rediss://` and `grpcs://`, trusting the CA of
+//!   `--tls-ca` (else the system's or built-in roots) and presenting
+//!   `--tls-cert`/`--tls-key` to a server that requires client certificates;
 //! - `--in-process`: a `Snowflake` (Twitter layout, worker 0; one OS thread
 //!   per worker sharing it) and/or a `SegmentAllocator` on a `MemoryStore`
 //!   (one task per worker), one after the other.
@@ -23,6 +26,7 @@
 
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,7 +38,7 @@ use idmint_segment::{NewKey, SegmentAllocator, SegmentConfig};
 
 use idmint_server::grpc::proto::GetIdsRequest;
 use idmint_server::grpc::proto::id_service_client::IdServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::bad_input;
 
@@ -79,6 +83,48 @@ pub struct BenchArgs {
     /// HTTP only: let the client prefetch up to N IDs per key (0: off).
     #[arg(long, default_value_t = 0)]
     prefetch: u64,
+
+    /// TLS targets (https://, rediss://, grpcs://): the CA certificate (PEM)
+    /// to trust for the server's certificate.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+
+    /// TLS targets: the client certificate (PEM) to present (mutual TLS).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// TLS targets: the client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+/// The TLS files of a TLS target, read.
+#[derive(Clone, Default)]
+struct TlsFiles {
+    ca: Option<Vec<u8>>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsFiles {
+    fn read(args: &BenchArgs) -> Result<TlsFiles> {
+        let read = |flag: &str, path: &Path| {
+            std::fs::read(path).map_err(|e| bad_input(format!("{flag} {}: {e}", path.display())))
+        };
+        let ca = args
+            .tls_ca
+            .as_deref()
+            .map(|p| read("--tls-ca", p))
+            .transpose()?;
+        let identity = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some((read("--tls-cert", cert)?, read("--tls-key", key)?)),
+            _ => None,
+        };
+        Ok(TlsFiles { ca, identity })
+    }
+
+    fn any(&self) -> bool {
+        self.ca.is_some() || self.identity.is_some()
+    }
 }
 
 /// An in-process generator.
@@ -120,30 +166,43 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 /// A server to load, by URL scheme.
 #[derive(Debug, Clone)]
 enum Target {
-    /// `http://ADDR[/prefix]`: the HTTP API.
+    /// `http://ADDR[/prefix]` or `https://…`: the HTTP API.
     Http(String),
-    /// `resp://ADDR`: the Redis protocol.
-    Resp(String),
-    /// `grpc://ADDR`: gRPC (HTTP/2 without TLS).
-    Grpc(String),
+    /// `resp://ADDR`: the Redis protocol; `tls` for `rediss://`.
+    Resp { addr: String, tls: bool },
+    /// `grpc://ADDR`: gRPC (HTTP/2); `tls` for `grpcs://`.
+    Grpc { addr: String, tls: bool },
 }
 
 impl Target {
+    /// Whether the target is reached over TLS.
+    fn is_tls(&self) -> bool {
+        match self {
+            Target::Http(url) => url.starts_with("https://"),
+            Target::Resp { tls, .. } | Target::Grpc { tls, .. } => *tls,
+        }
+    }
+
     fn parse(text: &str) -> Result<Target> {
         let (scheme, rest) = text.split_once("://").ok_or_else(|| {
             bad_input(format!(
-                "target {text:?} has no scheme: use http://ADDR, resp://ADDR or grpc://ADDR"
+                "target {text:?} has no scheme: use http://ADDR, resp://ADDR or grpc://ADDR \
+                 (https://, rediss://, grpcs:// over TLS)"
             ))
         })?;
         if rest.is_empty() {
             return Err(bad_input(format!("target {text:?} has no address")));
         }
+        let addr = rest.trim_end_matches('/').to_owned();
         match scheme {
-            "http" => Ok(Target::Http(text.to_owned())),
-            "resp" | "redis" => Ok(Target::Resp(rest.trim_end_matches('/').to_owned())),
-            "grpc" => Ok(Target::Grpc(rest.trim_end_matches('/').to_owned())),
+            "http" | "https" => Ok(Target::Http(text.to_owned())),
+            "resp" | "redis" => Ok(Target::Resp { addr, tls: false }),
+            "rediss" => Ok(Target::Resp { addr, tls: true }),
+            "grpc" => Ok(Target::Grpc { addr, tls: false }),
+            "grpcs" => Ok(Target::Grpc { addr, tls: true }),
             other => Err(bad_input(format!(
-                "target {text:?}: unknown scheme {other:?}; use http://, resp:// or grpc://"
+                "target {text:?}: unknown scheme {other:?}; use http://, resp:// or grpc:// \
+                 (https://, rediss://, grpcs:// over TLS)"
             ))),
         }
     }
@@ -153,8 +212,12 @@ impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::Http(url) => f.write_str(url),
-            Target::Resp(addr) => write!(f, "resp://{addr}"),
-            Target::Grpc(addr) => write!(f, "grpc://{addr}"),
+            Target::Resp { addr, tls } => {
+                write!(f, "{}://{addr}", if *tls { "rediss" } else { "resp" })
+            }
+            Target::Grpc { addr, tls } => {
+                write!(f, "{}://{addr}", if *tls { "grpcs" } else { "grpc" })
+            }
         }
     }
 }
@@ -169,12 +232,16 @@ enum Conn {
 impl Conn {
     /// A connection for one worker; `shared` is the HTTP client all workers
     /// share (its pool opens a connection per worker in flight).
-    async fn connect(target: &Target, shared: Option<&idmint_client::Client>) -> Result<Conn> {
+    async fn connect(
+        target: &Target,
+        shared: Option<&idmint_client::Client>,
+        tls: &TlsFiles,
+    ) -> Result<Conn> {
         match target {
             Target::Http(_) => Ok(Conn::Http(
                 shared.expect("an HTTP target has a client").clone(),
             )),
-            Target::Resp(addr) => {
+            Target::Resp { addr, tls: false } => {
                 let client = redis::Client::open(format!("redis://{addr}/"))
                     .with_context(|| format!("RESP target {addr}"))?;
                 let conn = client
@@ -183,10 +250,46 @@ impl Conn {
                     .with_context(|| format!("connecting to {addr}"))?;
                 Ok(Conn::Resp(conn))
             }
-            Target::Grpc(addr) => {
-                let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            Target::Resp { addr, tls: true } => {
+                let certificates = redis::TlsCertificates {
+                    client_tls: tls.identity.clone().map(|(client_cert, client_key)| {
+                        redis::ClientTlsConfig {
+                            client_cert,
+                            client_key,
+                        }
+                    }),
+                    root_cert: tls.ca.clone(),
+                };
+                let client =
+                    redis::Client::build_with_tls(format!("rediss://{addr}/"), certificates)
+                        .map_err(|e| bad_input(format!("RESP TLS target {addr}: {e}")))?;
+                let conn = client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .with_context(|| format!("connecting to {addr} over TLS"))?;
+                Ok(Conn::Resp(conn))
+            }
+            Target::Grpc {
+                addr,
+                tls: with_tls,
+            } => {
+                let scheme = if *with_tls { "https" } else { "http" };
+                let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
                     .map_err(|e| bad_input(format!("gRPC target {addr}: {e}")))?
                     .timeout(Duration::from_secs(30));
+                if *with_tls {
+                    let mut config = ClientTlsConfig::new();
+                    match &tls.ca {
+                        Some(ca) => config = config.ca_certificate(Certificate::from_pem(ca)),
+                        None => config = config.with_webpki_roots(),
+                    }
+                    if let Some((cert, key)) = &tls.identity {
+                        config = config.identity(Identity::from_pem(cert, key));
+                    }
+                    endpoint = endpoint
+                        .tls_config(config)
+                        .map_err(|e| bad_input(format!("gRPC TLS target {addr}: {e}")))?;
+                }
                 let channel = endpoint
                     .connect()
                     .await
@@ -273,7 +376,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if args.prefetch > 0 && !matches!(target, Target::Http(_)) {
             return Err(bad_input("--prefetch works with http:// targets only"));
         }
-        reports.push(runtime.block_on(bench_target(&args, target))?);
+        let tls = TlsFiles::read(&args)?;
+        if tls.any() && !target.is_tls() {
+            return Err(bad_input(
+                "--tls-ca, --tls-cert and --tls-key need a TLS target: https://, rediss:// or grpcs://",
+            ));
+        }
+        if target.is_tls() {
+            // The Redis and gRPC clients take rustls's process-wide provider:
+            // ring, as everywhere in idmint. Already set is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        reports.push(runtime.block_on(bench_target(&args, target, &tls))?);
     }
     let mut out = String::new();
     for (i, report) in reports.iter().enumerate() {
@@ -293,21 +407,30 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
 }
 
-async fn bench_target(args: &BenchArgs, target: Target) -> Result<Report> {
+async fn bench_target(args: &BenchArgs, target: Target, tls: &TlsFiles) -> Result<Report> {
     let shared = match &target {
-        Target::Http(url) => Some(
-            idmint_client::Client::builder()
+        Target::Http(url) => {
+            let mut builder = idmint_client::Client::builder()
                 .servers([url.as_str()])
                 .prefetch(args.prefetch)
-                .timeout(Duration::from_secs(30))
-                .build()
-                .map_err(|e| bad_input(format!("target: {e}")))?,
-        ),
-        Target::Resp(_) | Target::Grpc(_) => None,
+                .timeout(Duration::from_secs(30));
+            if let Some(ca) = &tls.ca {
+                builder = builder.tls_ca_pem(ca.clone());
+            }
+            if let Some((cert, key)) = &tls.identity {
+                builder = builder.tls_client_pem(cert.clone(), key.clone());
+            }
+            Some(
+                builder
+                    .build()
+                    .map_err(|e| bad_input(format!("target: {e}")))?,
+            )
+        }
+        Target::Resp { .. } | Target::Grpc { .. } => None,
     };
     let mut conns = Vec::with_capacity(args.concurrency as usize);
     for _ in 0..args.concurrency {
-        conns.push(Conn::connect(&target, shared.as_ref()).await?);
+        conns.push(Conn::connect(&target, shared.as_ref(), tls).await?);
     }
     let prefetch = match (&target, args.prefetch) {
         (Target::Http(_), 0) => ", prefetch off".to_owned(),
@@ -708,13 +831,23 @@ mod tests {
             Target::Http(_)
         ));
         match Target::parse("resp://127.0.0.1:6380/").unwrap() {
-            Target::Resp(addr) => assert_eq!(addr, "127.0.0.1:6380"),
+            Target::Resp { addr, tls: false } => assert_eq!(addr, "127.0.0.1:6380"),
             other => panic!("{other:?}"),
         }
         match Target::parse("grpc://127.0.0.1:50051/").unwrap() {
-            Target::Grpc(addr) => assert_eq!(addr, "127.0.0.1:50051"),
+            Target::Grpc { addr, tls: false } => assert_eq!(addr, "127.0.0.1:50051"),
             other => panic!("{other:?}"),
         }
+        for (text, shown) in [
+            ("https://127.0.0.1:1", "https://127.0.0.1:1"),
+            ("rediss://127.0.0.1:6380/", "rediss://127.0.0.1:6380"),
+            ("grpcs://127.0.0.1:50051", "grpcs://127.0.0.1:50051"),
+        ] {
+            let target = Target::parse(text).unwrap();
+            assert!(target.is_tls(), "{text}");
+            assert_eq!(target.to_string(), shown);
+        }
+        assert!(!Target::parse("http://127.0.0.1:1").unwrap().is_tls());
         for bad in ["127.0.0.1:1", "grpc://", "ftp://h", "http://"] {
             let e = Target::parse(bad).unwrap_err();
             assert!(super::super::is_bad_input(&e), "{bad}: {e}");

@@ -6,6 +6,10 @@
 //! `IDMINT_…` environment variables, then the flags `--data-dir`,
 //! `--http-addr`, `--resp-addr` and `--grpc-addr`.
 //!
+//! With `[tls]` set, `SIGHUP` makes the server read its certificate and key
+//! again (connections already open keep going); without it, `SIGHUP` keeps
+//! its default action.
+//!
 //! # The ready file
 //! `--ready-file FILE` is written (whole, by a rename) once the server
 //! serves. Its first line is the HTTP address, alone, so a reader of one line
@@ -22,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use idmint_server::{Config, Server};
+use idmint_server::{Config, Server, TlsReload};
 
 use super::bad_input;
 
@@ -111,6 +115,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 anyhow::anyhow!("starting the server: {e}")
             }
         })?;
+        // The task ends with the process; SIGHUP keeps its default (exit)
+        // when TLS is off.
+        if let Some(reload) = server.tls_reload() {
+            reload_on_sighup(reload);
+        }
         if let Some(path) = &args.ready_file {
             let mut text = format!("{}\n", server.local_addr());
             if let Some(addr) = server.resp_addr() {
@@ -144,6 +153,10 @@ pub(super) fn checked_config(
     flags(&mut config);
     Server::check(&config)
         .map_err(|e| bad_input(format!("config: {}", e.located(file, std::env::vars()))))?;
+    // The certificate and key files too: local reads, no network.
+    if let Some(tls) = &config.tls {
+        idmint_server::check_tls_files(tls).map_err(|e| bad_input(format!("config: {e}")))?;
+    }
     Ok(config)
 }
 
@@ -170,6 +183,29 @@ fn write_ready_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(&tmp, text)
         .and_then(|()| std::fs::rename(&tmp, path))
         .with_context(|| format!("writing --ready-file {}", path.display()))
+}
+
+/// Asks the server to read its TLS files again on every SIGHUP.
+fn reload_on_sighup(reload: TlsReload) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hup) => {
+                tokio::spawn(async move {
+                    while hup.recv().await.is_some() {
+                        tracing::info!("SIGHUP received: reloading the TLS certificate");
+                        reload.request();
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGHUP; TLS files reload only when they change");
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    drop(reload);
 }
 
 /// Completes on the first SIGTERM or SIGINT (Ctrl-C).

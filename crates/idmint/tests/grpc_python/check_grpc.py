@@ -15,8 +15,15 @@ Prints one JSON line: the services listed and the IDs GetIds returned, for
 the Rust test that runs this (tests/it/serve_grpc_python.rs) to check.
 
     python check_grpc.py 127.0.0.1:50051 order 5
+
+Over TLS (tests/it/serve_tls.rs), the CA to trust and, for mutual TLS, the
+client's certificate and key:
+
+    python check_grpc.py 127.0.0.1:50051 order 5 --ca ca.pem \
+        --cert client.pem --key client.key
 """
 
+import argparse
 import json
 import sys
 
@@ -87,11 +94,36 @@ def get_ids(channel, pool, key, count):
     return list(reply.ids), reply.strategy
 
 
+def open_channel(args):
+    """A plain channel, or a TLS one trusting --ca (with --cert/--key, mTLS)."""
+    if args.ca is None:
+        return grpc.insecure_channel(args.address)
+
+    def read(path):
+        if path is None:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=read(args.ca),
+        private_key=read(args.key_file),
+        certificate_chain=read(args.cert),
+    )
+    return grpc.secure_channel(args.address, credentials)
+
+
 def main():
-    if len(sys.argv) != 4:
-        fail("usage: check_grpc.py HOST:PORT KEY COUNT")
-    address, key, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    with grpc.insecure_channel(address) as channel:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("address", help="HOST:PORT")
+    parser.add_argument("key_name", metavar="KEY")
+    parser.add_argument("count", type=int)
+    parser.add_argument("--ca", help="TLS: the CA certificate (PEM) to trust")
+    parser.add_argument("--cert", help="mTLS: the client certificate (PEM)")
+    parser.add_argument("--key", dest="key_file", help="mTLS: the client key (PEM)")
+    args = parser.parse_args()
+    key, count = args.key_name, args.count
+    with open_channel(args) as channel:
         check_health(channel)
 
         database = ProtoReflectionDescriptorDatabase(channel)

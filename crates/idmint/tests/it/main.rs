@@ -26,6 +26,7 @@ mod serve_resp;
 mod serve_resp_clients;
 mod serve_status_page;
 mod serve_tinyid;
+mod serve_tls;
 mod serve_uid_generator;
 
 use std::io::Write;

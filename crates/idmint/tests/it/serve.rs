@@ -134,6 +134,11 @@ impl Served {
         format!("http://{}{path}", self.addr)
     }
 
+    /// The server's process ID (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What the server logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -28,7 +28,7 @@ const SERVICES: [&str; 2] = ["", "idmint.v1.IdService"];
 /// The Python of `scripts/pyenv`'s environment, which that script makes (or
 /// finds made) with the pinned grpcio packages; `None` after a loud SKIPPED
 /// line when it can't (under `CI=true` that fails the test).
-fn python() -> Option<String> {
+pub(crate) fn python() -> Option<String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pyenv");
     let out = Command::new(&script).output().expect("run scripts/pyenv");
     let stderr = String::from_utf8_lossy(&out.stderr);
