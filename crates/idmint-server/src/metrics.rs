@@ -168,40 +168,9 @@ impl Metrics {
             .set_buckets_for_metric(Matcher::Full(GRPC_LATENCY.to_owned()), LATENCY_BUCKETS)
             .expect("LATENCY_BUCKETS is not empty")
             .build_recorder();
-        let describe = |name: &'static str, unit: Option<Unit>, text: &'static str| {
-            recorder.describe_counter(name.into(), unit, text.into());
-        };
-        describe(ISSUED, Some(Unit::Count), "IDs issued, by key and strategy");
-        describe(
-            HTTP_LATENCY,
-            Some(Unit::Seconds),
-            "HTTP request latency (to the response head), by route and status class",
-        );
-        describe(
-            GRPC_LATENCY,
-            Some(Unit::Seconds),
-            "gRPC call latency (StreamIds: to its first message), by method and outcome",
-        );
-        describe(
-            REGISTRY_ERRORS,
-            Some(Unit::Count),
-            "worker registry calls that failed or timed out, by operation",
-        );
-        describe(
-            LEASE_FAILURES,
-            Some(Unit::Count),
-            "segment leases (store fetches) that failed or timed out, by key",
-        );
-        describe(
-            TLS_RELOADS,
-            Some(Unit::Count),
-            "TLS certificate reloads that were swapped in (SIGHUP or the files changed)",
-        );
-        describe(
-            TLS_RELOAD_FAILURES,
-            Some(Unit::Count),
-            "TLS certificate reloads that failed: the previous certificate is still served",
-        );
+        for (name, unit, text) in COUNTER_HELP {
+            recorder.describe_counter((*name).into(), Some(*unit), (*text).into());
+        }
         for (name, text) in GAUGE_HELP {
             recorder.describe_gauge((*name).into(), None, (*text).into());
         }
@@ -619,6 +588,41 @@ const STATS_HELP: &[(&str, StatField, &str)] = &[
         "idmint_snowflake_history_reuses_total",
         |s| s.history_reuses,
         "IDs issued from the history ring (history policy)",
+    ),
+];
+
+/// The counters and histograms this module records, with their units and help.
+const COUNTER_HELP: &[(&str, Unit, &str)] = &[
+    (ISSUED, Unit::Count, "IDs issued, by key and strategy"),
+    (
+        HTTP_LATENCY,
+        Unit::Seconds,
+        "HTTP request latency (to the response head), by route and status class",
+    ),
+    (
+        GRPC_LATENCY,
+        Unit::Seconds,
+        "gRPC call latency (StreamIds: to its first message), by method and outcome",
+    ),
+    (
+        REGISTRY_ERRORS,
+        Unit::Count,
+        "worker registry calls that failed or timed out, by operation",
+    ),
+    (
+        LEASE_FAILURES,
+        Unit::Count,
+        "segment leases (store fetches) that failed or timed out, by key",
+    ),
+    (
+        TLS_RELOADS,
+        Unit::Count,
+        "TLS certificate reloads that were swapped in (SIGHUP or the files changed)",
+    ),
+    (
+        TLS_RELOAD_FAILURES,
+        Unit::Count,
+        "TLS certificate reloads that failed: the previous certificate is still served",
     ),
 ];
 
@@ -1053,13 +1057,7 @@ mod tests {
     /// Every metric the server describes: the alert rules and the dashboard in
     /// `deploy/` may name only these.
     fn described_names() -> Vec<&'static str> {
-        let mut names = vec![
-            ISSUED,
-            HTTP_LATENCY,
-            GRPC_LATENCY,
-            REGISTRY_ERRORS,
-            LEASE_FAILURES,
-        ];
+        let mut names: Vec<&str> = COUNTER_HELP.iter().map(|(name, _, _)| *name).collect();
         names.extend(GAUGE_HELP.iter().map(|(name, _)| *name));
         names.extend(STATS_HELP.iter().map(|(name, _, _)| *name));
         names
