@@ -158,7 +158,11 @@ struct Loaded {
 }
 
 /// The files' modification times and sizes, to see them change.
-type Stamp = Vec<Option<(SystemTime, u64)>>;
+/// Per file: its modification time, length and inode. The inode is what
+/// tells a file renamed into place from the one before it when both were
+/// written within one tick of the kernel's coarse file clock with the same
+/// length (a renewed certificate usually has the old one's length).
+type Stamp = Vec<Option<(SystemTime, u64, u64)>>;
 
 /// The TLS state the listeners share. See the [module docs](self).
 pub(crate) struct Tls {
@@ -297,6 +301,18 @@ impl Tls {
     }
 }
 
+/// The file's inode number where the platform has one.
+#[cfg(unix)]
+fn inode(metadata: &std::fs::Metadata) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(metadata)
+}
+
+/// The file's inode number where the platform has one.
+#[cfg(not(unix))]
+fn inode(_: &std::fs::Metadata) -> u64 {
+    0
+}
+
 /// The files `[tls]` names.
 #[derive(Debug)]
 struct Files {
@@ -314,7 +330,7 @@ impl Files {
             .map(|p| {
                 std::fs::metadata(p)
                     .ok()
-                    .and_then(|m| Some((m.modified().ok()?, m.len())))
+                    .and_then(|m| Some((m.modified().ok()?, m.len(), inode(&m))))
             })
             .collect()
     }
