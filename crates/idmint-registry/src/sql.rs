@@ -129,8 +129,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use idmint_sql::{
-    ConnectOptions, Database, Dialect, Identifier, MIGRATIONS_TABLE, MigrationSet, Pool,
-    is_retryable, is_unique_violation, on_pool,
+    Bind, ConnectOptions, Database, Dialect, Identifier, MIGRATIONS_TABLE, MigrationSet, Pool,
+    bind_all, is_retryable, is_unique_violation, on_pool,
 };
 use jiff::Timestamp;
 
@@ -693,14 +693,10 @@ impl SqlRegistry {
         binds: &[Bind<'_>],
     ) -> std::result::Result<u64, sqlx::Error> {
         on_pool!(self.db.pool(), p => {
-            let mut q = sqlx::query(sql);
-            for b in binds {
-                q = match *b {
-                    Bind::Int(v) => q.bind(v),
-                    Bind::Text(v) => q.bind(v),
-                };
-            }
-            q.execute(p).await.map(|r| r.rows_affected())
+            bind_all!(sqlx::query(sql), binds)
+                .execute(p)
+                .await
+                .map(|r| r.rows_affected())
         })
     }
 
@@ -710,14 +706,9 @@ impl SqlRegistry {
         binds: &[Bind<'_>],
     ) -> std::result::Result<Vec<i64>, sqlx::Error> {
         on_pool!(self.db.pool(), p => {
-            let mut q = sqlx::query_scalar::<_, i64>(sql);
-            for b in binds {
-                q = match *b {
-                    Bind::Int(v) => q.bind(v),
-                    Bind::Text(v) => q.bind(v),
-                };
-            }
-            q.fetch_all(p).await
+            bind_all!(sqlx::query_scalar::<_, i64>(sql), binds)
+                .fetch_all(p)
+                .await
         })
     }
 
@@ -727,14 +718,9 @@ impl SqlRegistry {
         binds: &[Bind<'_>],
     ) -> std::result::Result<Option<Option<i64>>, sqlx::Error> {
         on_pool!(self.db.pool(), p => {
-            let mut q = sqlx::query_scalar::<_, Option<i64>>(sql);
-            for b in binds {
-                q = match *b {
-                    Bind::Int(v) => q.bind(v),
-                    Bind::Text(v) => q.bind(v),
-                };
-            }
-            q.fetch_optional(p).await
+            bind_all!(sqlx::query_scalar::<_, Option<i64>>(sql), binds)
+                .fetch_optional(p)
+                .await
         })
     }
 
@@ -744,14 +730,9 @@ impl SqlRegistry {
         binds: &[Bind<'_>],
     ) -> std::result::Result<Vec<(i64, i64)>, sqlx::Error> {
         on_pool!(self.db.pool(), p => {
-            let mut q = sqlx::query_as::<_, (i64, i64)>(sql);
-            for b in binds {
-                q = match *b {
-                    Bind::Int(v) => q.bind(v),
-                    Bind::Text(v) => q.bind(v),
-                };
-            }
-            q.fetch_all(p).await
+            bind_all!(sqlx::query_as::<_, (i64, i64)>(sql), binds)
+                .fetch_all(p)
+                .await
         })
     }
 
@@ -761,14 +742,9 @@ impl SqlRegistry {
         binds: &[Bind<'_>],
     ) -> std::result::Result<Option<(String, String, String)>, sqlx::Error> {
         on_pool!(self.db.pool(), p => {
-            let mut q = sqlx::query_as::<_, (String, String, String)>(sql);
-            for b in binds {
-                q = match *b {
-                    Bind::Int(v) => q.bind(v),
-                    Bind::Text(v) => q.bind(v),
-                };
-            }
-            q.fetch_optional(p).await
+            bind_all!(sqlx::query_as::<_, (String, String, String)>(sql), binds)
+                .fetch_optional(p)
+                .await
         })
     }
 
@@ -778,14 +754,9 @@ impl SqlRegistry {
         binds: &[Bind<'_>],
     ) -> std::result::Result<Option<String>, sqlx::Error> {
         on_pool!(self.db.pool(), p => {
-            let mut q = sqlx::query_scalar::<_, String>(sql);
-            for b in binds {
-                q = match *b {
-                    Bind::Int(v) => q.bind(v),
-                    Bind::Text(v) => q.bind(v),
-                };
-            }
-            q.fetch_optional(p).await
+            bind_all!(sqlx::query_scalar::<_, String>(sql), binds)
+                .fetch_optional(p)
+                .await
         })
     }
 
@@ -795,14 +766,9 @@ impl SqlRegistry {
         binds: &[Bind<'_>],
     ) -> std::result::Result<Vec<FleetRow>, sqlx::Error> {
         on_pool!(self.db.pool(), p => {
-            let mut q = sqlx::query_as::<_, FleetRow>(sql);
-            for b in binds {
-                q = match *b {
-                    Bind::Int(v) => q.bind(v),
-                    Bind::Text(v) => q.bind(v),
-                };
-            }
-            q.fetch_all(p).await
+            bind_all!(sqlx::query_as::<_, FleetRow>(sql), binds)
+                .fetch_all(p)
+                .await
         })
     }
 
@@ -822,14 +788,7 @@ impl SqlRegistry {
         match self.db.pool() {
             // MySQL has no `INSERT … RETURNING` (MariaDB only from 10.5).
             Pool::MySql(p) => {
-                let mut q = sqlx::query(sql);
-                for b in binds {
-                    q = match *b {
-                        Bind::Int(v) => q.bind(v),
-                        Bind::Text(v) => q.bind(v),
-                    };
-                }
-                let done = q.execute(p).await?;
+                let done = bind_all!(sqlx::query(sql), binds).execute(p).await?;
                 Ok(i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX))
             }
             Pool::Postgres(_) | Pool::Sqlite(_) => {
@@ -1381,13 +1340,6 @@ impl WorkerRegistry for SqlRegistry {
         }
         Ok(())
     }
-}
-
-/// A bound value; the three backends all encode `i64` and `&str`.
-#[derive(Clone, Copy)]
-enum Bind<'a> {
-    Int(i64),
-    Text(&'a str),
 }
 
 /// Every statement, built once per registry for its backend and table.

@@ -106,7 +106,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idmint_sql::{
-    ConnectOptions, Database, Dialect, Identifier, MigrationSet, Pool, RetryPolicy, on_pool,
+    Bind, ConnectOptions, Database, Dialect, Identifier, MigrationSet, Pool, RetryPolicy, bind_all,
+    on_pool,
 };
 use jiff::Timestamp;
 
@@ -303,13 +304,6 @@ impl SqlStoreConfig {
 }
 
 /// The migration component of the segment table `table`: `segment:<table>`.
-/// A value bound into an insert after the key ([`SqlSegmentStore::insert_key`]).
-#[derive(Debug, Clone, Copy)]
-enum Bind<'a> {
-    Int(i64),
-    Text(Option<&'a str>),
-}
-
 fn component(table: &Identifier) -> String {
     format!("segment:{table}")
 }
@@ -541,14 +535,9 @@ impl SqlSegmentStore {
             .run(|| async {
                 on_pool!(self.db.pool(), p => {
                     let mut tx = p.begin().await?;
-                    let mut insert = sqlx::query(sql).bind(key.key());
-                    for bind in binds {
-                        insert = match *bind {
-                            Bind::Int(value) => insert.bind(value),
-                            Bind::Text(value) => insert.bind(value),
-                        };
-                    }
-                    insert.execute(&mut *tx).await?;
+                    bind_all!(sqlx::query(sql).bind(key.key()), binds)
+                        .execute(&mut *tx)
+                        .await?;
                     let row: KeyRow = sqlx::query_as(&self.sql.describe)
                         .bind(key.key())
                         .fetch_one(&mut *tx)
@@ -762,7 +751,11 @@ impl SegmentStore for SqlSegmentStore {
         let delta = key.delta() as i64;
         let remainder = key.remainder() as i64;
         let description = (!key.description().is_empty()).then_some(key.description());
-        let mut binds = vec![Bind::Int(start), Bind::Int(step), Bind::Text(description)];
+        let mut binds = vec![
+            Bind::Int(start),
+            Bind::Int(step),
+            Bind::OptText(description),
+        ];
         if self.schema == TableSchema::Idmint {
             binds.extend([Bind::Int(delta), Bind::Int(remainder)]);
         }

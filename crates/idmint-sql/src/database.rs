@@ -177,6 +177,50 @@ macro_rules! on_pool {
     };
 }
 
+/// A value bound into a statement whose binds are chosen at run time (by
+/// [`bind_all!`]); the three backends all encode these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bind<'a> {
+    /// A `BIGINT`.
+    Int(i64),
+    /// Text.
+    Text(&'a str),
+    /// Text or `NULL`.
+    OptText(Option<&'a str>),
+}
+
+/// Binds each [`Bind`] of `$binds`, in order, to `$query` (a `sqlx::query`,
+/// `query_as` or `query_scalar`): one loop for every statement whose binds
+/// are chosen at run time.
+///
+/// # Examples
+/// ```
+/// use idmint_sql::{Bind, Database, bind_all, on_pool};
+///
+/// async fn count(db: &Database, table_like: &str) -> Result<i64, sqlx::Error> {
+///     let binds = [Bind::Text(table_like), Bind::Int(0)];
+///     on_pool!(db.pool(), p => {
+///         bind_all!(sqlx::query_scalar::<_, i64>("SELECT ? IS NOT NULL AND ? = 0"), &binds)
+///             .fetch_one(p)
+///             .await
+///     })
+/// }
+/// ```
+#[macro_export]
+macro_rules! bind_all {
+    ($query:expr, $binds:expr) => {{
+        let mut query = $query;
+        for bind in $binds {
+            query = match *bind {
+                $crate::Bind::Int(value) => query.bind(value),
+                $crate::Bind::Text(value) => query.bind(value),
+                $crate::Bind::OptText(value) => query.bind(value),
+            };
+        }
+        query
+    }};
+}
+
 /// A connection pool to one database, opened by URL.
 ///
 /// - Cheap to clone (the pool is shared) and thread-safe.

@@ -57,7 +57,7 @@ mod ident;
 pub mod migrate;
 mod retry;
 
-pub use database::{ConnectOptions, Database, Pool, redact_url};
+pub use database::{Bind, ConnectOptions, Database, Pool, redact_url};
 pub use dialect::Dialect;
 pub use error::{Error, Result};
 pub use ident::Identifier;
