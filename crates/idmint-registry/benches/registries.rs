@@ -35,13 +35,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idmint_core::clock::MonotonicClock;
 use idmint_core::{ClockBehind, Layout, SequenceExhausted, Snowflake};
-use idmint_registry::etcd_registry::{EtcdConfig, EtcdRegistry};
+use idmint_registry::etcd::{EtcdConfig, EtcdRegistry};
 use idmint_registry::file::FileRegistry;
 use idmint_registry::fixed::StaticRegistry;
 use idmint_registry::keeper::{GeneratorSettings, KeeperConfig, WorkerKeeper};
-use idmint_registry::redis_registry::{RedisConfig, RedisRegistry};
+use idmint_registry::redis::{RedisConfig, RedisRegistry};
 use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
-use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
+use idmint_registry::zookeeper::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
 use idmint_registry::{NodeIdentity, WorkerRegistry};
 use idmint_testkit::bench::{Row, median, print_table, runs, together};
 use tokio::runtime::Runtime;

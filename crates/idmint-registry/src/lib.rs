@@ -13,15 +13,15 @@
 #![deny(missing_docs)]
 
 mod error;
-pub mod etcd_registry;
+pub mod etcd;
 pub mod file;
 pub mod fixed;
 pub mod keeper;
-pub mod redis_registry;
+pub mod redis;
 mod registry;
 pub mod sql;
 mod util;
-pub mod zookeeper_registry;
+pub mod zookeeper;
 
 pub use error::{RegistryError, Result};
 pub use keeper::{

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use idmint_core::uuid::UuidGenerator;
 use idmint_core::{Layout, PublicIdCodec, Snowflake};
-use idmint_registry::etcd_registry::{EtcdConfig, EtcdRegistry};
+use idmint_registry::etcd::{EtcdConfig, EtcdRegistry};
 use idmint_registry::file::{FileRegistry, LeaseFile};
 use idmint_registry::fixed::{HostRegistry, K8sRegistry, StaticRegistry};
-use idmint_registry::redis_registry::{RedisConfig, RedisRegistry};
+use idmint_registry::redis::{RedisConfig, RedisRegistry};
 use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
-use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
+use idmint_registry::zookeeper::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
 use idmint_registry::{
     GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, NodeIdentity, RegistryError,
     WorkerHandle, WorkerKeeper, WorkerRegistry, check_given_worker,

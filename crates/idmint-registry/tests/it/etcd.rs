@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use idmint_registry::etcd_registry::{EtcdConfig, EtcdRegistry};
+use idmint_registry::etcd::{EtcdConfig, EtcdRegistry};
 use idmint_registry::{RegistryError, WorkerRegistry};
 
 use crate::contract::{Backend, Holding, LONG, ReadsMarks, contract_suite};

@@ -21,14 +21,14 @@ use std::time::{Duration, Instant};
 
 use idmint_core::{Error as CoreError, Id, Layout};
 use idmint_registry::WorkerRegistry;
-use idmint_registry::etcd_registry::{EtcdConfig, EtcdRegistry};
+use idmint_registry::etcd::{EtcdConfig, EtcdRegistry};
 use idmint_registry::keeper::{
     GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, WorkerHandle, WorkerKeeper,
     WorkerStatus,
 };
-use idmint_registry::redis_registry::{RedisConfig, RedisRegistry};
+use idmint_registry::redis::{RedisConfig, RedisRegistry};
 use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
-use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
+use idmint_registry::zookeeper::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
 
 use crate::services::{PrivateService, Service};
 use crate::support::{id_time, identity};

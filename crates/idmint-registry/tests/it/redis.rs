@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use idmint_registry::redis_registry::{RedisConfig, RedisRegistry};
+use idmint_registry::redis::{RedisConfig, RedisRegistry};
 use idmint_registry::{RegistryError, WorkerRegistry};
 
 use crate::contract::{Backend, Holding, LONG, ReadsMarks, contract_suite};

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use idmint_core::Layout;
 use idmint_registry::keeper::{GeneratorSettings, KeeperConfig, WorkerKeeper};
-use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
+use idmint_registry::zookeeper::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
 use idmint_registry::{NodeIdentity, RegistryError, WorkerRegistry};
 use jiff::Timestamp;
 

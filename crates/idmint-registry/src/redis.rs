@@ -341,7 +341,7 @@ impl Default for RedisConfig {
 /// # Examples
 ///
 /// ```no_run
-/// use idmint_registry::redis_registry::{RedisConfig, RedisRegistry};
+/// use idmint_registry::redis::{RedisConfig, RedisRegistry};
 /// use idmint_registry::{NodeIdentity, WorkerRegistry};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {

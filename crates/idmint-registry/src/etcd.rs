@@ -250,7 +250,7 @@ impl Default for EtcdConfig {
 /// # Examples
 ///
 /// ```no_run
-/// use idmint_registry::etcd_registry::{EtcdConfig, EtcdRegistry};
+/// use idmint_registry::etcd::{EtcdConfig, EtcdRegistry};
 /// use idmint_registry::{NodeIdentity, WorkerRegistry};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {

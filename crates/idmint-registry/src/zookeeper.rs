@@ -275,7 +275,7 @@ impl ZooKeeperConfig {
 /// # Examples
 ///
 /// ```no_run
-/// use idmint_registry::zookeeper_registry::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
+/// use idmint_registry::zookeeper::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
 /// use idmint_registry::{NodeIdentity, WorkerRegistry};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
