@@ -222,22 +222,15 @@ fn accept_tls(
             let timeout = limits.read_timeout;
             tokio::spawn(async move {
                 // No plain-text reply: a plain HTTP/2 client reads only frames.
-                let handshake = tls::accept(acceptor, stream, b"");
-                match tokio::time::timeout(timeout, handshake).await {
-                    Ok(Ok(stream)) => {
-                        let _ = ready
-                            .send(Slotted {
-                                stream,
-                                _slot: slot,
-                            })
-                            .await;
-                    }
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "gRPC TLS handshake failed; closing");
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "gRPC TLS handshake not done within the read timeout; closing");
-                    }
+                let handshake =
+                    tls::accept_within(acceptor, stream, b"", timeout, peer, Surface::Grpc);
+                if let Some(stream) = handshake.await {
+                    let _ = ready
+                        .send(Slotted {
+                            stream,
+                            _slot: slot,
+                        })
+                        .await;
                 }
             });
         }

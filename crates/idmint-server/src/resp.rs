@@ -107,7 +107,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -157,10 +156,21 @@ pub(crate) async fn serve(
                     connections.spawn(async move {
                         let stream = match acceptor {
                             None => MaybeTls::Plain(stream),
-                            Some(acceptor) => match handshake(acceptor, stream, peer, &state).await {
-                                Some(stream) => stream,
-                                None => return,
-                            },
+                            Some(acceptor) => {
+                                let timeout = state.connections.read_timeout;
+                                let handshake = tls::accept_within(
+                                    acceptor,
+                                    stream,
+                                    PLAIN_TEXT_ON_TLS,
+                                    timeout,
+                                    peer,
+                                    Surface::Resp,
+                                );
+                                match handshake.await {
+                                    Some(stream) => stream,
+                                    None => return,
+                                }
+                            }
                         };
                         Connection::new(stream, peer, state, stats).run(stop).await;
                         drop(slot);
@@ -198,28 +208,6 @@ pub(crate) async fn serve(
 /// What a client speaking plain RESP to the TLS port is told.
 const PLAIN_TEXT_ON_TLS: &[u8] =
     b"-ERR this port speaks TLS: connect with TLS (redis-cli --tls, a rediss:// URL)\r\n";
-
-/// Shakes hands in the connection's task, within `server.read_timeout`;
-/// `None` (logged) when it failed or the client spoke plain text.
-async fn handshake(
-    acceptor: tokio_rustls::TlsAcceptor,
-    stream: TcpStream,
-    peer: SocketAddr,
-    state: &AppState,
-) -> Option<MaybeTls> {
-    let timeout = state.connections.read_timeout;
-    match tokio::time::timeout(timeout, tls::accept(acceptor, stream, PLAIN_TEXT_ON_TLS)).await {
-        Ok(Ok(stream)) => Some(stream),
-        Ok(Err(e)) => {
-            tracing::debug!(%peer, error = %e, "RESP TLS handshake failed; closing");
-            None
-        }
-        Err(_) => {
-            tracing::debug!(%peer, "RESP TLS handshake not done within the read timeout; closing");
-            None
-        }
-    }
-}
 
 /// Completes when `stop` turns true, or its sender is gone (stop then too).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
@@ -1314,6 +1302,7 @@ fn shown(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
 
     #[test]
     fn command_names_are_case_insensitive() {

@@ -117,6 +117,15 @@ pub(crate) enum Surface {
 }
 
 impl Surface {
+    /// The listener's name in logs.
+    fn name(self) -> &'static str {
+        match self {
+            Surface::Http => "HTTP",
+            Surface::Grpc => "gRPC",
+            Surface::Resp => "RESP",
+        }
+    }
+
     fn index(self) -> usize {
         match self {
             Surface::Http => 0,
@@ -507,6 +516,32 @@ impl TlsReload {
 /// The first byte of a TLS record carrying a handshake message: every
 /// ClientHello starts with it.
 const TLS_HANDSHAKE: u8 = 0x16;
+
+/// [`accept`] within `timeout` (`server.read_timeout`), in the connection's
+/// own task, so a slow or silent client holds its slot for at most that and
+/// never the accept loop. `None`, with the reason logged at debug level, when
+/// the handshake failed or took too long.
+pub(crate) async fn accept_within(
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    plain_reply: &[u8],
+    timeout: Duration,
+    peer: std::net::SocketAddr,
+    surface: Surface,
+) -> Option<MaybeTls> {
+    let listener = surface.name();
+    match tokio::time::timeout(timeout, accept(acceptor, stream, plain_reply)).await {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "{listener} TLS handshake failed; closing");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "{listener} TLS handshake not done within the read timeout; closing");
+            None
+        }
+    }
+}
 
 /// Shakes hands with the client on `stream`. A client whose first byte
 /// isn't a TLS record's is sent `plain_reply` (when not empty), in its own

@@ -137,17 +137,17 @@ pub(crate) async fn serve(
                 // In the connection's task, bounded: a slow or silent client
                 // holds its slot for at most the read timeout, never the loop.
                 Some(acceptor) => {
-                    let handshake = tls::accept(acceptor, stream, PLAIN_TEXT_ON_TLS);
-                    match tokio::time::timeout(read_timeout, handshake).await {
-                        Ok(Ok(stream)) => stream,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "HTTP TLS handshake failed; closing");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "HTTP TLS handshake not done within the read timeout; closing");
-                            return;
-                        }
+                    let handshake = tls::accept_within(
+                        acceptor,
+                        stream,
+                        PLAIN_TEXT_ON_TLS,
+                        read_timeout,
+                        peer,
+                        Surface::Http,
+                    );
+                    match handshake.await {
+                        Some(stream) => stream,
+                        None => return,
                     }
                 }
             };
