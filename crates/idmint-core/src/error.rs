@@ -34,6 +34,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// The text form of a setting (a clock policy, a duration) could not be parsed.
+    #[error("invalid {what} {text:?}: {reason}")]
+    InvalidText {
+        /// What the text was meant to be (`duration`, `clock_behind policy`, ...).
+        what: &'static str,
+        /// The text as given.
+        text: String,
+        /// Why it is wrong, and what would be right.
+        reason: String,
+    },
+
     /// A node field (datacenter, worker, rollback) is outside the layout's range.
     #[error("{field} {value} is out of range for this layout (0..={max})")]
     NodeOutOfRange {
@@ -198,6 +209,7 @@ impl Error {
         match self {
             Error::InvalidLayout { .. } => "invalid_layout",
             Error::InvalidLayoutText { .. } => "invalid_layout_text",
+            Error::InvalidText { .. } => "invalid_text",
             Error::NodeOutOfRange { .. } => "node_out_of_range",
             Error::InvalidConfig(_) => "invalid_config",
             Error::LayoutExhausted { .. } => "layout_exhausted",
@@ -238,6 +250,7 @@ impl Error {
             self,
             Error::InvalidLayout { .. }
                 | Error::InvalidLayoutText { .. }
+                | Error::InvalidText { .. }
                 | Error::NodeOutOfRange { .. }
                 | Error::InvalidConfig(_)
                 | Error::InvalidCount { .. }

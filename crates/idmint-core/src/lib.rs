@@ -33,6 +33,7 @@
 mod batch;
 mod cached;
 pub mod clock;
+pub mod duration;
 mod error;
 mod id;
 mod layout;

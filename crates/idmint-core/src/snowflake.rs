@@ -40,84 +40,8 @@ use crate::id::Id;
 use crate::layout::{Bits, Layout};
 use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 
-/// What a generator does when the clock reads earlier than the last ID it issued
-/// (beyond what borrowing absorbs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ClockBehind {
-    /// Return [`Error::ClockBehind`] at once (Twitter, uid-generator's default).
-    Fail,
-    /// Wait for the clock to catch up when it is at most `max` behind; fail
-    /// otherwise (Leaf waits up to 5 ms).
-    Wait {
-        /// The longest the clock may be behind and still be waited for.
-        max: Duration,
-    },
-    /// Keep issuing from the last logical time while that is at most `max_lead`
-    /// ahead of the clock; fail beyond (sonyflake, uid-generator's cached mode,
-    /// RFC 9562 §6.2).
-    Borrow {
-        /// How far ahead of the clock the generator may run.
-        max_lead: Duration,
-    },
-    /// Count rollbacks in the layout's rollback bits: each detected rollback moves
-    /// to the next counter value and issues from the clock's time again.
-    ///
-    /// IDs stay unique; they are not monotonic across a rollback. Fails with
-    /// [`Error::RollbackExhausted`] when every counter value has been used at or
-    /// after the time the clock now reads.
-    RollbackBits,
-    /// Reuse the unspent sequence numbers of the last `ticks` ticks (the "ID ring"):
-    /// a clock that steps back into that window gets fresh IDs from it.
-    ///
-    /// IDs stay unique; they are not monotonic across a rollback. Fails when the
-    /// clock steps back further, or the ticks it lands in have nothing left.
-    History {
-        /// How many recent ticks keep their unspent sequence numbers.
-        ticks: u32,
-    },
-}
-
-impl ClockBehind {
-    /// The policy's name as used in config and errors.
-    pub fn name(&self) -> &'static str {
-        match self {
-            ClockBehind::Fail => "fail",
-            ClockBehind::Wait { .. } => "wait",
-            ClockBehind::Borrow { .. } => "borrow",
-            ClockBehind::RollbackBits => "rollback-bits",
-            ClockBehind::History { .. } => "history",
-        }
-    }
-}
-
-/// What a generator does when a tick's sequence numbers are used up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SequenceExhausted {
-    /// Wait for the next tick (the classic; IDs never run ahead of the clock).
-    Wait,
-    /// Move on to the next tick at once while that is at most `max_lead` ahead of
-    /// the clock (Yitter's "drift"); wait beyond.
-    Borrow {
-        /// How far ahead of the clock the generator may run.
-        max_lead: Duration,
-    },
-}
-
-/// Where each tick's sequence starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SequenceStart {
-    /// At zero.
-    Zero,
-    /// At a pseudo-random number below `below` (Leaf: 100), so the low digits
-    /// spread and IDs do not show how many were issued in a tick.
-    Random {
-        /// Exclusive upper bound of the start; at most the sequence capacity.
-        below: u32,
-    },
-}
+mod policy;
+pub use policy::{ClockBehind, SequenceExhausted, SequenceStart};
 
 /// Counters of the slow paths a generator took. Read with [`Snowflake::stats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -469,11 +393,9 @@ impl Snowflake {
             datacenter: 0,
             worker: 0,
             clock: None,
-            clock_behind: ClockBehind::Wait {
-                max: Duration::from_millis(5),
-            },
-            exhausted: SequenceExhausted::Wait,
-            start: SequenceStart::Zero,
+            clock_behind: ClockBehind::default(),
+            exhausted: SequenceExhausted::default(),
+            start: SequenceStart::default(),
             start_after: None,
             mark: None,
             seed: None,

@@ -216,17 +216,15 @@ pub struct GeneratorSettings {
 
 impl GeneratorSettings {
     /// Settings for `layout`, with the core's defaults: a [`MonotonicClock`],
-    /// `ClockBehind::Wait { max: 5 ms }`, `SequenceExhausted::Wait`, `SequenceStart::Zero`,
-    /// and worker IDs claimed across the whole node field.
+    /// each policy's `Default` (the same as [`Snowflake::builder`]'s), and
+    /// worker IDs claimed across the whole node field.
     pub fn new(layout: Layout) -> GeneratorSettings {
         GeneratorSettings {
             layout,
             clock: Arc::new(MonotonicClock::new()),
-            clock_behind: ClockBehind::Wait {
-                max: Duration::from_millis(5),
-            },
-            exhausted: SequenceExhausted::Wait,
-            start: SequenceStart::Zero,
+            clock_behind: ClockBehind::default(),
+            exhausted: SequenceExhausted::default(),
+            start: SequenceStart::default(),
             datacenter: None,
         }
     }

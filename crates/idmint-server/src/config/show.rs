@@ -17,9 +17,10 @@
 //! So the defaults printed by `idmint config default` load back to
 //! [`Config::default`]; printed secrets do not (they are [`REDACTED`]).
 
+use std::fmt;
 use std::time::Duration;
 
-use idmint_core::{ClockBehind, SequenceExhausted, SequenceStart};
+use idmint_core::duration::format_duration;
 use serde::ser::Error as _;
 use serde::{Serialize, Serializer};
 
@@ -81,85 +82,24 @@ pub(super) fn urls<S: Serializer>(urls: &[String], serializer: S) -> Result<S::O
 }
 
 /// A duration as the loader reads it: jiff's friendly form (`"1m 30s"`,
-/// `"5ms"`).
-fn duration_text(d: Duration) -> Result<String, String> {
-    jiff::SignedDuration::try_from(d)
-        .map(|d| format!("{d:#}"))
-        .map_err(|e| format!("duration {d:?} is too long to write: {e}"))
-}
-
+/// `"5ms"`), written by the core's [`format_duration`].
 pub(super) fn duration<S: Serializer>(d: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&duration_text(*d).map_err(S::Error::custom)?)
+    serializer.serialize_str(&format_duration(*d).map_err(S::Error::custom)?)
 }
 
-pub(super) fn clock_behind<S: Serializer>(
-    policy: &ClockBehind,
+/// A value in its text form ([`fmt::Display`]), which the core defines next to
+/// the type to read back with `FromStr` (the snowflake policies).
+pub(super) fn text<S: Serializer, T: fmt::Display>(
+    value: &T,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    let text = match *policy {
-        ClockBehind::Fail => "fail".to_owned(),
-        ClockBehind::Wait { max } => {
-            format!("wait:{}", duration_text(max).map_err(S::Error::custom)?)
-        }
-        ClockBehind::Borrow { max_lead } => {
-            format!(
-                "borrow:{}",
-                duration_text(max_lead).map_err(S::Error::custom)?
-            )
-        }
-        ClockBehind::RollbackBits => "rollback-bits".to_owned(),
-        ClockBehind::History { ticks } => format!("history:{ticks}"),
-        // The core's enum is non-exhaustive; config can't spell a newer policy.
-        other => {
-            return Err(S::Error::custom(format!(
-                "snowflake.clock_behind policy {:?} has no config spelling",
-                other.name()
-            )));
-        }
-    };
-    serializer.serialize_str(&text)
-}
-
-pub(super) fn sequence_exhausted<S: Serializer>(
-    policy: &SequenceExhausted,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    let text = match *policy {
-        SequenceExhausted::Wait => "wait".to_owned(),
-        SequenceExhausted::Borrow { max_lead } => {
-            format!(
-                "borrow:{}",
-                duration_text(max_lead).map_err(S::Error::custom)?
-            )
-        }
-        other => {
-            return Err(S::Error::custom(format!(
-                "snowflake.sequence_exhausted policy {other:?} has no config spelling"
-            )));
-        }
-    };
-    serializer.serialize_str(&text)
-}
-
-pub(super) fn sequence_start<S: Serializer>(
-    start: &SequenceStart,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    let text = match *start {
-        SequenceStart::Zero => "zero".to_owned(),
-        SequenceStart::Random { below } => format!("random:{below}"),
-        other => {
-            return Err(S::Error::custom(format!(
-                "snowflake.sequence_start {other:?} has no config spelling"
-            )));
-        }
-    };
-    serializer.serialize_str(&text)
+    serializer.collect_str(value)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idmint_core::{ClockBehind, SequenceExhausted, SequenceStart};
 
     #[test]
     fn secrets_and_url_passwords_do_not_serialize() {

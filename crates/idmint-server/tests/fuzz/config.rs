@@ -13,8 +13,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use idmint_core::duration::format_duration;
 use idmint_core::{ClockBehind, SequenceExhausted, SequenceStart};
-use idmint_server::config::{parse_clock_behind, parse_sequence_exhausted, parse_sequence_start};
 use idmint_server::{Config, ConfigError, Server};
 use idmint_testkit::fuzz::{arbitrary, cases, mutated, timed};
 use proptest::prelude::*;
@@ -532,56 +532,20 @@ proptest! {
 
 // ---- Policies and durations ----
 
-/// A policy's duration in a form the parser reads back exactly.
-fn duration_text(d: Duration) -> String {
-    format!("{}s {}ns", d.as_secs(), d.subsec_nanos())
-}
-
-fn clock_behind_text(p: ClockBehind) -> String {
-    match p {
-        ClockBehind::Wait { max } => format!("wait:{}", duration_text(max)),
-        ClockBehind::Borrow { max_lead } => format!("borrow:{}", duration_text(max_lead)),
-        ClockBehind::History { ticks } => format!("history:{ticks}"),
-        other => other.name().to_owned(),
-    }
-}
-
-fn sequence_exhausted_text(p: SequenceExhausted) -> Option<String> {
-    match p {
-        SequenceExhausted::Wait => Some("wait".to_owned()),
-        SequenceExhausted::Borrow { max_lead } => {
-            Some(format!("borrow:{}", duration_text(max_lead)))
-        }
-        _ => None,
-    }
-}
-
-fn sequence_start_text(p: SequenceStart) -> Option<String> {
-    match p {
-        SequenceStart::Zero => Some("zero".to_owned()),
-        SequenceStart::Random { below } => Some(format!("random:{below}")),
-        _ => None,
-    }
-}
-
 /// A policy parses to one whose canonical text parses back to it, or fails
 /// with a one-line message quoting the text.
-fn check_policy<T: PartialEq + std::fmt::Debug>(
-    what: &str,
-    text: &str,
-    parse: impl Fn(&str) -> Result<T, String>,
-    canonical: impl Fn(&T) -> Option<String>,
-) -> Result<(), TestCaseError> {
-    match timed(BOUND, what, || parse(text))? {
+fn check_policy<T>(what: &str, text: &str) -> Result<(), TestCaseError>
+where
+    T: std::str::FromStr<Err = idmint_core::Error>
+        + std::fmt::Display
+        + PartialEq
+        + std::fmt::Debug,
+{
+    match timed(BOUND, what, || text.parse::<T>())? {
         Ok(policy) => {
-            let written = canonical(&policy);
-            prop_assert!(
-                written.is_some(),
-                "{what} {text:?}: no text form for {policy:?}"
-            );
-            let written = written.expect("checked");
+            let written = policy.to_string();
             prop_assert_eq!(
-                parse(&written),
+                written.parse::<T>(),
                 Ok(policy),
                 "{} {:?} written as {:?}",
                 what,
@@ -589,7 +553,8 @@ fn check_policy<T: PartialEq + std::fmt::Debug>(
                 written
             );
         }
-        Err(message) => {
+        Err(error) => {
+            let message = error.to_string();
             prop_assert!(!message.contains('\n'), "{message:?}");
             prop_assert!(
                 message.contains(&format!("{text:?}")),
@@ -652,9 +617,9 @@ proptest! {
             arbitrary("a-z0-9:. -"),
         ],
     ) {
-        check_policy("clock_behind", &text, parse_clock_behind, |p| Some(clock_behind_text(*p)))?;
-        check_policy("sequence_exhausted", &text, parse_sequence_exhausted, |p| sequence_exhausted_text(*p))?;
-        check_policy("sequence_start", &text, parse_sequence_start, |p| sequence_start_text(*p))?;
+        check_policy::<ClockBehind>("clock_behind", &text)?;
+        check_policy::<SequenceExhausted>("sequence_exhausted", &text)?;
+        check_policy::<SequenceStart>("sequence_start", &text)?;
     }
 
     /// Durations come in through the same reader everywhere: a bad one names
@@ -672,7 +637,7 @@ proptest! {
             Ok(config) => {
                 // What was read is what its canonical text reads as.
                 let window = config.snowflake.window;
-                let again = Config::load(None, [scratch.data_dir_var(), (var.clone(), duration_text(window))]);
+                let again = Config::load(None, [scratch.data_dir_var(), (var.clone(), format_duration(window).expect("a window has a text form"))]);
                 prop_assert_eq!(again.map(|c| c.snowflake.window).ok(), Some(window), "{:?}", text);
             }
             Err(ConfigError::Invalid { key, origin, .. }) => {

@@ -136,27 +136,10 @@ enum InProcess {
     Segment,
 }
 
-/// `500ms`, `5s`, `1.5s`, `2m`, or a bare number of seconds.
+/// A run's length in the one duration form (`500ms`, `5s`, `1.5s`, `2m`),
+/// more than zero.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (like 500ms, 5s, 1m)"))?;
-    let secs = match unit.trim() {
-        "ms" => value / 1000.0,
-        "" | "s" => value,
-        "m" | "min" => value * 60.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?}: use ms, s or m"
-            ));
-        }
-    };
-    let d = Duration::try_from_secs_f64(secs).map_err(|e| format!("{text:?}: {e}"))?;
+    let d = idmint_core::duration::parse_duration(text).map_err(|e| e.to_string())?;
     if d.is_zero() {
         return Err(format!("{text:?}: a duration of 0 measures nothing"));
     }
@@ -818,8 +801,9 @@ mod tests {
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        for bad in ["", "0s", "5h", "fast", "-1s"] {
+        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
+        // One grammar with the config file: a bare number has no unit.
+        for bad in ["", "0s", "3", "fast", "-1s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }

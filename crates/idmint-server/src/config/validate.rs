@@ -1,0 +1,278 @@
+//! The checks [`Config::validate`] makes without I/O, one named step per
+//! part of the config, each naming the first key that is wrong.
+
+use std::time::Duration;
+
+use idmint_core::{Layout, Snowflake};
+
+use super::{
+    Config, ConfigError, OBFUSCATION_KEY_ENV, RegistryKind, SchemaName, SqlModeName, Strategy,
+    TlsSection,
+};
+
+/// The origin named by checks made after loading: the value may have come
+/// from either place.
+pub(crate) const CHECKED: &str = "the config file or environment";
+
+/// A check's failure, naming `key`.
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        origin: CHECKED.to_owned(),
+        message: message.into(),
+    }
+}
+
+impl Config {
+    /// Checks what can be checked without I/O: the layout, limits, key
+    /// strategies and segment keys, the obfuscation settings, and that each
+    /// registry has what it needs.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first key that is wrong.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_policies(self.layout()?)?;
+        self.check_limits()?;
+        self.check_urls()?;
+        self.check_registry()?;
+        self.check_segment()?;
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
+        }
+        self.check_keys()
+    }
+
+    /// The parsed layout.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `snowflake.layout`.
+    pub fn layout(&self) -> Result<Layout, ConfigError> {
+        self.snowflake
+            .layout
+            .parse()
+            .map_err(|e: idmint_core::Error| invalid("snowflake.layout", e.to_string()))
+    }
+
+    /// Checks each snowflake policy against the layout (rollback bits, the
+    /// random start's bound) by building a generator with it alone.
+    fn check_policies(&self, layout: Layout) -> Result<(), ConfigError> {
+        let sf = &self.snowflake;
+        let fail = |key: &'static str| move |e: idmint_core::Error| invalid(key, e.to_string());
+        Snowflake::builder(layout)
+            .with_clock_behind(sf.clock_behind)
+            .build()
+            .map_err(fail("snowflake.clock_behind"))?;
+        Snowflake::builder(layout)
+            .with_sequence_exhausted(sf.sequence_exhausted)
+            .build()
+            .map_err(fail("snowflake.sequence_exhausted"))?;
+        Snowflake::builder(layout)
+            .with_sequence_start(sf.sequence_start)
+            .build()
+            .map_err(fail("snowflake.sequence_start"))?;
+        Ok(())
+    }
+
+    /// The server's limits: batch size, connections, read timeout.
+    fn check_limits(&self) -> Result<(), ConfigError> {
+        let server = &self.server;
+        if !(1..=Snowflake::MAX_BATCH).contains(&server.max_count) {
+            return Err(invalid(
+                "server.max_count",
+                format!(
+                    "{} is out of range 1..={}",
+                    server.max_count,
+                    Snowflake::MAX_BATCH
+                ),
+            ));
+        }
+        if server.max_connections == 0 {
+            return Err(invalid(
+                "server.max_connections",
+                "0 is out of range: at least 1 connection",
+            ));
+        }
+        if server.read_timeout.is_zero() {
+            return Err(invalid(
+                "server.read_timeout",
+                "0s is out of range: a client needs some time to send a request",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The database URLs' schemes, checked before the data directory is made
+    /// and a worker ID claimed for a start that would fail at the segment
+    /// store.
+    fn check_urls(&self) -> Result<(), ConfigError> {
+        if let Some(url) = &self.segment.url {
+            let url = url.expose();
+            let redis = url.starts_with("redis://") || url.starts_with("rediss://");
+            if !redis && let Err(e) = idmint_sql::Dialect::from_url(url) {
+                return Err(invalid(
+                    "segment.url",
+                    format!("{e}, or redis:// (rediss://) for a Redis store"),
+                ));
+            }
+        }
+        if let Some(url) = &self.snowflake.sql.url
+            && let Err(e) = idmint_sql::Dialect::from_url(url.expose())
+        {
+            return Err(invalid("snowflake.sql.url", e.to_string()));
+        }
+        Ok(())
+    }
+
+    /// The snowflake window, and that the chosen registry has what it needs.
+    fn check_registry(&self) -> Result<(), ConfigError> {
+        let sf = &self.snowflake;
+        if sf.window < Duration::from_millis(600) {
+            return Err(invalid(
+                "snowflake.window",
+                format!(
+                    "{:?} is too short: at least 600ms, so the mark can be persisted ahead of need",
+                    sf.window
+                ),
+            ));
+        }
+        match sf.registry {
+            RegistryKind::Static if sf.worker.is_none() => {
+                return Err(invalid(
+                    "snowflake.worker",
+                    "the static registry needs a worker ID",
+                ));
+            }
+            RegistryKind::Sql if sf.sql.url.is_none() => {
+                return Err(invalid(
+                    "snowflake.sql.url",
+                    "the sql registry needs a database URL",
+                ));
+            }
+            RegistryKind::Sql
+                if sf.sql.mode == SqlModeName::UidGenerator && sf.sql.cluster != "default" =>
+            {
+                return Err(invalid(
+                    "snowflake.sql.cluster",
+                    format!(
+                        "{:?} has no meaning in uid-generator mode: WORKER_NODE has no cluster \
+                         column, so the whole table is one cluster; give each cluster a table \
+                         of its own instead",
+                        sf.sql.cluster
+                    ),
+                ));
+            }
+            RegistryKind::Etcd if sf.etcd.endpoints.is_empty() => {
+                return Err(invalid(
+                    "snowflake.etcd.endpoints",
+                    "the etcd registry needs at least one endpoint",
+                ));
+            }
+            _ => {}
+        }
+        if sf.worker.is_some() && !matches!(sf.registry, RegistryKind::File | RegistryKind::Static)
+        {
+            return Err(invalid(
+                "snowflake.worker",
+                format!(
+                    "the {} registry chooses the worker ID itself; remove snowflake.worker",
+                    sf.registry.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The segment store's schema and preload share, and each declared key.
+    fn check_segment(&self) -> Result<(), ConfigError> {
+        let segment = &self.segment;
+        let redis_store = segment
+            .url
+            .as_ref()
+            .is_some_and(|u| u.expose().starts_with("redis"));
+        if redis_store && segment.schema != SchemaName::Idmint {
+            return Err(invalid(
+                "segment.schema",
+                "the leaf and tinyid schemas are SQL tables: set segment.url to their database",
+            ));
+        }
+        if !(0.0..=1.0).contains(&segment.preload_share) {
+            return Err(invalid(
+                "segment.preload_share",
+                format!("{} is out of range 0..=1", segment.preload_share),
+            ));
+        }
+        for (name, key) in &segment.keys {
+            key.new_key(name)
+                .validate()
+                .map_err(|e| invalid(&format!("segment.keys.{name}"), e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The obfuscation settings, and each `[keys.<name>]`: its name, token and
+    /// whether it can be public.
+    fn check_keys(&self) -> Result<(), ConfigError> {
+        let obfuscator = self.obfuscation.obfuscator()?;
+        self.obfuscation.text_format()?;
+        for (name, key) in &self.keys {
+            idmint_segment::validate_key(name)
+                .map_err(|e| invalid(&format!("keys.{name}"), e.to_string()))?;
+            if let Some(token) = &key.token {
+                let text = token.expose();
+                if text.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(invalid(
+                        &format!("keys.{name}.token"),
+                        "a token must be non-empty, without spaces or control characters",
+                    ));
+                }
+            }
+            if key.public {
+                if matches!(key.strategy, Strategy::Uuid4 | Strategy::Uuid7) {
+                    return Err(invalid(
+                        &format!("keys.{name}.public"),
+                        "UUID keys can't be public: obfuscation permutes integer IDs",
+                    ));
+                }
+                if obfuscator.is_none() {
+                    return Err(invalid(
+                        &format!("keys.{name}.public"),
+                        format!(
+                            "a public key needs an obfuscation key: set obfuscation.key or \
+                             {OBFUSCATION_KEY_ENV} (generate one with `openssl rand -hex 16`)"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TlsSection {
+    /// Checks what needs no file: `cert` and `key` are set, the interval is
+    /// not zero.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `tls.cert`, `tls.key` or `tls.poll_interval`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.cert.is_none() {
+            return Err(invalid(
+                "tls.cert",
+                "[tls] needs the certificate's PEM file (tls.cert)",
+            ));
+        }
+        if self.key.is_none() {
+            return Err(invalid(
+                "tls.key",
+                "[tls] needs the private key's PEM file (tls.key)",
+            ));
+        }
+        if self.poll_interval.is_zero() {
+            return Err(invalid(
+                "tls.poll_interval",
+                "0s is out of range: the files are checked every poll_interval",
+            ));
+        }
+        Ok(())
+    }
+}
