@@ -327,28 +327,33 @@ impl SqlConfig {
     /// # Errors
     /// [`RegistryError::Config`] naming the setting that can't work.
     pub fn validate(&self) -> Result<()> {
-        Identifier::new(self.table.as_str()).map_err(|e| config_error(format!("table: {e}")))?;
+        Identifier::new(self.table.as_str())
+            .map_err(|e| RegistryError::config(REGISTRY, format!("table: {e}")))?;
         if self.cluster.is_empty() || self.cluster.chars().count() > 128 {
-            return Err(config_error(format!(
-                "cluster name {:?} must have 1 to 128 characters",
-                self.cluster
-            )));
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "cluster name {:?} must have 1 to 128 characters",
+                    self.cluster
+                ),
+            ));
         }
         if self.lease_ttl < Duration::from_millis(1) {
-            return Err(config_error(format!(
-                "lease ttl {:?} is below 1ms",
-                self.lease_ttl
-            )));
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!("lease ttl {:?} is below 1ms", self.lease_ttl),
+            ));
         }
         if self.timeout < Duration::from_millis(1) {
-            return Err(config_error(format!(
-                "timeout {:?} is below 1ms",
-                self.timeout
-            )));
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!("timeout {:?} is below 1ms", self.timeout),
+            ));
         }
         if self.max_connections == 0 {
-            return Err(config_error(
-                "max connections 0 leaves no connection".into(),
+            return Err(RegistryError::config(
+                REGISTRY,
+                "max connections 0 leaves no connection",
             ));
         }
         Ok(())
@@ -436,11 +441,12 @@ impl SqlRegistry {
         config.validate()?;
         let dialect = Dialect::from_url(url).map_err(sql_error("connect"))?;
         let given = Identifier::new(config.table.as_str())
-            .map_err(|e| config_error(format!("table: {e}")))?;
+            .map_err(|e| RegistryError::config(REGISTRY, format!("table: {e}")))?;
         if config.mode == SqlMode::UidGenerator && dialect == Dialect::Sqlite {
             // uid-generator's DDL and DAO are MySQL's; no deployment of it
             // keeps WORKER_NODE in SQLite, and this mode is only for those.
-            return Err(config_error(
+            return Err(RegistryError::config(
+                REGISTRY,
                 "uid-generator mode needs the MySQL/MariaDB or PostgreSQL database that holds \
                  uid-generator's WORKER_NODE, not SQLite; use disposable or lease mode on SQLite"
                     .to_owned(),
@@ -636,16 +642,19 @@ impl Base {
         self.db.migrate(set).await.map_err(sql_error("migrate"))?;
         let columns = self.columns().await?;
         if columns.is_empty() {
-            return Err(config_error(format!(
-                "table {} does not exist in {}, yet {MIGRATIONS_TABLE} records migrations of \
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "table {} does not exist in {}, yet {MIGRATIONS_TABLE} records migrations of \
                  {:?}: it was dropped after idmint created it, and with it every worker's \
                  high-water mark, so it is not recreated silently; restore it, or to start \
                  afresh on purpose delete the rows of component {:?} from {MIGRATIONS_TABLE}",
-                self.table,
-                self.db.redacted_url(),
-                set.component(),
-                set.component(),
-            )));
+                    self.table,
+                    self.db.redacted_url(),
+                    set.component(),
+                    set.component(),
+                ),
+            ));
         }
         self.check_columns(&columns)
     }
@@ -676,13 +685,16 @@ impl Base {
         if missing.is_empty() {
             return Ok(());
         }
-        Err(config_error(format!(
-            "table {} in {} is not an idmint worker table: it lacks column(s) {}; configure \
+        Err(RegistryError::config(
+            REGISTRY,
+            format!(
+                "table {} in {} is not an idmint worker table: it lacks column(s) {}; configure \
              another table name",
-            self.table,
-            self.db.redacted_url(),
-            missing.join(", ")
-        )))
+                self.table,
+                self.db.redacted_url(),
+                missing.join(", ")
+            ),
+        ))
     }
 
     async fn timed<T>(
@@ -987,18 +999,7 @@ fn parse_holder(text: &str) -> Option<(String, String, u16)> {
 }
 
 fn backend_error(operation: &'static str) -> impl Fn(sqlx::Error) -> RegistryError {
-    move |e| RegistryError::Backend {
-        registry: REGISTRY,
-        operation,
-        message: e.to_string(),
-    }
-}
-
-fn config_error(message: String) -> RegistryError {
-    RegistryError::Config {
-        registry: REGISTRY,
-        message,
-    }
+    move |e| RegistryError::backend(REGISTRY, operation, e)
 }
 
 /// Maps what `idmint-sql` reports while connecting and migrating: its timeouts
@@ -1012,8 +1013,10 @@ fn sql_error(operation: &'static str) -> impl Fn(idmint_sql::Error) -> RegistryE
             operation,
             after,
         },
-        e @ idmint_sql::Error::SchemaTooNew { .. } => config_error(e.to_string()),
-        e if e.is_config() => config_error(e.to_string()),
+        e @ idmint_sql::Error::SchemaTooNew { .. } => {
+            RegistryError::config(REGISTRY, e.to_string())
+        }
+        e if e.is_config() => RegistryError::config(REGISTRY, e.to_string()),
         e => RegistryError::Backend {
             registry: REGISTRY,
             operation,

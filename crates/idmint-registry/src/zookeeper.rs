@@ -110,7 +110,7 @@ use crate::error::{RegistryError, Result};
 use crate::registry::{
     Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_range,
 };
-use crate::util::bounded;
+use crate::util::{bounded, check_timeout};
 
 mod ephemeral;
 mod forever;
@@ -239,22 +239,24 @@ impl ZooKeeperConfig {
     /// [`RegistryError::Config`] naming the setting that can't work.
     pub fn validate(&self) -> Result<()> {
         if self.cluster.is_empty() || self.cluster.contains('/') {
-            return Err(config_error(format!(
-                "cluster name {:?} is empty or contains '/'",
-                self.cluster
-            )));
+            return Err(RegistryError::config(
+                KIND,
+                format!("cluster name {:?} is empty or contains '/'", self.cluster),
+            ));
         }
         if self.session_timeout.as_millis() == 0 {
-            return Err(config_error(format!(
-                "session timeout {:?} is shorter than 1 ms",
-                self.session_timeout
-            )));
+            return Err(RegistryError::config(
+                KIND,
+                format!(
+                    "session timeout {:?} is shorter than 1 ms",
+                    self.session_timeout
+                ),
+            ));
         }
-        if self.timeout.is_zero() {
-            return Err(config_error("timeout is zero".to_owned()));
-        }
+        check_timeout(KIND, "timeout", self.timeout)?;
         if self.mode == ZooKeeperMode::Ephemeral && self.cache_dir.is_some() {
-            return Err(config_error(
+            return Err(RegistryError::config(
+                KIND,
                 "a local cache is allowed only in forever mode: ephemeral worker IDs \
                  are handed to other nodes, so a cached one may be someone else's"
                     .to_owned(),
@@ -664,18 +666,7 @@ async fn open_session(connect_string: &str, config: &ZooKeeperConfig) -> Result<
 }
 
 fn backend(operation: &'static str, e: &zk::Error) -> RegistryError {
-    RegistryError::Backend {
-        registry: KIND,
-        operation,
-        message: e.to_string(),
-    }
-}
-
-fn config_error(message: String) -> RegistryError {
-    RegistryError::Config {
-        registry: KIND,
-        message,
-    }
+    RegistryError::backend(KIND, operation, e)
 }
 
 #[cfg(test)]

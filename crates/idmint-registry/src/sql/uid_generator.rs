@@ -56,8 +56,8 @@ use idmint_sql::{Bind, Dialect, Identifier, MigrationSet};
 use jiff::Timestamp;
 
 use super::{
-    Base, REGISTRY, SqlMode, backend_error, config_error, new_token, recent_us, row_ids_only,
-    timestamp_from_us, worker_u32,
+    Base, REGISTRY, SqlMode, backend_error, new_token, recent_us, row_ids_only, timestamp_from_us,
+    worker_u32,
 };
 use crate::error::{RegistryError, Result};
 use crate::registry::{Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry};
@@ -96,10 +96,13 @@ const THEIR_TEXT_LEN: usize = 64;
 /// before PostgreSQL's folding.
 pub(super) fn side_table(table: &Identifier) -> Result<Identifier> {
     Identifier::new(format!("{table}_IDMINT")).map_err(|e| {
-        config_error(format!(
-            "table {table}: its side table {table}_IDMINT is not a valid name ({e}); use a \
+        RegistryError::config(
+            REGISTRY,
+            format!(
+                "table {table}: its side table {table}_IDMINT is not a valid name ({e}); use a \
              shorter table name"
-        ))
+            ),
+        )
     })
 }
 
@@ -172,16 +175,19 @@ pub(super) fn node_row(
             format!("{now_ms}-{}", random % 100_000),
             ACTUAL,
         )),
-        (host, port) => Err(config_error(format!(
-            "uid-generator's container convention needs both JPAAS_HOST and JPAAS_HTTP_PORT \
+        (host, port) => Err(RegistryError::config(
+            REGISTRY,
+            format!(
+                "uid-generator's container convention needs both JPAAS_HOST and JPAAS_HTTP_PORT \
              (or JPAAS_HOST_PORT_8080), but only {} is set ({:?})",
-            if host.is_some() {
-                "JPAAS_HOST"
-            } else {
-                "the port"
-            },
-            host.or(port).unwrap_or_default()
-        ))),
+                if host.is_some() {
+                    "JPAAS_HOST"
+                } else {
+                    "the port"
+                },
+                host.or(port).unwrap_or_default()
+            ),
+        )),
     }
 }
 
@@ -323,26 +329,32 @@ impl UidGenerator {
     pub(super) async fn ready(&self) -> Result<()> {
         let columns = self.base.columns_of(&self.base.table).await?;
         if columns.is_empty() {
-            return Err(config_error(format!(
-                "table {} does not exist in {}: uid-generator mode uses uid-generator's own \
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "table {} does not exist in {}: uid-generator mode uses uid-generator's own \
                  WORKER_NODE table and never creates it (a new table would count worker IDs \
                  from 1 again); create it with uid-generator's WORKER_NODE.sql, or name the \
                  existing one in the table setting",
-                self.base.table,
-                self.base.db.redacted_url()
-            )));
+                    self.base.table,
+                    self.base.db.redacted_url()
+                ),
+            ));
         }
         let missing: Vec<&str> = THEIR_COLUMNS
             .into_iter()
             .filter(|c| !columns.iter().any(|have| have == c))
             .collect();
         if !missing.is_empty() {
-            return Err(config_error(format!(
-                "table {} in {} is not uid-generator's WORKER_NODE: it lacks column(s) {}",
-                self.base.table,
-                self.base.db.redacted_url(),
-                missing.join(", ")
-            )));
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "table {} in {} is not uid-generator's WORKER_NODE: it lacks column(s) {}",
+                    self.base.table,
+                    self.base.db.redacted_url(),
+                    missing.join(", ")
+                ),
+            ));
         }
         let side = &self.uid.side;
         let set = migrations(self.base.db.dialect(), side);
@@ -357,12 +369,15 @@ impl UidGenerator {
             .filter(|c| !columns.iter().any(|have| have == c))
             .collect();
         if !missing.is_empty() {
-            return Err(config_error(format!(
-                "side table {side} in {} lacks column(s) {}: it is not idmint's; drop or rename \
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "side table {side} in {} lacks column(s) {}: it is not idmint's; drop or rename \
                  it",
-                self.base.db.redacted_url(),
-                missing.join(", ")
-            )));
+                    self.base.db.redacted_url(),
+                    missing.join(", ")
+                ),
+            ));
         }
         Ok(())
     }
