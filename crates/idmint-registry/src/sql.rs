@@ -1,3 +1,7 @@
+// Size: about 1,070 lines before the tests, some 300 of them docs (the
+// module's contract for all three modes). The rest is the public
+// configuration and `Base`, the plumbing the modes share; each mode is its own
+// type in `sql/`, and the statements and DDL are in `sql/statements.rs`.
 //! The `sql` worker registry: worker IDs and high-water marks in a table on
 //! PostgreSQL, MySQL/MariaDB or SQLite (sqlx, runtime queries only).
 //!

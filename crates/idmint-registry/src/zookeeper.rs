@@ -59,7 +59,7 @@
 //! holds `address=ip:port` and, since the fleet view, `host=` (older data
 //! has no host line: readers skip lines they don't know, both ways).
 //! - Forever: every identity's node whose last change is within
-//!   [`FLEET_RECENT`] of the newest change, live within the peer window (the
+//!   [`FLEET_RECENT`](crate::FLEET_RECENT) of the newest change, live within the peer window (the
 //!   rule peers follow), by ZooKeeper's own modification times. No lease.
 //! - Ephemeral: every worker node (the session is the lease; ZooKeeper tells
 //!   no one how long another session has left, so `lease_left` is `None`),
