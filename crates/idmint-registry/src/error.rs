@@ -137,6 +137,29 @@ pub enum RegistryError {
 }
 
 impl RegistryError {
+    /// A [`RegistryError::Config`] of `registry`: every backend's settings
+    /// checks and refusals at connect build theirs here.
+    pub(crate) fn config(registry: &'static str, message: impl Into<String>) -> Self {
+        RegistryError::Config {
+            registry,
+            message: message.into(),
+        }
+    }
+
+    /// A [`RegistryError::Backend`] of `registry` failing at `operation`,
+    /// with the backend's error as text.
+    pub(crate) fn backend(
+        registry: &'static str,
+        operation: &'static str,
+        message: impl ToString,
+    ) -> Self {
+        RegistryError::Backend {
+            registry,
+            operation,
+            message: message.to_string(),
+        }
+    }
+
     /// A stable, machine-readable code for the variant.
     pub fn code(&self) -> &'static str {
         match self {

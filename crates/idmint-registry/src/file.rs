@@ -415,10 +415,7 @@ impl LocalWorker {
     }
 
     fn config(&self, message: String) -> RegistryError {
-        RegistryError::Config {
-            registry: self.kind,
-            message,
-        }
+        RegistryError::config(self.kind, message)
     }
 
     /// Runs `f` on the state, on a blocking thread when there is a file to touch.

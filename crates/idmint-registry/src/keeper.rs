@@ -1,3 +1,8 @@
+// Size: about 1,050 lines before the tests, some 200 of them docs. The file is
+// one state machine (claim, persist ahead, renew, fence, re-claim): the
+// task, the handle and the guard share its private state (`Shared`, `Ctx`),
+// and the "persist, then allow" invariant is easiest to check with all of it
+// in view, so it is kept whole.
 //! The keeper: what makes a registry-backed snowflake generator safe to run.
 //!
 //! [`WorkerKeeper::start`] claims a worker ID, checks the clock, persists a

@@ -1,3 +1,7 @@
+// Size: about 1,070 lines before the tests, some 300 of them docs (the
+// module's contract for all three modes). The rest is the public
+// configuration and `Base`, the plumbing the modes share; each mode is its own
+// type in `sql/`, and the statements and DDL are in `sql/statements.rs`.
 //! The `sql` worker registry: worker IDs and high-water marks in a table on
 //! PostgreSQL, MySQL/MariaDB or SQLite (sqlx, runtime queries only).
 //!
@@ -118,6 +122,16 @@
 //! `registry:workers`). Validated names ([`idmint_sql::Identifier`]) make either
 //! form safe to put into SQL text.
 //!
+//! # Where the code lives
+//! This module holds the configuration, what every mode shares (the pool,
+//! the table's checks, the fetch helpers, the error mapping) and
+//! [`SqlRegistry`], which picks the mode's protocol at connect and hands
+//! every step to it. Each mode is one type implementing the steps (claim,
+//! renew, persist, peers, fleet, release): `sql/lease.rs`, `sql/disposable.rs`
+//! and `sql/uid_generator.rs` (with that mode's own statements and side
+//! table). `sql/statements.rs` holds the worker table's migrations (its DDL)
+//! beside the statements run on it.
+//!
 //! # References
 //! - uid-generator's `WORKER_NODE` table and `DisposableWorkerIdAssigner`.
 //! - docs/design.md §2 "Worker-ID registries" and "High-water mark, persisted ahead".
@@ -130,7 +144,7 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use idmint_sql::{
     Bind, ConnectOptions, Database, Dialect, Identifier, MIGRATIONS_TABLE, MigrationSet, Pool,
-    bind_all, is_retryable, is_unique_violation, on_pool,
+    bind_all, on_pool,
 };
 use jiff::Timestamp;
 
@@ -141,16 +155,21 @@ use crate::registry::{
 };
 use crate::util::{bounded, random_u64};
 
+mod disposable;
+mod lease;
+mod statements;
 mod uid_generator;
+
+use self::disposable::Disposable;
+use self::lease::Leased;
+use self::statements::{COLUMNS, FleetRow, Statements, micros_left, table_in};
+use self::uid_generator::UidGenerator;
 
 const REGISTRY: &str = "sql";
 
 /// uid-generator's `WorkerNodeType.ACTUAL`: a node on a real host (as opposed
 /// to `CONTAINER`, 1), written to the `TYPE` column for compatibility.
 const NODE_TYPE_ACTUAL: i64 = 2;
-
-/// How many expired candidates one claim attempt reads at once.
-const CANDIDATE_BATCH: i64 = 32;
 
 /// How the `sql` registry hands out worker IDs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,28 +331,33 @@ impl SqlConfig {
     /// # Errors
     /// [`RegistryError::Config`] naming the setting that can't work.
     pub fn validate(&self) -> Result<()> {
-        Identifier::new(self.table.as_str()).map_err(|e| config_error(format!("table: {e}")))?;
+        Identifier::new(self.table.as_str())
+            .map_err(|e| RegistryError::config(REGISTRY, format!("table: {e}")))?;
         if self.cluster.is_empty() || self.cluster.chars().count() > 128 {
-            return Err(config_error(format!(
-                "cluster name {:?} must have 1 to 128 characters",
-                self.cluster
-            )));
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "cluster name {:?} must have 1 to 128 characters",
+                    self.cluster
+                ),
+            ));
         }
         if self.lease_ttl < Duration::from_millis(1) {
-            return Err(config_error(format!(
-                "lease ttl {:?} is below 1ms",
-                self.lease_ttl
-            )));
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!("lease ttl {:?} is below 1ms", self.lease_ttl),
+            ));
         }
         if self.timeout < Duration::from_millis(1) {
-            return Err(config_error(format!(
-                "timeout {:?} is below 1ms",
-                self.timeout
-            )));
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!("timeout {:?} is below 1ms", self.timeout),
+            ));
         }
         if self.max_connections == 0 {
-            return Err(config_error(
-                "max connections 0 leaves no connection".into(),
+            return Err(RegistryError::config(
+                REGISTRY,
+                "max connections 0 leaves no connection",
             ));
         }
         Ok(())
@@ -362,24 +386,6 @@ impl SqlBackend {
     }
 }
 
-/// The columns the registry reads and writes; an existing table must have them.
-const COLUMNS: [&str; 14] = [
-    "ID",
-    "CLUSTER",
-    "WORKER",
-    "HOST_NAME",
-    "PORT",
-    "ADDRESS",
-    "TYPE",
-    "LAUNCH_DATE",
-    "MODIFIED",
-    "CREATED",
-    "TOKEN",
-    "LEASE_EXPIRES",
-    "MARK_US",
-    "REPORTED_US",
-];
-
 /// A [`WorkerRegistry`] on a SQL table. See the [module docs](self) for the modes,
 /// the schema and why claims are atomic.
 ///
@@ -390,26 +396,28 @@ const COLUMNS: [&str; 14] = [
 /// - No background tasks; the only I/O outside the trait methods is
 ///   [`SqlRegistry::connect`] and [`SqlRegistry::close`].
 pub struct SqlRegistry {
-    db: Database,
-    backend: SqlBackend,
-    /// The table as the database names it (folded to lower case on PostgreSQL).
-    table: Identifier,
-    config: SqlConfig,
-    sql: Statements,
-    /// uid-generator mode's statements (`None` in the other modes).
-    uid: Option<uid_generator::Statements>,
+    protocol: Protocol,
+}
+
+/// The one protocol a registry speaks, chosen at connect from its mode.
+enum Protocol {
+    Lease(Leased),
+    Disposable(Disposable),
+    /// Boxed: it carries a second set of statements.
+    UidGenerator(Box<UidGenerator>),
 }
 
 impl fmt::Debug for SqlRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let base = self.base();
         f.debug_struct("SqlRegistry")
-            .field("backend", &self.backend)
-            .field("url", &self.db.redacted_url())
-            .field("mode", &self.config.mode)
-            .field("table", &self.config.table)
-            .field("cluster", &self.config.cluster)
-            .field("lease_ttl", &self.config.lease_ttl)
-            .field("timeout", &self.config.timeout)
+            .field("backend", &base.backend)
+            .field("url", &base.db.redacted_url())
+            .field("mode", &base.config.mode)
+            .field("table", &base.config.table)
+            .field("cluster", &base.config.cluster)
+            .field("lease_ttl", &base.config.lease_ttl)
+            .field("timeout", &base.config.timeout)
             .finish_non_exhaustive()
     }
 }
@@ -437,11 +445,12 @@ impl SqlRegistry {
         config.validate()?;
         let dialect = Dialect::from_url(url).map_err(sql_error("connect"))?;
         let given = Identifier::new(config.table.as_str())
-            .map_err(|e| config_error(format!("table: {e}")))?;
+            .map_err(|e| RegistryError::config(REGISTRY, format!("table: {e}")))?;
         if config.mode == SqlMode::UidGenerator && dialect == Dialect::Sqlite {
             // uid-generator's DDL and DAO are MySQL's; no deployment of it
             // keeps WORKER_NODE in SQLite, and this mode is only for those.
-            return Err(config_error(
+            return Err(RegistryError::config(
+                REGISTRY,
                 "uid-generator mode needs the MySQL/MariaDB or PostgreSQL database that holds \
                  uid-generator's WORKER_NODE, not SQLite; use disposable or lease mode on SQLite"
                     .to_owned(),
@@ -471,22 +480,27 @@ impl SqlRegistry {
             let db = Database::connect(&options)
                 .await
                 .map_err(sql_error("connect"))?;
-            let registry = SqlRegistry {
+            let base = Base {
                 sql: Statements::new(dialect, &dialect.quote(&table)),
                 backend: SqlBackend::from_dialect(dialect),
                 db,
                 table,
                 config,
-                uid,
             };
-            if registry.uid.is_some() {
-                registry.ready_uid_generator().await?;
+            let protocol = if let Some(uid) = uid {
+                let protocol = UidGenerator::new(base, uid);
+                protocol.ready().await?;
+                Protocol::UidGenerator(Box::new(protocol))
             } else {
-                registry
-                    .ready_table(&SqlRegistry::migrations(dialect, &given))
+                base.ready_table(&SqlRegistry::migrations(dialect, &given))
                     .await?;
-            }
-            Ok(registry)
+                if base.config.mode == SqlMode::Lease {
+                    Protocol::Lease(Leased { base })
+                } else {
+                    Protocol::Disposable(Disposable { base })
+                }
+            };
+            Ok(SqlRegistry { protocol })
         };
         bounded(REGISTRY, "connect", timeout, fut).await
     }
@@ -506,91 +520,113 @@ impl SqlRegistry {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn migrations(dialect: Dialect, table: &Identifier) -> MigrationSet {
-        let name = table_in(dialect, table);
-        let t = dialect.quote(&name);
-        // Version 1 is the statement the pre-migration code ran at every
-        // start, unchanged, so that it adopts the tables that code created.
-        // Never edit it: a change is a new version.
-        let create = match dialect {
-            Dialect::Postgres => format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
-                    ID BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-                    CLUSTER VARCHAR(128) NOT NULL,
-                    WORKER BIGINT NULL,
-                    HOST_NAME VARCHAR(255) NOT NULL,
-                    PORT VARCHAR(64) NOT NULL,
-                    ADDRESS VARCHAR(255) NOT NULL,
-                    TYPE INT NOT NULL,
-                    LAUNCH_DATE DATE NOT NULL,
-                    MODIFIED TIMESTAMPTZ NOT NULL,
-                    CREATED TIMESTAMPTZ NOT NULL,
-                    TOKEN VARCHAR(64) NULL,
-                    LEASE_EXPIRES TIMESTAMPTZ NULL,
-                    MARK_US BIGINT NULL,
-                    REPORTED_US BIGINT NULL,
-                    UNIQUE (CLUSTER, WORKER)
-                )"
-            ),
-            Dialect::MySql => format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
-                    ID BIGINT NOT NULL AUTO_INCREMENT,
-                    CLUSTER VARCHAR(128) NOT NULL,
-                    WORKER BIGINT NULL,
-                    HOST_NAME VARCHAR(255) NOT NULL,
-                    PORT VARCHAR(64) NOT NULL,
-                    ADDRESS VARCHAR(255) NOT NULL,
-                    TYPE INT NOT NULL,
-                    LAUNCH_DATE DATE NOT NULL,
-                    MODIFIED DATETIME(6) NOT NULL,
-                    CREATED DATETIME(6) NOT NULL,
-                    TOKEN VARCHAR(64) NULL,
-                    LEASE_EXPIRES DATETIME(6) NULL,
-                    MARK_US BIGINT NULL,
-                    REPORTED_US BIGINT NULL,
-                    PRIMARY KEY (ID),
-                    UNIQUE KEY uk_cluster_worker (CLUSTER, WORKER)
-                ) ENGINE=InnoDB"
-            ),
-            Dialect::Sqlite => format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
-                    ID INTEGER PRIMARY KEY AUTOINCREMENT,
-                    CLUSTER TEXT NOT NULL,
-                    WORKER INTEGER NULL,
-                    HOST_NAME TEXT NOT NULL,
-                    PORT TEXT NOT NULL,
-                    ADDRESS TEXT NOT NULL,
-                    TYPE INTEGER NOT NULL,
-                    LAUNCH_DATE TEXT NOT NULL,
-                    MODIFIED TEXT NOT NULL,
-                    CREATED TEXT NOT NULL,
-                    TOKEN TEXT NULL,
-                    LEASE_EXPIRES INTEGER NULL,
-                    MARK_US INTEGER NULL,
-                    REPORTED_US INTEGER NULL,
-                    UNIQUE (CLUSTER, WORKER)
-                )"
-            ),
-        };
-        let mut v1 = Vec::new();
-        if dialect == Dialect::Postgres {
-            // The lock the pre-migration code held around the same statement
-            // (keyed by the name as configured, as it was): concurrent `CREATE
-            // TABLE IF NOT EXISTS` can fail on PostgreSQL's catalog, so an old
-            // and a new binary creating the table at once must take turns. It
-            // ends with the step's transaction.
-            v1.push(format!(
-                "SELECT pg_advisory_xact_lock(hashtext('idmint:{table}'))"
-            ));
-        }
-        v1.push(create);
-        MigrationSet::new(format!("registry:{name}")).with_migration(
-            1,
-            "create the worker table (uid-generator's WORKER_NODE columns, plus cluster, \
-             worker, lease and high-water mark)",
-            v1,
-        )
+        statements::migrations(dialect, table)
     }
 
+    /// The database behind this registry.
+    pub fn backend(&self) -> SqlBackend {
+        self.base().backend
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SqlConfig {
+        &self.base().config
+    }
+
+    /// Closes the pool, waiting for connections to shut down. Claims are not
+    /// released (call [`WorkerRegistry::release`] first for that).
+    pub async fn close(&self) {
+        self.base().db.close().await;
+    }
+
+    /// The mode's steps, as the trait's.
+    fn protocol(&self) -> &dyn WorkerRegistry {
+        match &self.protocol {
+            Protocol::Lease(p) => p,
+            Protocol::Disposable(p) => p,
+            Protocol::UidGenerator(p) => p.as_ref(),
+        }
+    }
+
+    fn base(&self) -> &Base {
+        match &self.protocol {
+            Protocol::Lease(p) => &p.base,
+            Protocol::Disposable(p) => &p.base,
+            Protocol::UidGenerator(p) => p.base(),
+        }
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for SqlRegistry {
+    fn kind(&self) -> &'static str {
+        REGISTRY
+    }
+
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+        check_range(REGISTRY, range)?;
+        self.protocol().claim(node, range).await
+    }
+
+    /// Lease mode only: disposable worker IDs are row IDs, never chosen. A
+    /// cluster should use either this or [`WorkerRegistry::claim`]: a claim
+    /// creates new rows above the highest worker number in the table, so given
+    /// IDs leave the numbers below them unused by claims.
+    async fn claim_worker(&self, node: &NodeIdentity, worker: u32, range: u32) -> Result<Claim> {
+        check_given_worker(REGISTRY, worker, range)?;
+        self.protocol().claim_worker(node, worker, range).await
+    }
+
+    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
+        self.protocol().renew(claim).await
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        self.protocol().persist_mark(claim, mark, reported).await
+    }
+
+    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
+        self.protocol().peers(claim).await
+    }
+
+    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+        self.protocol().fleet().await
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<()> {
+        self.protocol().release(claim).await
+    }
+}
+
+/// What every mode shares: the pool, the table as the database names it,
+/// the configuration and the worker table's statements, with the helpers
+/// that run them.
+struct Base {
+    db: Database,
+    backend: SqlBackend,
+    /// The table as the database names it (folded to lower case on PostgreSQL).
+    table: Identifier,
+    config: SqlConfig,
+    sql: Statements,
+}
+
+impl fmt::Debug for Base {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Base")
+            .field("backend", &self.backend)
+            .field("url", &self.db.redacted_url())
+            .field("table", &self.table)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Base {
     /// Migrates, then checks the table; see the [module docs](self#schema).
     async fn ready_table(&self, set: &MigrationSet) -> Result<()> {
         let recorded = self
@@ -610,16 +646,19 @@ impl SqlRegistry {
         self.db.migrate(set).await.map_err(sql_error("migrate"))?;
         let columns = self.columns().await?;
         if columns.is_empty() {
-            return Err(config_error(format!(
-                "table {} does not exist in {}, yet {MIGRATIONS_TABLE} records migrations of \
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "table {} does not exist in {}, yet {MIGRATIONS_TABLE} records migrations of \
                  {:?}: it was dropped after idmint created it, and with it every worker's \
                  high-water mark, so it is not recreated silently; restore it, or to start \
                  afresh on purpose delete the rows of component {:?} from {MIGRATIONS_TABLE}",
-                self.table,
-                self.db.redacted_url(),
-                set.component(),
-                set.component(),
-            )));
+                    self.table,
+                    self.db.redacted_url(),
+                    set.component(),
+                    set.component(),
+                ),
+            ));
         }
         self.check_columns(&columns)
     }
@@ -650,29 +689,16 @@ impl SqlRegistry {
         if missing.is_empty() {
             return Ok(());
         }
-        Err(config_error(format!(
-            "table {} in {} is not an idmint worker table: it lacks column(s) {}; configure \
+        Err(RegistryError::config(
+            REGISTRY,
+            format!(
+                "table {} in {} is not an idmint worker table: it lacks column(s) {}; configure \
              another table name",
-            self.table,
-            self.db.redacted_url(),
-            missing.join(", ")
-        )))
-    }
-
-    /// The database behind this registry.
-    pub fn backend(&self) -> SqlBackend {
-        self.backend
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &SqlConfig {
-        &self.config
-    }
-
-    /// Closes the pool, waiting for connections to shut down. Claims are not
-    /// released (call [`WorkerRegistry::release`] first for that).
-    pub async fn close(&self) {
-        self.db.close().await;
+                self.table,
+                self.db.redacted_url(),
+                missing.join(", ")
+            ),
+        ))
     }
 
     async fn timed<T>(
@@ -772,12 +798,6 @@ impl SqlRegistry {
         })
     }
 
-    /// Inserts a disposable row and returns its `ID`.
-    async fn insert_disposable(&self, binds: &[Bind<'_>]) -> std::result::Result<i64, sqlx::Error> {
-        self.insert_returning_id(&self.sql.disposable_insert, binds)
-            .await
-    }
-
     /// Runs `sql`, an `INSERT` into an auto-increment table (ending in
     /// `RETURNING ID` except on MySQL), and returns the new row's `ID`.
     async fn insert_returning_id(
@@ -798,237 +818,12 @@ impl SqlRegistry {
         }
     }
 
-    async fn claim_lease(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
-        const OP: &str = "claim";
-        let cluster = self.config.cluster.as_str();
-        let range_i = i64::from(range);
-        loop {
-            let candidates = self
-                .fetch_ints(
-                    &self.sql.lease_candidates,
-                    &[
-                        Bind::Text(cluster),
-                        Bind::Int(range_i),
-                        Bind::Int(CANDIDATE_BATCH),
-                    ],
-                )
-                .await;
-            let candidates = match candidates {
-                Ok(c) => c,
-                Err(e) if is_retryable(&e) => continue,
-                Err(e) => return Err(backend_error(OP)(e)),
-            };
-            // Start at a random candidate so concurrent claimers spread out
-            // instead of all racing for the lowest expired ID.
-            let start = if candidates.is_empty() {
-                0
-            } else {
-                (random_u64() % candidates.len() as u64) as usize
-            };
-            for &worker in candidates[start..].iter().chain(&candidates[..start]) {
-                if let Some(claim) = self.take_row(node, worker).await? {
-                    return Ok(claim);
-                }
-            }
-            if !candidates.is_empty() {
-                // Every candidate went to someone else; look again.
-                continue;
-            }
-            let max = match self
-                .fetch_opt_int(&self.sql.lease_max, &[Bind::Text(cluster)])
-                .await
-            {
-                Ok(m) => m.flatten(),
-                Err(e) if is_retryable(&e) => continue,
-                Err(e) => return Err(backend_error(OP)(e)),
-            };
-            let next = max.map_or(0, |m| m + 1);
-            if next >= range_i {
-                let in_use = self
-                    .fetch_ints(
-                        &self.sql.lease_in_use,
-                        &[Bind::Text(cluster), Bind::Int(range_i)],
-                    )
-                    .await
-                    .map_err(backend_error(OP))?;
-                return Err(RegistryError::Exhausted {
-                    registry: REGISTRY,
-                    in_use: in_use.first().copied().unwrap_or(0).max(0) as u64,
-                    range: u64::from(range),
-                });
-            }
-            if let Some(claim) = self.insert_row(node, next).await? {
-                return Ok(claim);
-            }
-            // Someone else created this number first: look again.
-        }
-    }
-
-    /// One compare-and-set takeover of `worker`'s row, whose lease must be free
-    /// or expired. `None`: not taken (held, or lost again at once, or a
-    /// transient error): look again.
-    async fn take_row(&self, node: &NodeIdentity, worker: i64) -> Result<Option<Claim>> {
-        const OP: &str = "claim";
-        let cluster = self.config.cluster.as_str();
-        let token = new_token();
-        let before = Instant::now();
-        let taken = self
-            .exec_rows(
-                &self.sql.lease_take,
-                &[
-                    Bind::Text(&token),
-                    Bind::Int(self.ttl_us()),
-                    Bind::Text(&node.host),
-                    Bind::Text(&node.port.to_string()),
-                    Bind::Text(&node.address),
-                    Bind::Text(cluster),
-                    Bind::Int(worker),
-                ],
-            )
-            .await;
-        match taken {
-            Ok(1) => {}
-            Ok(_) => return Ok(None),
-            Err(e) if is_retryable(&e) => return Ok(None),
-            Err(e) => return Err(backend_error(OP)(e)),
-        }
-        // The row is ours and only the token holder can change its mark, so
-        // this read sees the mark every earlier holder left.
-        let mark = self
-            .fetch_opt_int(
-                &self.sql.lease_mark,
-                &[Bind::Text(cluster), Bind::Int(worker), Bind::Text(&token)],
-            )
-            .await
-            .map_err(backend_error(OP))?;
-        // `None`: lost again already (a TTL shorter than a round trip).
-        let Some(mark_us) = mark else {
-            return Ok(None);
-        };
-        Ok(Some(Claim {
-            worker: worker_u32(worker)?,
-            stored_mark: mark_us.map(timestamp_from_us).transpose()?,
-            lease: Some(self.lease_from(before)),
-            token,
-        }))
-    }
-
-    /// Creates `worker`'s row, held by `node`. `None`: the row exists (someone
-    /// created it first) or a transient error: look again.
-    async fn insert_row(&self, node: &NodeIdentity, worker: i64) -> Result<Option<Claim>> {
-        let token = new_token();
-        let before = Instant::now();
-        let inserted = self
-            .exec_rows(
-                &self.sql.lease_insert,
-                &[
-                    Bind::Text(&self.config.cluster),
-                    Bind::Int(worker),
-                    Bind::Text(&node.host),
-                    Bind::Text(&node.port.to_string()),
-                    Bind::Text(&node.address),
-                    Bind::Int(NODE_TYPE_ACTUAL),
-                    Bind::Text(&token),
-                    Bind::Int(self.ttl_us()),
-                ],
-            )
-            .await;
-        match inserted {
-            Ok(_) => Ok(Some(Claim {
-                worker: worker_u32(worker)?,
-                stored_mark: None,
-                lease: Some(self.lease_from(before)),
-                token,
-            })),
-            Err(e) if is_unique_violation(&e) || is_retryable(&e) => Ok(None),
-            Err(e) => Err(backend_error("claim")(e)),
-        }
-    }
-
     /// A lease granted by a statement sent at `before`.
     fn lease_from(&self, before: Instant) -> Lease {
         Lease {
             ttl: self.config.lease_ttl,
             valid_until: before + self.config.lease_ttl,
         }
-    }
-
-    /// Takes `worker`'s row if its lease is free, or creates it if there is none;
-    /// names the holder when it is held.
-    async fn claim_given(&self, node: &NodeIdentity, worker: u32) -> Result<Claim> {
-        let worker_i = i64::from(worker);
-        loop {
-            if let Some(claim) = self.take_row(node, worker_i).await? {
-                return Ok(claim);
-            }
-            // Not taken: held by someone, or there is no row yet.
-            let holder = match self
-                .fetch_texts3(
-                    &self.sql.lease_holder,
-                    &[Bind::Text(&self.config.cluster), Bind::Int(worker_i)],
-                )
-                .await
-            {
-                Ok(h) => h,
-                Err(e) if is_retryable(&e) => continue,
-                Err(e) => return Err(backend_error("claim")(e)),
-            };
-            if let Some((host, address, port)) = holder {
-                return Err(RegistryError::WorkerTaken {
-                    registry: REGISTRY,
-                    worker,
-                    node: node.to_string(),
-                    holder: format!("{host} ({address}:{port})"),
-                    origin: None,
-                });
-            }
-            if let Some(claim) = self.insert_row(node, worker_i).await? {
-                return Ok(claim);
-            }
-            // The row appeared or was freed meanwhile: look again.
-        }
-    }
-
-    async fn claim_disposable(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
-        const OP: &str = "claim";
-        let port = node.port.to_string();
-        let token = new_token();
-        let id = self
-            .insert_disposable(&[
-                Bind::Text(&self.config.cluster),
-                Bind::Text(&node.host),
-                Bind::Text(&port),
-                Bind::Text(&node.address),
-                Bind::Int(NODE_TYPE_ACTUAL),
-                Bind::Text(&token),
-                Bind::Int(self.ttl_us()),
-            ])
-            .await
-            .map_err(backend_error(OP))?;
-        if id >= i64::from(range) || id < 0 {
-            // The row stays (IDs are never reused) but must not look alive.
-            self.exec_rows(
-                &self.sql.disposable_release,
-                &[Bind::Int(id), Bind::Text(&token)],
-            )
-            .await
-            .map_err(backend_error(OP))?;
-            let in_use = self
-                .fetch_ints(&self.sql.disposable_in_use, &[Bind::Int(i64::from(range))])
-                .await
-                .map_err(backend_error(OP))?;
-            return Err(RegistryError::Exhausted {
-                registry: REGISTRY,
-                in_use: in_use.first().copied().unwrap_or(0).max(0) as u64,
-                range: u64::from(range),
-            });
-        }
-        Ok(Claim {
-            worker: worker_u32(id)?,
-            stored_mark: None,
-            lease: None,
-            token,
-        })
     }
 
     /// The error for a claim whose row no longer carries its token (or whose lease
@@ -1043,164 +838,63 @@ impl SqlRegistry {
             ),
         }
     }
-}
 
-#[async_trait]
-impl WorkerRegistry for SqlRegistry {
-    fn kind(&self) -> &'static str {
-        REGISTRY
+    /// Runs `sql` within the timeout and returns the rows it changed;
+    /// database errors name `operation`.
+    async fn exec(&self, operation: &'static str, sql: &str, binds: &[Bind<'_>]) -> Result<u64> {
+        self.timed(operation, async {
+            self.exec_rows(sql, binds)
+                .await
+                .map_err(backend_error(operation))
+        })
+        .await
     }
 
-    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
-        check_range(REGISTRY, range)?;
-        match self.config.mode {
-            SqlMode::Lease => self.timed("claim", self.claim_lease(node, range)).await,
-            SqlMode::Disposable => {
-                self.timed("claim", self.claim_disposable(node, range))
-                    .await
-            }
-            SqlMode::UidGenerator => {
-                self.timed("claim", self.claim_uid_generator(node, range))
-                    .await
-            }
-        }
-    }
-
-    /// Lease mode only: disposable worker IDs are row IDs, never chosen. A
-    /// cluster should use either this or [`WorkerRegistry::claim`]: a claim
-    /// creates new rows above the highest worker number in the table, so given
-    /// IDs leave the numbers below them unused by claims.
-    async fn claim_worker(&self, node: &NodeIdentity, worker: u32, range: u32) -> Result<Claim> {
-        check_given_worker(REGISTRY, worker, range)?;
-        match self.config.mode {
-            SqlMode::Lease => self.timed("claim", self.claim_given(node, worker)).await,
-            SqlMode::Disposable | SqlMode::UidGenerator => Err(RegistryError::Unsupported {
-                registry: REGISTRY,
-                operation: "claiming a given worker ID",
-                reason: Some(format!(
-                    "in {} mode worker IDs are row IDs",
-                    if self.config.mode == SqlMode::Disposable {
-                        "disposable"
-                    } else {
-                        "uid-generator"
-                    }
-                )),
-            }),
-        }
-    }
-
-    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
-        const OP: &str = "renew";
-        let before = Instant::now();
-        let rows = match self.config.mode {
-            SqlMode::Lease => {
-                self.timed(OP, async {
-                    self.exec_rows(
-                        &self.sql.lease_renew,
-                        &[
-                            Bind::Int(self.ttl_us()),
-                            Bind::Text(&self.config.cluster),
-                            Bind::Int(i64::from(claim.worker)),
-                            Bind::Text(&claim.token),
-                        ],
-                    )
-                    .await
-                    .map_err(backend_error(OP))
-                })
-                .await?
-            }
-            SqlMode::Disposable => {
-                self.timed(OP, async {
-                    self.exec_rows(
-                        &self.sql.disposable_renew,
-                        &[
-                            Bind::Int(self.ttl_us()),
-                            Bind::Int(i64::from(claim.worker)),
-                            Bind::Text(&claim.token),
-                        ],
-                    )
-                    .await
-                    .map_err(backend_error(OP))
-                })
-                .await?
-            }
-            SqlMode::UidGenerator => {
-                self.timed(OP, async {
-                    self.exec_rows(
-                        &self.uid().side_renew,
-                        &[
-                            Bind::Int(self.ttl_us()),
-                            Bind::Int(i64::from(claim.worker)),
-                            Bind::Text(&claim.token),
-                        ],
-                    )
-                    .await
-                    .map_err(backend_error(OP))
-                })
-                .await?
-            }
-        };
+    /// `Ok` when a renewal changed a row (`rows`), else the lost lease.
+    fn renewed(&self, claim: &Claim, rows: u64) -> Result<()> {
         if rows == 0 {
             return Err(self.lease_lost(
                 claim,
                 "renew found the lease expired or held under another token",
             ));
         }
-        Ok(match self.config.mode {
-            SqlMode::Lease => Some(self.lease_from(before)),
-            SqlMode::Disposable | SqlMode::UidGenerator => None,
-        })
+        Ok(())
     }
 
-    async fn persist_mark(
+    /// Renews a row keyed by its `ID` (the disposable modes: no lease, only
+    /// the liveness deadline).
+    async fn renew_by_id(&self, sql: &str, claim: &Claim) -> Result<Option<Lease>> {
+        let binds = [
+            Bind::Int(self.ttl_us()),
+            Bind::Int(i64::from(claim.worker)),
+            Bind::Text(&claim.token),
+        ];
+        let rows = self.exec("renew", sql, &binds).await?;
+        self.renewed(claim, rows)?;
+        Ok(None)
+    }
+
+    /// Raises the mark with `sql`, whose binds are the mark (twice), the
+    /// reported time, `key` (the cluster in lease mode, the TTL in the
+    /// disposable modes), the worker and the token.
+    async fn persist(
         &self,
+        sql: &str,
+        key: Bind<'_>,
         claim: &Claim,
         mark: Timestamp,
         reported: Timestamp,
     ) -> Result<()> {
-        const OP: &str = "persist mark";
         let mark_us = mark_to_us_ceil(mark);
-        let reported_us = reported.as_microsecond();
-        let rows = self
-            .timed(OP, async {
-                match self.config.mode {
-                    SqlMode::Lease => {
-                        self.exec_rows(
-                            &self.sql.lease_persist,
-                            &[
-                                Bind::Int(mark_us),
-                                Bind::Int(mark_us),
-                                Bind::Int(reported_us),
-                                Bind::Text(&self.config.cluster),
-                                Bind::Int(i64::from(claim.worker)),
-                                Bind::Text(&claim.token),
-                            ],
-                        )
-                        .await
-                    }
-                    SqlMode::Disposable | SqlMode::UidGenerator => {
-                        let sql = if self.config.mode == SqlMode::Disposable {
-                            &self.sql.disposable_persist
-                        } else {
-                            &self.uid().side_persist
-                        };
-                        self.exec_rows(
-                            sql,
-                            &[
-                                Bind::Int(mark_us),
-                                Bind::Int(mark_us),
-                                Bind::Int(reported_us),
-                                Bind::Int(self.ttl_us()),
-                                Bind::Int(i64::from(claim.worker)),
-                                Bind::Text(&claim.token),
-                            ],
-                        )
-                        .await
-                    }
-                }
-                .map_err(backend_error(OP))
-            })
-            .await?;
+        let binds = [
+            Bind::Int(mark_us),
+            Bind::Int(mark_us),
+            Bind::Int(reported.as_microsecond()),
+            key,
+            Bind::Int(i64::from(claim.worker)),
+            Bind::Text(&claim.token),
+        ];
+        let rows = self.exec("persist mark", sql, &binds).await?;
         if rows == 0 {
             return Err(self.lease_lost(
                 claim,
@@ -1212,27 +906,14 @@ impl WorkerRegistry for SqlRegistry {
         Ok(())
     }
 
-    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
+    /// The live peers `sql` lists, as `(worker, reported)` rows.
+    async fn peers(&self, sql: &str, binds: &[Bind<'_>]) -> Result<Vec<PeerReport>> {
         const OP: &str = "list peers";
         let rows = self
             .timed(OP, async {
-                let worker = Bind::Int(i64::from(claim.worker));
-                let cluster = Bind::Text(&self.config.cluster);
-                match self.config.mode {
-                    SqlMode::Lease => {
-                        self.fetch_pairs(&self.sql.lease_peers, &[cluster, worker])
-                            .await
-                    }
-                    SqlMode::Disposable => {
-                        self.fetch_pairs(&self.sql.disposable_peers, &[cluster, worker])
-                            .await
-                    }
-                    // The table is one cluster.
-                    SqlMode::UidGenerator => {
-                        self.fetch_pairs(&self.uid().side_peers, &[worker]).await
-                    }
-                }
-                .map_err(backend_error(OP))
+                self.fetch_pairs(sql, binds)
+                    .await
+                    .map_err(backend_error(OP))
             })
             .await?;
         rows.into_iter()
@@ -1245,91 +926,47 @@ impl WorkerRegistry for SqlRegistry {
             .collect()
     }
 
-    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+    /// The rows of a fleet listing.
+    async fn fleet_rows(&self, sql: &str, binds: &[Bind<'_>]) -> Result<Vec<FleetRow>> {
         const OP: &str = "list fleet";
-        let recent = -i64::try_from(FLEET_RECENT.as_micros()).unwrap_or(i64::MAX);
-        let rows = self
-            .timed(OP, async {
-                let cluster = Bind::Text(&self.config.cluster);
-                match self.config.mode {
-                    SqlMode::Lease => {
-                        self.fetch_fleet(&self.sql.lease_fleet, &[cluster, Bind::Int(recent)])
-                            .await
-                    }
-                    SqlMode::Disposable => {
-                        self.fetch_fleet(&self.sql.disposable_fleet, &[cluster, Bind::Int(recent)])
-                            .await
-                    }
-                    SqlMode::UidGenerator => {
-                        self.fetch_fleet(&self.uid().side_fleet, &[Bind::Int(recent)])
-                            .await
-                    }
-                }
+        self.timed(OP, async {
+            self.fetch_fleet(sql, binds)
+                .await
                 .map_err(backend_error(OP))
-            })
-            .await?;
-        rows.into_iter()
-            .map(
-                |(worker, host, address, port, left_us, reported_us, mark_us)| {
-                    let mut row = FleetMember::new(worker_u32(worker)?);
-                    if self.config.mode == SqlMode::UidGenerator {
-                        // The side table's HOLDER: `host (address:port)`.
-                        if let Some((h, a, p)) = parse_holder(&host) {
-                            row.host = Some(h);
-                            row.address = Some(a);
-                            row.port = Some(p);
-                        }
-                    } else {
-                        row.host = Some(host);
-                        row.address = Some(address);
-                        // uid-generator-style rows may hold a non-numeric PORT.
-                        row.port = port.parse().ok();
-                    }
-                    let left_us = left_us.unwrap_or(0);
-                    row.live = left_us > 0;
-                    if self.config.mode == SqlMode::Lease {
-                        row.lease_left = Some(Duration::from_micros(left_us.max(0).unsigned_abs()));
-                    }
-                    row.reported = reported_us.map(timestamp_from_us).transpose()?;
-                    row.mark = mark_us.map(timestamp_from_us).transpose()?;
-                    Ok(row)
-                },
-            )
-            .collect()
+        })
+        .await
     }
 
-    async fn release(&self, claim: &Claim) -> Result<()> {
-        const OP: &str = "release";
-        let rows = self
-            .timed(OP, async {
-                match self.config.mode {
-                    SqlMode::Lease => {
-                        self.exec_rows(
-                            &self.sql.lease_release,
-                            &[
-                                Bind::Text(&self.config.cluster),
-                                Bind::Int(i64::from(claim.worker)),
-                                Bind::Text(&claim.token),
-                            ],
-                        )
-                        .await
-                    }
-                    SqlMode::Disposable | SqlMode::UidGenerator => {
-                        let sql = if self.config.mode == SqlMode::Disposable {
-                            &self.sql.disposable_release
-                        } else {
-                            &self.uid().side_release
-                        };
-                        self.exec_rows(
-                            sql,
-                            &[Bind::Int(i64::from(claim.worker)), Bind::Text(&claim.token)],
-                        )
-                        .await
-                    }
-                }
-                .map_err(backend_error(OP))
-            })
-            .await?;
+    /// One fleet row as a member, without a lease. `holder`: the host
+    /// column holds a whole `host (address:port)` (the uid-generator side
+    /// table's `HOLDER`).
+    fn fleet_member(
+        (worker, host, address, port, left_us, reported_us, mark_us): FleetRow,
+        holder: bool,
+    ) -> Result<FleetMember> {
+        let mut row = FleetMember::new(worker_u32(worker)?);
+        if holder {
+            if let Some((h, a, p)) = parse_holder(&host) {
+                row.host = Some(h);
+                row.address = Some(a);
+                row.port = Some(p);
+            }
+        } else {
+            row.host = Some(host);
+            row.address = Some(address);
+            // uid-generator-style rows may hold a non-numeric PORT.
+            row.port = port.parse().ok();
+        }
+        row.live = left_us.unwrap_or(0) > 0;
+        row.reported = reported_us.map(timestamp_from_us).transpose()?;
+        row.mark = mark_us.map(timestamp_from_us).transpose()?;
+        Ok(row)
+    }
+
+    /// Gives the claim's row back with `sql`; a row no longer ours is left
+    /// alone.
+    async fn release(&self, sql: &str, claim: &Claim, binds: &[Bind<'_>]) -> Result<()> {
+        let rows = self.exec("release", sql, binds).await?;
         if rows == 0 {
             // Already gone (expired and taken over, or released twice): nothing of
             // ours to give back, and another holder's row must not be touched.
@@ -1342,190 +979,18 @@ impl WorkerRegistry for SqlRegistry {
     }
 }
 
-/// Every statement, built once per registry for its backend and table.
-///
-/// Written with `?` placeholders; for PostgreSQL they become `$1, $2, …`.
-struct Statements {
-    /// The table's column names; binds the table name.
-    columns: String,
-    lease_candidates: String,
-    lease_take: String,
-    lease_mark: String,
-    lease_max: String,
-    lease_insert: String,
-    lease_in_use: String,
-    lease_holder: String,
-    lease_renew: String,
-    lease_persist: String,
-    lease_peers: String,
-    lease_release: String,
-    lease_fleet: String,
-    disposable_insert: String,
-    disposable_in_use: String,
-    disposable_renew: String,
-    disposable_persist: String,
-    disposable_peers: String,
-    disposable_release: String,
-    disposable_fleet: String,
+/// The fleet's recent window as the negative offset the fleet statements
+/// bind: rows whose deadline ended no earlier than that are listed.
+fn recent_us() -> i64 {
+    -i64::try_from(FLEET_RECENT.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// One row of a fleet listing: worker, host, address, port, microseconds
-/// left (negative once past), reported, mark.
-type FleetRow = (
-    i64,
-    String,
-    String,
-    String,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-);
-
-/// `LEASE_EXPIRES`-like `column` minus the database's now, in microseconds,
-/// as a `BIGINT` on each dialect.
-fn micros_left(dialect: Dialect, column: &str) -> String {
-    match dialect {
-        Dialect::Postgres => {
-            format!("CAST(EXTRACT(EPOCH FROM ({column} - now())) * 1000000 AS BIGINT)")
-        }
-        Dialect::MySql => format!("TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), {column})"),
-        Dialect::Sqlite => {
-            format!("({column} - CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))")
-        }
-    }
-}
-
-impl Statements {
-    /// `t`: the table, quoted.
-    fn new(dialect: Dialect, t: &str) -> Self {
-        // `now` is comparable with LEASE_EXPIRES; `wall` fills MODIFIED/CREATED.
-        let (now, expires_in, wall, today) = match dialect {
-            Dialect::Postgres => (
-                "now()",
-                "(now() + ?::bigint * interval '1 microsecond')",
-                "now()",
-                "CURRENT_DATE",
-            ),
-            Dialect::MySql => (
-                "UTC_TIMESTAMP(6)",
-                "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)",
-                "UTC_TIMESTAMP(6)",
-                "UTC_DATE()",
-            ),
-            // SQLite has no timestamp type: LEASE_EXPIRES is microseconds since
-            // the Unix epoch. `'now'` is fixed for the whole statement.
-            Dialect::Sqlite => (
-                "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
-                "(CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER) + ?)",
-                "strftime('%Y-%m-%d %H:%M:%f', 'now')",
-                "date('now')",
-            ),
-        };
-        let columns = match dialect {
-            Dialect::Postgres => {
-                "SELECT CAST(column_name AS TEXT) FROM information_schema.columns \
-                 WHERE table_schema = current_schema() AND table_name = ?"
-            }
-            Dialect::MySql => {
-                "SELECT CAST(column_name AS CHAR(64)) FROM information_schema.columns \
-                 WHERE table_schema = DATABASE() AND table_name = ?"
-            }
-            Dialect::Sqlite => "SELECT name FROM pragma_table_info(?)",
-        };
-        let free = format!("(TOKEN IS NULL OR LEASE_EXPIRES IS NULL OR LEASE_EXPIRES <= {now})");
-        let left = micros_left(dialect, "LEASE_EXPIRES");
-        let raise_mark =
-            "MARK_US = CASE WHEN MARK_US IS NULL OR MARK_US < ? THEN ? ELSE MARK_US END";
-        let s = |sql: String| dialect.placeholders(&sql);
-        Statements {
-            columns: s(columns.to_owned()),
-            lease_candidates: s(format!(
-                "SELECT WORKER FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL AND WORKER < ? \
-                 AND {free} ORDER BY WORKER LIMIT ?"
-            )),
-            lease_take: s(format!(
-                "UPDATE {t} SET TOKEN = ?, LEASE_EXPIRES = {expires_in}, HOST_NAME = ?, PORT = ?, \
-                 ADDRESS = ?, LAUNCH_DATE = {today}, MODIFIED = {wall}, REPORTED_US = NULL \
-                 WHERE CLUSTER = ? AND WORKER = ? AND {free}"
-            )),
-            lease_mark: s(format!(
-                "SELECT MARK_US FROM {t} WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ?"
-            )),
-            lease_max: s(format!("SELECT MAX(WORKER) FROM {t} WHERE CLUSTER = ?")),
-            lease_insert: s(format!(
-                "INSERT INTO {t} (CLUSTER, WORKER, HOST_NAME, PORT, ADDRESS, TYPE, LAUNCH_DATE, \
-                 MODIFIED, CREATED, TOKEN, LEASE_EXPIRES) \
-                 VALUES (?, ?, ?, ?, ?, ?, {today}, {wall}, {wall}, ?, {expires_in})"
-            )),
-            lease_in_use: s(format!(
-                "SELECT COUNT(*) FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL AND WORKER < ? \
-                 AND TOKEN IS NOT NULL AND LEASE_EXPIRES > {now}"
-            )),
-            lease_holder: s(format!(
-                "SELECT HOST_NAME, ADDRESS, PORT FROM {t} WHERE CLUSTER = ? AND WORKER = ? \
-                 AND TOKEN IS NOT NULL AND LEASE_EXPIRES > {now}"
-            )),
-            lease_renew: s(format!(
-                "UPDATE {t} SET LEASE_EXPIRES = {expires_in}, MODIFIED = {wall} \
-                 WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now}"
-            )),
-            lease_persist: s(format!(
-                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, MODIFIED = {wall} \
-                 WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now}"
-            )),
-            lease_peers: s(format!(
-                "SELECT WORKER, REPORTED_US FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL \
-                 AND WORKER <> ? AND TOKEN IS NOT NULL AND LEASE_EXPIRES > {now} \
-                 AND REPORTED_US IS NOT NULL ORDER BY WORKER"
-            )),
-            lease_release: s(format!(
-                "UPDATE {t} SET TOKEN = NULL, LEASE_EXPIRES = NULL, MODIFIED = {wall} \
-                 WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ?"
-            )),
-            // `expires_in` bound to minus the recent window: ended no earlier.
-            lease_fleet: s(format!(
-                "SELECT WORKER, HOST_NAME, ADDRESS, PORT, {left}, REPORTED_US, MARK_US FROM {t} \
-                 WHERE CLUSTER = ? AND WORKER IS NOT NULL AND TOKEN IS NOT NULL \
-                 AND LEASE_EXPIRES > {expires_in} ORDER BY WORKER"
-            )),
-            disposable_insert: s(format!(
-                "INSERT INTO {t} (CLUSTER, HOST_NAME, PORT, ADDRESS, TYPE, LAUNCH_DATE, MODIFIED, \
-                 CREATED, TOKEN, LEASE_EXPIRES) \
-                 VALUES (?, ?, ?, ?, ?, {today}, {wall}, {wall}, ?, {expires_in}){}",
-                if dialect == Dialect::MySql {
-                    ""
-                } else {
-                    " RETURNING ID"
-                }
-            )),
-            disposable_in_use: s(format!("SELECT COUNT(*) FROM {t} WHERE ID < ?")),
-            // Disposable rows have no lease; LEASE_EXPIRES is only a liveness
-            // deadline for `peers`, so renew does not require it unexpired.
-            disposable_renew: s(format!(
-                "UPDATE {t} SET LEASE_EXPIRES = {expires_in}, MODIFIED = {wall} \
-                 WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
-            )),
-            // The keeper never renews a claim without a lease, but reports
-            // every few seconds: each report extends the liveness deadline.
-            disposable_persist: s(format!(
-                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, LEASE_EXPIRES = {expires_in}, \
-                 MODIFIED = {wall} WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
-            )),
-            disposable_peers: s(format!(
-                "SELECT ID, REPORTED_US FROM {t} WHERE CLUSTER = ? AND WORKER IS NULL AND ID <> ? \
-                 AND TOKEN IS NOT NULL AND LEASE_EXPIRES > {now} AND REPORTED_US IS NOT NULL \
-                 ORDER BY ID"
-            )),
-            disposable_release: s(format!(
-                "UPDATE {t} SET TOKEN = NULL, LEASE_EXPIRES = NULL, MODIFIED = {wall} \
-                 WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
-            )),
-            disposable_fleet: s(format!(
-                "SELECT ID, HOST_NAME, ADDRESS, PORT, {left}, REPORTED_US, MARK_US FROM {t} \
-                 WHERE CLUSTER = ? AND WORKER IS NULL AND TOKEN IS NOT NULL \
-                 AND LEASE_EXPIRES > {expires_in} ORDER BY ID"
-            )),
-        }
+/// The refusal of a given worker ID in a mode whose worker IDs are row IDs.
+fn row_ids_only(mode: &str) -> RegistryError {
+    RegistryError::Unsupported {
+        registry: REGISTRY,
+        operation: "claiming a given worker ID",
+        reason: Some(format!("in {mode} mode worker IDs are row IDs")),
     }
 }
 
@@ -1538,18 +1003,7 @@ fn parse_holder(text: &str) -> Option<(String, String, u16)> {
 }
 
 fn backend_error(operation: &'static str) -> impl Fn(sqlx::Error) -> RegistryError {
-    move |e| RegistryError::Backend {
-        registry: REGISTRY,
-        operation,
-        message: e.to_string(),
-    }
-}
-
-fn config_error(message: String) -> RegistryError {
-    RegistryError::Config {
-        registry: REGISTRY,
-        message,
-    }
+    move |e| RegistryError::backend(REGISTRY, operation, e)
 }
 
 /// Maps what `idmint-sql` reports while connecting and migrating: its timeouts
@@ -1563,25 +1017,15 @@ fn sql_error(operation: &'static str) -> impl Fn(idmint_sql::Error) -> RegistryE
             operation,
             after,
         },
-        e @ idmint_sql::Error::SchemaTooNew { .. } => config_error(e.to_string()),
-        e if e.is_config() => config_error(e.to_string()),
+        e @ idmint_sql::Error::SchemaTooNew { .. } => {
+            RegistryError::config(REGISTRY, e.to_string())
+        }
+        e if e.is_config() => RegistryError::config(REGISTRY, e.to_string()),
         e => RegistryError::Backend {
             registry: REGISTRY,
             operation,
             message: e.to_string(),
         },
-    }
-}
-
-/// The table as `dialect` names it: the pre-migration code wrote the name
-/// unquoted, which PostgreSQL folds to lower case (and the others keep).
-/// Quoting the folded name reaches the same table, and also allows names that
-/// are keywords.
-fn table_in(dialect: Dialect, table: &Identifier) -> Identifier {
-    match dialect {
-        Dialect::Postgres => Identifier::new(table.as_str().to_ascii_lowercase())
-            .expect("a lower-cased identifier is an identifier"),
-        Dialect::MySql | Dialect::Sqlite => table.clone(),
     }
 }
 
@@ -1632,75 +1076,6 @@ fn new_token() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn postgres_placeholders_are_numbered() {
-        let s = Statements::new(Dialect::Postgres, "\"t\"");
-        assert!(s.lease_take.contains("$7") && !s.lease_take.contains('?'));
-        assert!(s.columns.ends_with("table_name = $1"), "{}", s.columns);
-        let s = Statements::new(Dialect::MySql, "`t`");
-        assert!(!s.lease_take.contains('$'));
-    }
-
-    #[test]
-    fn migrations_are_versioned_per_table() {
-        let table = Identifier::new("Workers").unwrap();
-        for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
-            let set = SqlRegistry::migrations(dialect, &table);
-            set.validate().unwrap();
-            assert_eq!(set.latest_version(), 1);
-            let v1 = &set.migrations()[0];
-            let create = v1.statements().last().unwrap();
-            assert!(create.starts_with("CREATE TABLE IF NOT EXISTS"), "{create}");
-            for column in COLUMNS {
-                assert!(
-                    create.contains(&format!("{column} ")),
-                    "{dialect}: {column}"
-                );
-            }
-            match dialect {
-                // Folded like the unquoted name the old code used; its lock
-                // keyed by the name as configured.
-                Dialect::Postgres => {
-                    assert_eq!(set.component(), "registry:workers");
-                    assert!(create.contains("\"workers\""), "{create}");
-                    assert_eq!(
-                        v1.statements()[0],
-                        "SELECT pg_advisory_xact_lock(hashtext('idmint:Workers'))"
-                    );
-                }
-                Dialect::MySql => {
-                    assert_eq!(set.component(), "registry:Workers");
-                    assert!(create.contains("`Workers`"), "{create}");
-                    assert_eq!(v1.statements().len(), 1);
-                }
-                Dialect::Sqlite => {
-                    assert_eq!(set.component(), "registry:Workers");
-                    assert!(create.contains("\"Workers\""), "{create}");
-                    assert_eq!(v1.statements().len(), 1);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn every_statement_binds_what_the_code_binds() {
-        let s = Statements::new(Dialect::MySql, "`t`");
-        let count = |sql: &str| sql.matches('?').count();
-        assert_eq!(count(&s.lease_candidates), 3);
-        assert_eq!(count(&s.lease_take), 7);
-        assert_eq!(count(&s.lease_insert), 8);
-        assert_eq!(count(&s.lease_holder), 2);
-        assert_eq!(count(&s.lease_renew), 4);
-        assert_eq!(count(&s.lease_persist), 6);
-        assert_eq!(count(&s.lease_peers), 2);
-        assert_eq!(count(&s.lease_release), 3);
-        assert_eq!(count(&s.disposable_insert), 7);
-        assert_eq!(count(&s.disposable_renew), 3);
-        assert_eq!(count(&s.disposable_persist), 6);
-        assert_eq!(count(&s.disposable_peers), 2);
-        assert_eq!(count(&s.disposable_release), 2);
-    }
 
     #[test]
     fn marks_round_up_to_the_microsecond() {

@@ -34,6 +34,15 @@ pub(crate) fn ceil_ms(ts: Timestamp) -> i64 {
     i64::try_from(ms).expect("a jiff timestamp in milliseconds fits an i64")
 }
 
+/// Refuses a zero `timeout` named `what` (`timeout`, `connect timeout`):
+/// every remote call would time out at once.
+pub(crate) fn check_timeout(registry: &'static str, what: &str, timeout: Duration) -> Result<()> {
+    if timeout.is_zero() {
+        return Err(RegistryError::config(registry, format!("{what} is zero")));
+    }
+    Ok(())
+}
+
 /// Runs `fut`, or fails with [`RegistryError::Timeout`] after `after`.
 pub(crate) async fn bounded<T>(
     registry: &'static str,

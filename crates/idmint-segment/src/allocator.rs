@@ -1,3 +1,8 @@
+// Size: about 990 lines before the tests (which are in `allocator/tests.rs`),
+// some 220 of them docs. The allocator is one type whose loader, preloader
+// and failure back-off share a per-key lock and state; split up, the rule
+// that every lease starts above the previous one would span files, so the
+// file is kept whole.
 //! [`SegmentAllocator`]: per-key double buffers filled from a [`SegmentStore`].
 //!
 //! The lock-free part (taking IDs, switching segments) is

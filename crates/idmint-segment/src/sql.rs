@@ -1,3 +1,7 @@
+// Size: about 800 lines before the tests, some 215 of them docs. The
+// statements and DDL are in `sql/statements.rs` and Tinyid's schema in
+// `sql/tinyid.rs`; what is left is the store's configuration and its one
+// protocol.
 //! The SQL segment store: segment keys as rows of a table on SQLite,
 //! PostgreSQL or MySQL/MariaDB (sqlx, statements built at run time).
 //!

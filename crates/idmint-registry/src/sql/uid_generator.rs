@@ -51,14 +51,16 @@
 //! MySQL, and the translation of its DDL to PostgreSQL works the same way
 //! (a `BIGSERIAL` `ID`). SQLite is refused at connect.
 
-use idmint_sql::{Dialect, Identifier, MigrationSet};
+use async_trait::async_trait;
+use idmint_sql::{Bind, Dialect, Identifier, MigrationSet};
+use jiff::Timestamp;
 
 use super::{
-    Bind, REGISTRY, SqlMode, SqlRegistry, backend_error, config_error, new_token,
-    timestamp_from_us, worker_u32,
+    Base, REGISTRY, SqlMode, backend_error, new_token, recent_us, row_ids_only, timestamp_from_us,
+    worker_u32,
 };
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, NodeIdentity};
+use crate::registry::{Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry};
 use crate::util::random_u64;
 
 /// uid-generator's `WorkerNodeType`.
@@ -94,10 +96,13 @@ const THEIR_TEXT_LEN: usize = 64;
 /// before PostgreSQL's folding.
 pub(super) fn side_table(table: &Identifier) -> Result<Identifier> {
     Identifier::new(format!("{table}_IDMINT")).map_err(|e| {
-        config_error(format!(
-            "table {table}: its side table {table}_IDMINT is not a valid name ({e}); use a \
+        RegistryError::config(
+            REGISTRY,
+            format!(
+                "table {table}: its side table {table}_IDMINT is not a valid name ({e}); use a \
              shorter table name"
-        ))
+            ),
+        )
     })
 }
 
@@ -170,16 +175,19 @@ pub(super) fn node_row(
             format!("{now_ms}-{}", random % 100_000),
             ACTUAL,
         )),
-        (host, port) => Err(config_error(format!(
-            "uid-generator's container convention needs both JPAAS_HOST and JPAAS_HTTP_PORT \
+        (host, port) => Err(RegistryError::config(
+            REGISTRY,
+            format!(
+                "uid-generator's container convention needs both JPAAS_HOST and JPAAS_HTTP_PORT \
              (or JPAAS_HOST_PORT_8080), but only {} is set ({:?})",
-            if host.is_some() {
-                "JPAAS_HOST"
-            } else {
-                "the port"
-            },
-            host.or(port).unwrap_or_default()
-        ))),
+                if host.is_some() {
+                    "JPAAS_HOST"
+                } else {
+                    "the port"
+                },
+                host.or(port).unwrap_or_default()
+            ),
+        )),
     }
 }
 
@@ -189,6 +197,7 @@ fn clip(s: &str) -> String {
 }
 
 /// Every statement of uid-generator mode, built once per registry.
+#[derive(Debug)]
 pub(super) struct Statements {
     /// The side table as the database names it.
     pub(super) side: Identifier,
@@ -299,65 +308,85 @@ impl Statements {
     }
 }
 
-impl SqlRegistry {
-    pub(super) fn uid(&self) -> &Statements {
-        self.uid
-            .as_ref()
-            .expect("a registry in uid-generator mode has its statements")
+/// uid-generator mode on their table and our side table.
+#[derive(Debug)]
+pub(super) struct UidGenerator {
+    base: Base,
+    uid: Statements,
+}
+
+impl UidGenerator {
+    pub(super) fn new(base: Base, uid: Statements) -> UidGenerator {
+        UidGenerator { base, uid }
+    }
+
+    pub(super) fn base(&self) -> &Base {
+        &self.base
     }
 
     /// Checks uid-generator's table (never changes it), then migrates and
     /// checks the side table.
-    pub(super) async fn ready_uid_generator(&self) -> Result<()> {
-        let columns = self.columns_of(&self.table).await?;
+    pub(super) async fn ready(&self) -> Result<()> {
+        let columns = self.base.columns_of(&self.base.table).await?;
         if columns.is_empty() {
-            return Err(config_error(format!(
-                "table {} does not exist in {}: uid-generator mode uses uid-generator's own \
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "table {} does not exist in {}: uid-generator mode uses uid-generator's own \
                  WORKER_NODE table and never creates it (a new table would count worker IDs \
                  from 1 again); create it with uid-generator's WORKER_NODE.sql, or name the \
                  existing one in the table setting",
-                self.table,
-                self.db.redacted_url()
-            )));
+                    self.base.table,
+                    self.base.db.redacted_url()
+                ),
+            ));
         }
         let missing: Vec<&str> = THEIR_COLUMNS
             .into_iter()
             .filter(|c| !columns.iter().any(|have| have == c))
             .collect();
         if !missing.is_empty() {
-            return Err(config_error(format!(
-                "table {} in {} is not uid-generator's WORKER_NODE: it lacks column(s) {}",
-                self.table,
-                self.db.redacted_url(),
-                missing.join(", ")
-            )));
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "table {} in {} is not uid-generator's WORKER_NODE: it lacks column(s) {}",
+                    self.base.table,
+                    self.base.db.redacted_url(),
+                    missing.join(", ")
+                ),
+            ));
         }
-        let side = &self.uid().side;
-        let set = migrations(self.db.dialect(), side);
-        self.db
+        let side = &self.uid.side;
+        let set = migrations(self.base.db.dialect(), side);
+        self.base
+            .db
             .migrate(&set)
             .await
             .map_err(super::sql_error("migrate"))?;
-        let columns = self.columns_of(side).await?;
+        let columns = self.base.columns_of(side).await?;
         let missing: Vec<&str> = SIDE_COLUMNS
             .into_iter()
             .filter(|c| !columns.iter().any(|have| have == c))
             .collect();
         if !missing.is_empty() {
-            return Err(config_error(format!(
-                "side table {side} in {} lacks column(s) {}: it is not idmint's; drop or rename \
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "side table {side} in {} lacks column(s) {}: it is not idmint's; drop or rename \
                  it",
-                self.db.redacted_url(),
-                missing.join(", ")
-            )));
+                    self.base.db.redacted_url(),
+                    missing.join(", ")
+                ),
+            ));
         }
         Ok(())
     }
 
     /// The exhaustion error: every `ID` below `range` is taken.
-    async fn uid_exhausted(&self, range: u32) -> Result<RegistryError> {
+    async fn exhausted(&self, range: u32) -> Result<RegistryError> {
         let in_use = self
-            .fetch_ints(&self.uid().count_below, &[Bind::Int(i64::from(range))])
+            .base
+            .fetch_ints(&self.uid.count_below, &[Bind::Int(i64::from(range))])
             .await
             .map_err(backend_error("claim"))?;
         Ok(RegistryError::Exhausted {
@@ -367,31 +396,28 @@ impl SqlRegistry {
         })
     }
 
-    pub(super) async fn claim_uid_generator(
-        &self,
-        node: &NodeIdentity,
-        range: u32,
-    ) -> Result<Claim> {
+    async fn claim_row(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         const OP: &str = "claim";
-        debug_assert_eq!(self.config.mode, SqlMode::UidGenerator);
-        let st = self.uid();
+        debug_assert_eq!(self.base.config.mode, SqlMode::UidGenerator);
+        let st = &self.uid;
         // A table already past the range is refused before inserting, so a
         // node restarting in a loop doesn't fill the table with dead rows.
         let max = loop {
-            match self.fetch_opt_int(&st.max_id, &[]).await {
+            match self.base.fetch_opt_int(&st.max_id, &[]).await {
                 Ok(m) => break m.flatten(),
                 Err(e) if idmint_sql::is_retryable(&e) => continue,
                 Err(e) => return Err(backend_error(OP)(e)),
             }
         };
         if max.is_some_and(|m| m >= i64::from(range) - 1) {
-            return Err(self.uid_exhausted(range).await?);
+            return Err(self.exhausted(range).await?);
         }
         let now_ms = jiff::Timestamp::now().as_millisecond();
         let (host, port, node_type) =
             node_row(node, |k| std::env::var(k).ok(), now_ms, random_u64())?;
         let id = loop {
             let inserted = self
+                .base
                 .insert_returning_id(
                     &st.insert_node,
                     &[Bind::Text(&host), Bind::Text(&port), Bind::Int(node_type)],
@@ -406,19 +432,20 @@ impl SqlRegistry {
         if id < 0 || id >= i64::from(range) {
             // The row stays, unused, like one of a uid-generator that failed
             // its range check: IDs are never reused.
-            return Err(self.uid_exhausted(range).await?);
+            return Err(self.exhausted(range).await?);
         }
         let holder = node.to_string();
         loop {
             let token = new_token();
             let inserted = self
+                .base
                 .exec_rows(
                     &st.side_insert,
                     &[
                         Bind::Int(id),
                         Bind::Text(&holder),
                         Bind::Text(&token),
-                        Bind::Int(self.ttl_us()),
+                        Bind::Int(self.base.ttl_us()),
                     ],
                 )
                 .await;
@@ -438,12 +465,13 @@ impl SqlRegistry {
             // This worker ID was handed out before: take its side row over if
             // its holder is gone, and start above the mark it left.
             let taken = self
+                .base
                 .exec_rows(
                     &st.side_take,
                     &[
                         Bind::Text(&holder),
                         Bind::Text(&token),
-                        Bind::Int(self.ttl_us()),
+                        Bind::Int(self.base.ttl_us()),
                         Bind::Int(id),
                     ],
                 )
@@ -451,6 +479,7 @@ impl SqlRegistry {
             match taken {
                 Ok(1) => {
                     let mark = self
+                        .base
                         .fetch_opt_int(&st.side_mark, &[Bind::Int(id), Bind::Text(&token)])
                         .await
                         .map_err(backend_error(OP))?;
@@ -469,6 +498,7 @@ impl SqlRegistry {
                 Err(e) => return Err(backend_error(OP)(e)),
             }
             let held_by = self
+                .base
                 .fetch_texts1(&st.side_holder, &[Bind::Int(id)])
                 .await
                 .map_err(backend_error(OP))?;
@@ -484,10 +514,64 @@ impl SqlRegistry {
                 origin: Some(format!(
                     "the new {} row's ID, which the table's auto-increment handed out again: \
                      was the table emptied or its counter lowered?",
-                    self.table
+                    self.base.table
                 )),
             });
         }
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for UidGenerator {
+    fn kind(&self) -> &'static str {
+        REGISTRY
+    }
+
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+        self.base.timed("claim", self.claim_row(node, range)).await
+    }
+
+    async fn claim_worker(&self, _node: &NodeIdentity, _worker: u32, _range: u32) -> Result<Claim> {
+        Err(row_ids_only("uid-generator"))
+    }
+
+    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
+        self.base.renew_by_id(&self.uid.side_renew, claim).await
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let ttl = Bind::Int(self.base.ttl_us());
+        self.base
+            .persist(&self.uid.side_persist, ttl, claim, mark, reported)
+            .await
+    }
+
+    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
+        // The table is one cluster.
+        let worker = Bind::Int(i64::from(claim.worker));
+        self.base.peers(&self.uid.side_peers, &[worker]).await
+    }
+
+    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+        let rows = self
+            .base
+            .fleet_rows(&self.uid.side_fleet, &[Bind::Int(recent_us())])
+            .await?;
+        rows.into_iter()
+            .map(|row| Base::fleet_member(row, true))
+            .collect()
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<()> {
+        let binds = [Bind::Int(i64::from(claim.worker)), Bind::Text(&claim.token)];
+        self.base
+            .release(&self.uid.side_release, claim, &binds)
+            .await
     }
 }
 

@@ -1,0 +1,361 @@
+//! [`ZooKeeperMode::Ephemeral`]: Twitter Snowflake's scheme, one ephemeral
+//! znode per worker ID, so the ZooKeeper session is the lease (see the
+//! [parent module](super)'s docs for the contract).
+//!
+//! Every step that acts on a claim first checks that our session still owns
+//! the worker node ([`Ephemeral::owned_version`]); the mark is raised only in
+//! one multi-op together with a version-checked write on that node, so a
+//! holder that lost its session can never raise the mark a new holder
+//! started from.
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use zookeeper_client as zk;
+
+use super::{
+    CAS_ATTEMPTS, KIND, NodeRecord, Session, backend, identity_lines, node_address,
+    parse_mark_node, parse_record, split_address,
+};
+use crate::error::{RegistryError, Result};
+use crate::registry::{Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry};
+use crate::util::{ceil_ms, random_u64};
+
+/// The Ephemeral protocol on one session (replaced when it ends).
+#[derive(Debug)]
+pub(super) struct Ephemeral {
+    session: Session,
+}
+
+impl Ephemeral {
+    pub(super) fn new(session: Session) -> Ephemeral {
+        Ephemeral { session }
+    }
+
+    pub(super) fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Reads our ephemeral node and checks this session owns it; returns its version.
+    async fn owned_version(
+        &self,
+        client: &zk::Client,
+        claim: &Claim,
+        operation: &'static str,
+    ) -> Result<i32> {
+        let session = client.session_id().0;
+        if claim.token != format!("{session:x}") {
+            return Err(self.session.lease_lost(
+                claim.worker,
+                "the claim was made on another zookeeper session",
+            ));
+        }
+        match client
+            .check_stat(&self.session.worker_path(claim.worker))
+            .await
+        {
+            Ok(Some(stat)) if stat.ephemeral_owner == session => Ok(stat.version),
+            Ok(Some(stat)) => Err(self.session.lease_lost(
+                claim.worker,
+                format!(
+                    "the worker node is owned by session {:#x}",
+                    stat.ephemeral_owner
+                ),
+            )),
+            Ok(None) => Err(self
+                .session
+                .lease_lost(claim.worker, "the worker node is gone")),
+            Err(zk::Error::SessionExpired) => Err(self
+                .session
+                .lease_lost(claim.worker, "the zookeeper session expired")),
+            Err(e) => Err(backend(operation, &e)),
+        }
+    }
+
+    fn client_for_lease(&self, claim: &Claim) -> Result<zk::Client> {
+        self.session.client().ok_or_else(|| {
+            self.session
+                .lease_lost(claim.worker, "the zookeeper session was closed")
+        })
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for Ephemeral {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+        let client = self.session.live_client("claim").await?;
+        let address = node_address(node);
+        let dir = format!("{}/workers", self.session.config.root());
+        let session = client.session_id().0;
+        self.session.call("claim", async {
+            let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+            loop {
+                let held = client
+                    .list_children(&dir)
+                    .await
+                    .map_err(|e| backend("list workers", &e))?;
+                let held: std::collections::HashSet<u32> =
+                    held.iter().filter_map(|c| c.parse().ok()).filter(|w| *w < range).collect();
+                if held.len() as u64 >= u64::from(range) {
+                    return Err(RegistryError::Exhausted {
+                        registry: KIND,
+                        in_use: held.len() as u64,
+                        range: u64::from(range),
+                    });
+                }
+                // A random start spreads concurrent claimers over the free IDs.
+                let start = u32::try_from(random_u64() % u64::from(range)).unwrap_or(0);
+                let free = (0..range)
+                    .map(|i| ((u64::from(start) + u64::from(i)) % u64::from(range)) as u32)
+                    .filter(|w| !held.contains(w));
+                for worker in free {
+                    let data = render_ephemeral(&address, &node.host);
+                    let before = Instant::now();
+                    match client.create(&self.session.worker_path(worker), data.as_bytes(), &options).await {
+                        Ok(_) => {
+                            let stored_mark = match client.get_data(&self.session.mark_path(worker)).await {
+                                Ok((data, _)) => parse_mark_node("claim", worker, &data)?,
+                                Err(zk::Error::NoNode) => None,
+                                Err(e) => return Err(backend("read mark", &e)),
+                            };
+                            let ttl = client.session_timeout();
+                            tracing::info!(worker, ?stored_mark, session = %format!("{session:#x}"), "claimed ephemeral worker ID on zookeeper");
+                            return Ok(Claim {
+                                worker,
+                                stored_mark,
+                                lease: Some(Lease {
+                                    ttl,
+                                    valid_until: before + ttl,
+                                }),
+                                token: format!("{session:x}"),
+                            });
+                        }
+                        Err(zk::Error::NodeExists) => continue,
+                        Err(zk::Error::SessionExpired) => {
+                            return Err(self.session.lease_lost(worker, "the zookeeper session expired"));
+                        }
+                        Err(e) => return Err(backend("create worker node", &e)),
+                    }
+                }
+                // Every ID that looked free was taken meanwhile: look again.
+            }
+        })
+        .await
+    }
+
+    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
+        let client = self.client_for_lease(claim)?;
+        let before = Instant::now();
+        self.session
+            .call("renew", self.owned_version(&client, claim, "renew"))
+            .await?;
+        let ttl = client.session_timeout();
+        Ok(Some(Lease {
+            ttl,
+            valid_until: before + ttl,
+        }))
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let client = self.client_for_lease(claim)?;
+        let worker_path = self.session.worker_path(claim.worker);
+        let mark_path = self.session.mark_path(claim.worker);
+        self.session
+            .call("persist mark", async {
+                for _ in 0..CAS_ATTEMPTS {
+                    let version = self.owned_version(&client, claim, "persist mark").await?;
+                    // Who holds the node stays in its data (the multi-op's
+                    // version check fails if it changed since this read).
+                    let (own_data, own_stat) = match client.get_data(&worker_path).await {
+                        Ok(got) => got,
+                        Err(zk::Error::NoNode) => {
+                            return Err(self
+                                .session
+                                .lease_lost(claim.worker, "the worker node is gone"));
+                        }
+                        Err(e) => return Err(backend("persist mark", &e)),
+                    };
+                    if own_stat.version != version {
+                        continue;
+                    }
+                    let held = parse_record("persist mark", claim.worker, &own_data)?;
+                    let (old, mark_version) = match client.get_data(&mark_path).await {
+                        Ok((data, stat)) => (
+                            parse_mark_node("persist mark", claim.worker, &data)?,
+                            Some(stat.version),
+                        ),
+                        Err(zk::Error::NoNode) => (None, None),
+                        Err(e) => return Err(backend("persist mark", &e)),
+                    };
+                    let new_mark = old.map_or(mark, |old| old.max(mark));
+                    let mut multi = client.new_multi_writer();
+                    let own = render_ephemeral_reported(&held, reported);
+                    let mark_data = ceil_ms(new_mark).to_string();
+                    let built = (|| {
+                        multi.add_set_data(&worker_path, own.as_bytes(), Some(version))?;
+                        match mark_version {
+                            Some(v) => {
+                                multi.add_set_data(&mark_path, mark_data.as_bytes(), Some(v))
+                            }
+                            None => multi.add_create(
+                                &mark_path,
+                                mark_data.as_bytes(),
+                                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+                            ),
+                        }
+                    })();
+                    built.map_err(|e| backend("persist mark", &e))?;
+                    match multi.commit().await {
+                        Ok(_) => return Ok(()),
+                        Err(e) => match zk::Error::from(e) {
+                            // Our node or the mark changed in between: look again (a
+                            // lost node then shows as LeaseLost).
+                            zk::Error::BadVersion | zk::Error::NodeExists | zk::Error::NoNode => {
+                                continue;
+                            }
+                            zk::Error::SessionExpired => {
+                                return Err(self
+                                    .session
+                                    .lease_lost(claim.worker, "the zookeeper session expired"));
+                            }
+                            e => return Err(backend("persist mark", &e)),
+                        },
+                    }
+                }
+                Err(RegistryError::Backend {
+                    registry: KIND,
+                    operation: "persist mark",
+                    message: format!("{mark_path} kept changing over {CAS_ATTEMPTS} attempts"),
+                })
+            })
+            .await
+    }
+
+    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
+        let client = self.session.live_client("list peers").await?;
+        let dir = format!("{}/workers", self.session.config.root());
+        self.session
+            .call("list peers", async {
+                let children = client
+                    .list_children(&dir)
+                    .await
+                    .map_err(|e| backend("list peers", &e))?;
+                let mut peers = Vec::new();
+                for child in children {
+                    let Ok(worker) = child.parse::<u32>() else {
+                        continue;
+                    };
+                    if worker == claim.worker {
+                        continue;
+                    }
+                    match client.get_data(&format!("{dir}/{child}")).await {
+                        Ok((data, _)) => {
+                            if let Some(reported) =
+                                parse_record("list peers", worker, &data)?.reported
+                            {
+                                peers.push(PeerReport { worker, reported });
+                            }
+                        }
+                        Err(zk::Error::NoNode) => {}
+                        Err(e) => return Err(backend("list peers", &e)),
+                    }
+                }
+                peers.sort_by_key(|p| p.worker);
+                Ok(peers)
+            })
+            .await
+    }
+
+    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+        const OP: &str = "list fleet";
+        let client = self.session.live_client(OP).await?;
+        let dir = format!("{}/workers", self.session.config.root());
+        self.session
+            .call(OP, async {
+                let children = client
+                    .list_children(&dir)
+                    .await
+                    .map_err(|e| backend(OP, &e))?;
+                let mut rows = Vec::new();
+                for child in children {
+                    let Ok(worker) = child.parse::<u32>() else {
+                        continue;
+                    };
+                    let data = match client.get_data(&format!("{dir}/{child}")).await {
+                        Ok((data, _)) => data,
+                        // Its session ended since the listing.
+                        Err(zk::Error::NoNode) => continue,
+                        Err(e) => return Err(backend(OP, &e)),
+                    };
+                    let record = parse_record(OP, worker, &data)?;
+                    let mut row = FleetMember::new(worker);
+                    if let Some((a, port)) = record.address.as_deref().and_then(split_address) {
+                        row.address = Some(a);
+                        row.port = Some(port);
+                    }
+                    row.host = record.host;
+                    row.live = true;
+                    row.reported = record.reported;
+                    row.mark = match client.get_data(&self.session.mark_path(worker)).await {
+                        Ok((data, _)) => parse_mark_node(OP, worker, &data)?,
+                        Err(zk::Error::NoNode) => None,
+                        Err(e) => return Err(backend(OP, &e)),
+                    };
+                    rows.push(row);
+                }
+                rows.sort_by_key(|r| r.worker);
+                Ok(rows)
+            })
+            .await
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<()> {
+        let Some(client) = self.session.client() else {
+            return Ok(());
+        };
+        self.session.call("release", async {
+            let version = match self.owned_version(&client, claim, "release").await {
+                Ok(v) => v,
+                Err(RegistryError::LeaseLost { reason, .. }) => {
+                    // Not ours any more: nothing to give back, the new holder's node stays.
+                    tracing::warn!(worker = claim.worker, %reason, "released a zookeeper worker that was already gone");
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
+            match client.delete(&self.session.worker_path(claim.worker), Some(version)).await {
+                Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+                Err(e) => Err(backend("release", &e)),
+            }
+        })
+        .await
+    }
+}
+
+/// A new ephemeral node's data: who holds it. No `reported=` line: a holder
+/// reports with its first persisted mark, by its generator's clock, and until
+/// then is no peer to compare clocks with.
+fn render_ephemeral(address: &str, host: &str) -> String {
+    identity_lines(address, Some(host))
+}
+
+/// A report on an ephemeral node: its identity lines (as `held` has them),
+/// then the time.
+pub(super) fn render_ephemeral_reported(held: &NodeRecord, reported: Timestamp) -> String {
+    let identity = held
+        .address
+        .as_deref()
+        .map(|a| identity_lines(a, held.host.as_deref()))
+        .unwrap_or_default();
+    format!("{identity}reported={}\n", reported.as_millisecond())
+}

@@ -1,0 +1,500 @@
+//! [`ZooKeeperMode::Forever`]: Meituan Leaf's scheme, one persistent
+//! sequential znode per `ip:port` identity, whose sequence number is the
+//! worker ID for good, plus Leaf's local cache of the worker ID and mark (see
+//! the [parent module](super)'s docs for the contract).
+//!
+//! No lease: `renew` and `release` do nothing, because the ID belongs to its
+//! identity for good. The mark is raised by a version-checked `setData`; the
+//! cache file is written before ZooKeeper, so it never holds less.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use zookeeper_client as zk;
+
+use super::{
+    CAS_ATTEMPTS, KIND, Session, backend, identity_lines, ms_to_ts, node_address, parse_record,
+    split_address,
+};
+use crate::error::{RegistryError, Result};
+use crate::registry::{
+    Claim, FLEET_RECENT, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry,
+};
+use crate::util::ceil_ms;
+
+/// The token prefix of a claim served from the local cache while offline.
+const OFFLINE: &str = "cache:";
+
+/// The Forever protocol on one session (or offline, from the cache).
+#[derive(Debug)]
+pub(super) struct Forever {
+    session: Session,
+    /// Serializes cache read-modify-writes so the cached mark only rises.
+    cache_lock: Mutex<()>,
+}
+
+impl Forever {
+    pub(super) fn new(session: Session) -> Forever {
+        Forever {
+            session,
+            cache_lock: Mutex::new(()),
+        }
+    }
+
+    pub(super) fn session(&self) -> &Session {
+        &self.session
+    }
+
+    fn claim_from_cache(&self, address: &str) -> Result<Claim> {
+        let reason = self.session.offline_reason.clone().unwrap_or_default();
+        match self.read_cache(address)? {
+            Some(cached) => {
+                tracing::warn!(worker = cached.worker, mark = ?cached.mark, "zookeeper unreachable: worker ID from the local cache");
+                Ok(Claim {
+                    worker: cached.worker,
+                    stored_mark: cached.mark,
+                    lease: None,
+                    token: format!("{OFFLINE}{address}"),
+                })
+            }
+            None => Err(RegistryError::Backend {
+                registry: KIND,
+                operation: "claim",
+                message: format!(
+                    "zookeeper was unreachable at connect ({reason}) and the cache has no \
+                     worker for {address}"
+                ),
+            }),
+        }
+    }
+
+    // ---- The local cache ----
+
+    fn cache_path(&self, address: &str) -> Option<PathBuf> {
+        let dir = self.session.config.cache_dir.as_ref()?;
+        let name: String = format!("zk-{}-{address}", self.session.config.cluster)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Some(dir.join(format!("{name}.worker")))
+    }
+
+    fn read_cache(&self, address: &str) -> Result<Option<CacheRecord>> {
+        let Some(path) = self.cache_path(address) else {
+            return Ok(None);
+        };
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(cache_error(format!("read {}: {e}", path.display()))),
+        };
+        // A damaged cache is an error, never "no mark": that guess goes backwards.
+        CacheRecord::parse(&text)
+            .map(Some)
+            .map_err(|e| cache_error(format!("{} is damaged: {e}", path.display())))
+    }
+
+    fn write_cache(&self, address: &str, worker: u32, mark: Option<Timestamp>) -> Result<()> {
+        let Some(path) = self.cache_path(address) else {
+            return Ok(());
+        };
+        let _guard = self.cache_lock.lock().unwrap_or_else(|e| e.into_inner());
+        // Only raise: a concurrent writer may have stored a higher mark.
+        let current = self
+            .read_cache(address)?
+            .filter(|c| c.worker == worker)
+            .and_then(|c| c.mark);
+        let record = CacheRecord {
+            worker,
+            mark: current.max(mark),
+        };
+        let dir = path.parent().unwrap_or(Path::new("."));
+        fs::create_dir_all(dir)
+            .map_err(|e| cache_error(format!("create {}: {e}", dir.display())))?;
+        let temp = path.with_extension("worker.tmp");
+        let write = || -> std::io::Result<()> {
+            let mut file = fs::File::create(&temp)?;
+            file.write_all(record.render().as_bytes())?;
+            file.sync_all()?;
+            fs::rename(&temp, &path)?;
+            fs::File::open(dir)?.sync_all()
+        };
+        write().map_err(|e| cache_error(format!("write {}: {e}", path.display())))
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for Forever {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+        let address = node_address(node);
+        if self.session.is_offline() {
+            return self.claim_from_cache(&address);
+        }
+        let client = self.session.live_client("claim").await?;
+        let dir = self.session.forever_dir();
+        let prefix = format!("{address}-");
+        let (path, worker, data) = self
+            .session
+            .call("claim", async {
+                let children = client
+                    .list_children(&dir)
+                    .await
+                    .map_err(|e| backend("list forever nodes", &e))?;
+                // The lowest sequence wins if a race once created two.
+                let mine = children
+                    .iter()
+                    .filter_map(|c| {
+                        let seq = c.strip_prefix(&prefix)?;
+                        Some((parse_seq(seq)?, c))
+                    })
+                    .min();
+                if let Some((seq, name)) = mine {
+                    let path = format!("{dir}/{name}");
+                    let (data, _) = client
+                        .get_data(&path)
+                        .await
+                        .map_err(|e| backend("read forever node", &e))?;
+                    return Ok((path, seq, data));
+                }
+                let data = render_forever(&address, Some(&node.host), Timestamp::now(), None);
+                let options =
+                    zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
+                let (_, seq) = client
+                    .create(&format!("{dir}/{prefix}"), data.as_bytes(), &options)
+                    .await
+                    .map_err(|e| backend("create forever node", &e))?;
+                let seq = seq.into_i64();
+                let path = format!("{dir}/{prefix}{}", zk_seq(seq));
+                Ok((path, seq, data.into_bytes()))
+            })
+            .await?;
+        if worker >= i64::from(range) {
+            // Never used: give the node back so the listing counts only real workers.
+            let _ = self
+                .session
+                .call("delete forever node", async {
+                    client
+                        .delete(&path, None)
+                        .await
+                        .map_err(|e| backend("delete forever node", &e))
+                })
+                .await;
+            let in_use = self
+                .session
+                .call("list forever nodes", async {
+                    client
+                        .list_children(&dir)
+                        .await
+                        .map_err(|e| backend("list forever nodes", &e))
+                })
+                .await
+                .map_or(u64::from(range), |c| c.len() as u64);
+            return Err(RegistryError::Exhausted {
+                registry: KIND,
+                in_use: in_use.min(u64::from(range)),
+                range: u64::from(range),
+            });
+        }
+        let worker = u32::try_from(worker).expect("below a u32 range");
+        let record = parse_record("claim", worker, &data)?;
+        let cached = self.read_cache(&address)?.filter(|c| c.worker == worker);
+        let stored_mark = record.mark.max(cached.and_then(|c| c.mark));
+        self.write_cache(&address, worker, stored_mark)?;
+        tracing::info!(worker, ?stored_mark, %path, "claimed forever worker ID on zookeeper");
+        Ok(Claim {
+            worker,
+            stored_mark,
+            lease: None,
+            token: path,
+        })
+    }
+
+    async fn renew(&self, _claim: &Claim) -> Result<Option<Lease>> {
+        Ok(None)
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let address = claim
+            .token
+            .strip_prefix(OFFLINE)
+            .map(str::to_owned)
+            .or_else(|| address_of_path(&claim.token))
+            .unwrap_or_default();
+        // The cache first: it must never hold less than ZooKeeper.
+        if self.session.config.cache_dir.is_some() {
+            let cached = self.read_cache(&address)?.and_then(|c| c.mark);
+            self.write_cache(&address, claim.worker, cached.max(Some(mark)))?;
+        }
+        if claim.token.starts_with(OFFLINE) {
+            return Ok(());
+        }
+        let client = self.session.live_client("persist mark").await?;
+        let path = claim.token.clone();
+        self.session
+            .call("persist mark", async {
+                for _ in 0..CAS_ATTEMPTS {
+                    let (data, stat) = client
+                        .get_data(&path)
+                        .await
+                        .map_err(|e| backend("persist mark", &e))?;
+                    let record = parse_record("persist mark", claim.worker, &data)?;
+                    let new_mark = record.mark.max(Some(mark));
+                    let data = render_forever(&address, record.host.as_deref(), reported, new_mark);
+                    match client
+                        .set_data(&path, data.as_bytes(), Some(stat.version))
+                        .await
+                    {
+                        Ok(_) => return Ok(()),
+                        Err(zk::Error::BadVersion) => continue,
+                        Err(e) => return Err(backend("persist mark", &e)),
+                    }
+                }
+                Err(RegistryError::Backend {
+                    registry: KIND,
+                    operation: "persist mark",
+                    message: format!(
+                        "{path} kept changing over {CAS_ATTEMPTS} compare-and-set attempts"
+                    ),
+                })
+            })
+            .await
+    }
+
+    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
+        if self.session.is_offline() {
+            tracing::warn!("zookeeper unreachable: no peers to check the clock against");
+            return Ok(Vec::new());
+        }
+        let client = self.session.live_client("list peers").await?;
+        let dir = self.session.forever_dir();
+        let nodes = self
+            .session
+            .call("list peers", async {
+                let children = client
+                    .list_children(&dir)
+                    .await
+                    .map_err(|e| backend("list peers", &e))?;
+                let mut nodes = Vec::with_capacity(children.len());
+                for child in children {
+                    let Some(seq) = child.rsplit_once('-').and_then(|(_, s)| parse_seq(s)) else {
+                        continue;
+                    };
+                    match client.get_data(&format!("{dir}/{child}")).await {
+                        Ok((data, stat)) => nodes.push((seq, data, stat.mtime)),
+                        Err(zk::Error::NoNode) => {}
+                        Err(e) => return Err(backend("list peers", &e)),
+                    }
+                }
+                Ok(nodes)
+            })
+            .await?;
+        // Liveness by ZooKeeper's own modification times, not our clock.
+        let newest = nodes.iter().map(|n| n.2).max().unwrap_or(0);
+        let window = i64::try_from(self.session.config.peer_window.as_millis()).unwrap_or(i64::MAX);
+        let mut peers = Vec::new();
+        for (seq, data, mtime) in nodes {
+            let Ok(worker) = u32::try_from(seq) else {
+                continue;
+            };
+            if worker == claim.worker || newest.saturating_sub(mtime) > window {
+                continue;
+            }
+            if let Some(reported) = parse_record("list peers", worker, &data)?.reported {
+                peers.push(PeerReport { worker, reported });
+            }
+        }
+        peers.sort_by_key(|p| p.worker);
+        Ok(peers)
+    }
+
+    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+        const OP: &str = "list fleet";
+        let client = self.session.live_client(OP).await?;
+        let dir = self.session.forever_dir();
+        let nodes = self
+            .session
+            .call(OP, async {
+                let children = client
+                    .list_children(&dir)
+                    .await
+                    .map_err(|e| backend(OP, &e))?;
+                let mut nodes = Vec::with_capacity(children.len());
+                for child in children {
+                    let Some((address, seq)) = child.rsplit_once('-') else {
+                        continue;
+                    };
+                    let Some(worker) = parse_seq(seq).and_then(|s| u32::try_from(s).ok()) else {
+                        continue;
+                    };
+                    match client.get_data(&format!("{dir}/{child}")).await {
+                        Ok((data, stat)) => {
+                            nodes.push((worker, address.to_owned(), data, stat.mtime));
+                        }
+                        Err(zk::Error::NoNode) => {}
+                        Err(e) => return Err(backend(OP, &e)),
+                    }
+                }
+                Ok(nodes)
+            })
+            .await?;
+        let newest = nodes.iter().map(|n| n.3).max().unwrap_or(0);
+        let window = i64::try_from(self.session.config.peer_window.as_millis()).unwrap_or(i64::MAX);
+        let recent = i64::try_from(FLEET_RECENT.as_millis()).unwrap_or(i64::MAX);
+        let mut rows = Vec::new();
+        for (worker, address, data, mtime) in nodes {
+            let age = newest.saturating_sub(mtime);
+            if age > recent.max(window) {
+                continue;
+            }
+            let record = parse_record(OP, worker, &data)?;
+            let mut row = FleetMember::new(worker);
+            if let Some((a, port)) = split_address(&address) {
+                row.address = Some(a);
+                row.port = Some(port);
+            }
+            row.host = record.host;
+            row.live = age <= window;
+            row.reported = record.reported;
+            row.mark = record.mark;
+            rows.push(row);
+        }
+        rows.sort_by_key(|r| r.worker);
+        Ok(rows)
+    }
+
+    async fn release(&self, _claim: &Claim) -> Result<()> {
+        // A forever worker ID belongs to its identity for good; the mark stays.
+        Ok(())
+    }
+}
+
+/// What the local cache file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CacheRecord {
+    worker: u32,
+    mark: Option<Timestamp>,
+}
+
+impl CacheRecord {
+    fn render(&self) -> String {
+        let mut s = format!("# idmint zookeeper worker cache\nworker={}\n", self.worker);
+        if let Some(mark) = self.mark {
+            s.push_str(&format!("mark={}\n", ceil_ms(mark)));
+        }
+        s.push_str("end\n");
+        s
+    }
+
+    fn parse(text: &str) -> std::result::Result<CacheRecord, String> {
+        let mut worker = None;
+        let mut mark = None;
+        let mut ended = false;
+        for line in text.lines() {
+            match line.split_once('=') {
+                Some(("worker", v)) => {
+                    worker = Some(
+                        v.parse::<u32>()
+                            .map_err(|_| format!("worker {v:?} is not a number"))?,
+                    )
+                }
+                Some(("mark", v)) => {
+                    mark = Some(
+                        ms_to_ts(v)
+                            .ok_or_else(|| format!("mark {v:?} is not unix milliseconds"))?,
+                    )
+                }
+                _ if line == "end" => ended = true,
+                _ => {}
+            }
+        }
+        if !ended {
+            return Err("it was cut short (no end line)".to_owned());
+        }
+        Ok(CacheRecord {
+            worker: worker.ok_or("it has no worker line")?,
+            mark,
+        })
+    }
+}
+
+pub(super) fn render_forever(
+    address: &str,
+    host: Option<&str>,
+    reported: Timestamp,
+    mark: Option<Timestamp>,
+) -> String {
+    let mut s = format!(
+        "{}reported={}\n",
+        identity_lines(address, host),
+        reported.as_millisecond()
+    );
+    if let Some(mark) = mark {
+        s.push_str(&format!("mark={}\n", ceil_ms(mark)));
+    }
+    s
+}
+
+/// `ip:port` from a forever node path `.../forever/{ip:port}-{seq}`.
+pub(super) fn address_of_path(path: &str) -> Option<String> {
+    let name = path.rsplit('/').next()?;
+    Some(name.rsplit_once('-')?.0.to_owned())
+}
+
+pub(super) fn parse_seq(raw: &str) -> Option<i64> {
+    if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    raw.parse().ok()
+}
+
+/// ZooKeeper's rendering of a sequence number (ten digits, or nineteen past i32).
+pub(super) fn zk_seq(seq: i64) -> String {
+    if seq <= i64::from(i32::MAX) {
+        format!("{seq:010}")
+    } else {
+        format!("{seq:019}")
+    }
+}
+
+fn cache_error(message: String) -> RegistryError {
+    RegistryError::Backend {
+        registry: KIND,
+        operation: "local cache",
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_records_round_trip_and_cut_files_are_errors() {
+        let record = CacheRecord {
+            worker: 7,
+            mark: Timestamp::from_millisecond(1_700_000_000_123).ok(),
+        };
+        assert_eq!(CacheRecord::parse(&record.render()).unwrap(), record);
+        let cut = record.render().replace("end\n", "");
+        assert!(CacheRecord::parse(&cut).is_err());
+    }
+}
