@@ -1,3 +1,8 @@
+// Size: about 1,070 lines before the tests, some 310 of them docs. The ring's
+// protocol (one producer storing slots and publishing `tail`, takers claiming
+// with a CAS on `head`, the mark and lead bounds) is one invariant spread over
+// the builder's checks, the take paths and the fill; the loom models at the
+// bottom check it as a whole, so it is kept in one file.
 //! [`Cached`]: Baidu uid-generator's CachedUidGenerator, a ring of IDs made ahead of
 //! demand from whole ticks, with its lead over the clock bounded.
 //!

@@ -1,3 +1,8 @@
+// Size: about 920 lines before the tests, some 200 of them docs. Every
+// transition of the one state word (next, batch, rollback, history, mark) must
+// keep the invariants listed below, and they are checked against each other
+// here and in the loom models; the policies' types and text form live in
+// `snowflake/policy.rs`.
 //! [`Snowflake`]: time · node · sequence IDs from one atomic word, with a policy for
 //! every way the clock and the sequence can let a generator down.
 //!
