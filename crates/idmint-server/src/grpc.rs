@@ -62,11 +62,9 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::{Code, Request, Response, Status};
 
-use crate::issue::{
-    self, AppState, ConnectionLimits, ErrorClass, IssueError, Issued, KeySpec, constant_time_eq,
-};
+use crate::issue::{self, AppState, ErrorClass, IssueError, Issued, KeySpec, constant_time_eq};
+use crate::listen::{Bound, ConnectionLimits, stopped};
 use crate::metrics::Metrics;
-use crate::start::Bound;
 use crate::tls::{self, MaybeTls, Surface, Tls};
 use proto::id_service_server::{IdService, IdServiceServer};
 use proto::{DecodeRequest, DecodeResponse, GetIdsRequest, GetIdsResponse, StreamIdsRequest};
@@ -296,11 +294,6 @@ impl AsyncWrite for Slotted {
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
     }
-}
-
-/// Completes when `stop` turns true, or its sender is gone (stop then too).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|&stopped| stopped).await;
 }
 
 /// `idmint.v1.IdService` on the server's shared state.

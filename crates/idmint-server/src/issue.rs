@@ -25,6 +25,7 @@ use idmint_segment::{SegmentAllocator, SegmentError};
 use smallvec::{SmallVec, smallvec};
 
 use crate::config::{ClockSource, Secret, Strategy, UndeclaredKeys};
+use crate::listen::ConnectionLimits;
 
 /// A map by key name, with a fast hasher: every request looks a key up in a
 /// few of these, and SipHash was a sixth of a RESP `INCR`'s instructions.
@@ -280,64 +281,6 @@ pub(crate) struct AppState {
     pub fleet: crate::fleet::FleetView,
     /// `[tls]`: the certificate the listeners serve; `None`, all plain text.
     pub tls: Option<Arc<crate::tls::Tls>>,
-}
-
-/// What bounds slow and greedy clients, on every listener
-/// (`server.max_connections`, `server.read_timeout`; see `config.rs`).
-#[derive(Debug, Clone)]
-pub(crate) struct ConnectionLimits {
-    /// One permit per open client connection, HTTP and RESP together: a
-    /// listener takes one before it accepts, so at the cap new clients wait.
-    pub slots: Arc<tokio::sync::Semaphore>,
-    /// `server.max_connections`, for the log line when the cap is reached.
-    pub max: usize,
-    /// How long a started request may take to arrive whole.
-    pub read_timeout: Duration,
-    /// When the cap was last logged: one line a minute at most, however
-    /// many clients wait.
-    logged: Arc<std::sync::Mutex<Option<Instant>>>,
-}
-
-impl ConnectionLimits {
-    /// Limits of `max` connections and `read_timeout`.
-    pub(crate) fn new(max: usize, read_timeout: Duration) -> ConnectionLimits {
-        ConnectionLimits {
-            slots: Arc::new(tokio::sync::Semaphore::new(max)),
-            max,
-            read_timeout,
-            logged: Arc::default(),
-        }
-    }
-
-    /// A slot for one more connection, held until the connection closes: at
-    /// once when one is free; otherwise logs that the cap is reached (naming
-    /// `listener`) and waits for one. `None` only if the slots were closed.
-    pub(crate) async fn slot(
-        &self,
-        listener: &'static str,
-    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
-            return Some(permit);
-        }
-        if self.first_in_a_minute() {
-            tracing::warn!(
-                listener,
-                max_connections = self.max,
-                "connection cap reached (server.max_connections): new connections wait"
-            );
-        }
-        self.slots.clone().acquire_owned().await.ok()
-    }
-
-    fn first_in_a_minute(&self) -> bool {
-        let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        let first = logged.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60));
-        if first {
-            *logged = Some(now);
-        }
-        first
-    }
 }
 
 impl fmt::Debug for AppState {

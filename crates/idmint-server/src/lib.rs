@@ -31,6 +31,7 @@ mod fleet;
 pub mod grpc;
 mod http;
 mod issue;
+mod listen;
 mod metrics;
 mod resp;
 mod start;

@@ -112,8 +112,8 @@ use tokio::task::JoinSet;
 
 use crate::config::Strategy;
 use crate::issue::{self, AppState, ErrorClass, IssueError, Issued};
+use crate::listen::{Bound, stopped};
 use crate::metrics::IssuedCounter;
-use crate::start::Bound;
 use crate::tls::{self, MaybeTls, Surface};
 use commands::{Command, command};
 use frame::{LIMITS, Proto};
@@ -208,11 +208,6 @@ pub(crate) async fn serve(
 /// What a client speaking plain RESP to the TLS port is told.
 const PLAIN_TEXT_ON_TLS: &[u8] =
     b"-ERR this port speaks TLS: connect with TLS (redis-cli --tls, a rediss:// URL)\r\n";
-
-/// Completes when `stop` turns true, or its sender is gone (stop then too).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|&stopped| stopped).await;
-}
 
 /// Completes at `deadline`; never when there is none.
 async fn until(deadline: Option<tokio::time::Instant>) {

@@ -29,7 +29,8 @@ use crate::config::{
     Config, ConfigError, RegistryKind, SchemaName, SqlModeName, Strategy, ZooKeeperModeName,
 };
 use crate::http::tinyid::{TinyidTokens, TokenRefresher};
-use crate::issue::{AppState, ConnectionLimits, IdClock, KeyMap, KeySource, KeySpec, KeyTable};
+use crate::issue::{AppState, IdClock, KeyMap, KeySource, KeySpec, KeyTable};
+use crate::listen::{Bound, ConnectionLimits};
 use crate::metrics::{CountingRegistry, CountingStore, Metrics, SamplerGuard};
 use crate::tls::{Surface, Tls, TlsError, TlsReload, TlsWatcher};
 use crate::{grpc, http, resp};
@@ -109,26 +110,6 @@ impl ServerError {
             ServerError::Segment { source, .. } => source.is_bad_input(),
             _ => false,
         }
-    }
-}
-
-/// A listener bound at start, so a port that can't be had fails the start
-/// before anything is claimed (port 0 picks a free port), with the address
-/// it got. HTTP, RESP and gRPC each serve on one.
-#[derive(Debug)]
-pub(crate) struct Bound {
-    pub listener: TcpListener,
-    pub local_addr: SocketAddr,
-}
-
-impl Bound {
-    async fn bind(addr: SocketAddr) -> std::io::Result<Bound> {
-        let listener = TcpListener::bind(addr).await?;
-        let local_addr = listener.local_addr()?;
-        Ok(Bound {
-            listener,
-            local_addr,
-        })
     }
 }
 

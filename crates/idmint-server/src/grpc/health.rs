@@ -95,7 +95,7 @@ async fn follow(
     loop {
         tokio::select! {
             _ = tick.tick() => serving = report(&reporter, &state, Some(serving)).await,
-            () = super::stopped(&mut stop) => break,
+            () = crate::listen::stopped(&mut stop) => break,
         }
     }
     for name in service_names() {

@@ -44,7 +44,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{AppState, single_text};
 use crate::config::Strategy;
-use crate::issue::ConnectionLimits;
+use crate::listen::ConnectionLimits;
 use crate::metrics;
 use crate::tls::{self, MaybeTls, Surface};
 
