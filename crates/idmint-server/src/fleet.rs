@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::issue::AppState;
+use crate::state::AppState;
 
 /// How a fleet listing failed, kept (and shared) like a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]

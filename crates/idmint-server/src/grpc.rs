@@ -62,10 +62,14 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::{Code, Request, Response, Status};
 
-use crate::issue::{self, AppState, ErrorClass, IssueError, Issued, KeySpec, constant_time_eq};
+use crate::error::{ErrorClass, IssueError};
+use crate::issue::{self, Issued};
+use crate::keys::KeySpec;
 use crate::listen::{Bound, ConnectionLimits, stopped};
 use crate::metrics::Metrics;
+use crate::state::AppState;
 use crate::tls::{self, MaybeTls, Surface, Tls};
+use crate::tokens::constant_time_eq;
 use proto::id_service_server::{IdService, IdServiceServer};
 use proto::{DecodeRequest, DecodeResponse, GetIdsRequest, GetIdsResponse, StreamIdsRequest};
 

@@ -2,7 +2,7 @@
 //! the `v1` API, health and readiness, and the admin API behind a bearer token.
 //!
 //! # Which strategy
-//! `/v1/ids/{key}` issues with the key's strategy (`issue::KeyTable`: declared,
+//! `/v1/ids/{key}` issues with the key's strategy (`keys::KeyTable`: declared,
 //! a store key, else `server.undeclared_keys`). Leaf's routes name theirs in
 //! the URL: `/api/snowflake/get/{key}` and `/api/segment/get/{key}` serve any
 //! undeclared name with it (unless `server.undeclared_keys = "refuse"`), and
@@ -57,11 +57,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::{ADMIN_TOKEN_ENV, Strategy};
-pub(crate) use crate::issue::{AppState, KeySpec};
-use crate::issue::{
-    ErrorClass, IssueError, Issued, KeySource, constant_time_eq, issue, make_uuids, route_spec,
-    text_of, uuid_text,
-};
+use crate::error::{ErrorClass, IssueError};
+use crate::issue::{Issued, issue, make_uuids, route_spec, text_of, uuid_text};
+use crate::keys::{KeySource, KeySpec};
+use crate::state::AppState;
+use crate::tokens::constant_time_eq;
 use crate::{metrics, status};
 
 mod conn;
@@ -550,12 +550,7 @@ async fn uuids(
     };
     let n = count_of(&params, state.max_count)?;
     let issued = Issued::Uuids(make_uuids(&state.uuids, v7, n));
-    metrics::count_issued(
-        &state,
-        "",
-        if v7 { Strategy::Uuid7 } else { Strategy::Uuid4 },
-        n,
-    );
+    state.count_issued("", if v7 { Strategy::Uuid7 } else { Strategy::Uuid4 }, n);
     render(
         &state,
         negotiate(&headers),
@@ -574,7 +569,7 @@ async fn healthz() -> Response {
 /// reason otherwise (a load balancer then sends traffic elsewhere).
 async fn readyz(State(state): Shared) -> Result<Response, ApiError> {
     let status = state.worker.status();
-    match crate::issue::not_ready_reason(&state) {
+    match crate::ready::not_ready_reason(&state) {
         None => Ok(axum::Json(json!({
             "status": "ready",
             "registry": status.registry,
@@ -788,7 +783,7 @@ async fn admin_workers(State(state): Shared, headers: HeaderMap) -> Result<Respo
         "last_error": s.last_error,
         "clock": state.clock.source().name(),
         "clock_drift_ms": state.clock.drift() as f64 / 1e6,
-        "ready": s.is_ready() && crate::issue::clock_not_ready(&state).is_none(),
+        "ready": s.is_ready() && crate::ready::clock_not_ready(&state).is_none(),
     });
     Ok(axum::Json(json!({ "workers": [worker] })).into_response())
 }

@@ -26,17 +26,23 @@
 
 #![deny(missing_docs)]
 
+mod clock;
 pub mod config;
+mod error;
 mod fleet;
 pub mod grpc;
 mod http;
 mod issue;
+mod keys;
 mod listen;
 mod metrics;
+mod ready;
 mod resp;
 mod start;
+mod state;
 mod status;
 mod tls;
+mod tokens;
 
 pub use config::{Config, ConfigError};
 pub use start::{Server, ServerError, run};

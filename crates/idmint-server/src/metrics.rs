@@ -65,7 +65,7 @@ use metrics_exporter_prometheus::{
 use tokio::task::JoinHandle;
 
 use crate::config::Strategy;
-use crate::http::AppState;
+use crate::state::AppState;
 
 /// The most keys that get their own `idmint_ids_issued_total` series; the rest
 /// share `key="*"`.
@@ -224,6 +224,17 @@ impl Metrics {
         self.with_issued_cell(key, named, strategy, |cell| {
             cell.n_ids.fetch_add(n_ids, Ordering::Relaxed);
         });
+    }
+
+    /// The counter of `key`'s IDs of `strategy`, for a caller that adds to it
+    /// many times; `named` as for [`Metrics::count_issued`].
+    pub(crate) fn issued_counter(
+        &self,
+        key: &str,
+        named: bool,
+        strategy: Strategy,
+    ) -> IssuedCounter {
+        IssuedCounter(self.with_issued_cell(key, named, strategy, Arc::clone))
     }
 
     /// Calls `f` with the cell that counts `key`'s IDs of `strategy` (the
@@ -510,7 +521,7 @@ impl Metrics {
             .set(lead_seconds(end, now));
         }
         // The same answer as `/readyz`, so an alert can watch it without probing.
-        let ready = crate::issue::not_ready_reason(state).is_none();
+        let ready = crate::ready::not_ready_reason(state).is_none();
         self.gauge("idmint_ready", vec![])
             .set(if ready { 1.0 } else { 0.0 });
         self.gauge("idmint_grpc_streams_open", vec![])
@@ -698,38 +709,12 @@ pub(crate) fn buffer_fill(k: &KeyStatus) -> (u64, u64) {
     (current, next)
 }
 
-/// Counts `n_ids` IDs of `key` made by `strategy` (one call per request, from
-/// `issue.rs`): under the key's own series when it is configured or a segment
-/// key the store just served, else under `key="*"` (an empty `key` is
-/// keyless, as `/v1/uuid`).
-#[inline]
-pub(crate) fn count_issued(state: &AppState, key: &str, strategy: Strategy, n_ids: u64) {
-    state
-        .metrics
-        .count_issued(key, is_named(state, key, strategy), strategy, n_ids);
-}
-
-/// Whether `key` gets its own `idmint_ids_issued_total` series: segment keys
-/// and configured keys do; any other snowflake or UUID key counts as `other`.
-fn is_named(state: &AppState, key: &str, strategy: Strategy) -> bool {
-    !key.is_empty() && (strategy == Strategy::Segment || state.keys.is_declared(key))
-}
-
 /// `key`'s issued counter, found once for a caller that issues for the same
-/// key many times (a RESP connection): adding to it skips the lookups
-/// [`count_issued`] makes.
+/// key many times (a RESP connection, through `AppState::issued_counter`):
+/// adding to it skips the lookups [`Metrics::count_issued`] makes.
 pub(crate) struct IssuedCounter(Arc<IssuedCell>);
 
 impl IssuedCounter {
-    pub(crate) fn new(state: &AppState, key: &str, strategy: Strategy) -> IssuedCounter {
-        let named = is_named(state, key, strategy);
-        IssuedCounter(
-            state
-                .metrics
-                .with_issued_cell(key, named, strategy, Arc::clone),
-        )
-    }
-
     pub(crate) fn add(&self, n_ids: u64) {
         self.0.n_ids.fetch_add(n_ids, Ordering::Relaxed);
     }

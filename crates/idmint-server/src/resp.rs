@@ -111,9 +111,12 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::Strategy;
-use crate::issue::{self, AppState, ErrorClass, IssueError, Issued};
+use crate::error::{ErrorClass, IssueError};
+use crate::issue::{self, Issued};
+use crate::keys::KeySpec;
 use crate::listen::{Bound, stopped};
 use crate::metrics::IssuedCounter;
+use crate::state::AppState;
 use crate::tls::{self, MaybeTls, Surface};
 use commands::{Command, command};
 use frame::{LIMITS, Proto};
@@ -261,7 +264,7 @@ enum Flow {
 /// only ever unlocks more), so the next request for it skips them.
 struct LastKey {
     key: String,
-    spec: issue::KeySpec,
+    spec: KeySpec,
     counter: IssuedCounter,
     /// IDs issued and not yet added to `counter`: added before each write.
     pending: u64,
@@ -1221,7 +1224,7 @@ fn incr_by_count(text: &[u8], max: u64) -> Result<u64, IssueError> {
 /// key hands out IDs as one run a client can count back from the last; a
 /// public key's IDs are obfuscated, snowflake and UUID IDs aren't
 /// consecutive.
-fn incr_by_fits(key: &str, spec: issue::KeySpec) -> Result<(), IssueError> {
+fn incr_by_fits(key: &str, spec: KeySpec) -> Result<(), IssueError> {
     let why = match spec.strategy {
         Strategy::Segment if !spec.public => return Ok(()),
         Strategy::Segment => "is public: its IDs are obfuscated, not one run".to_owned(),
@@ -1267,7 +1270,7 @@ fn resolve(state: &AppState, authorized: &[String], key: &[u8]) -> Result<LastKe
     Ok(LastKey {
         key: key.to_owned(),
         spec,
-        counter: IssuedCounter::new(state, key, spec.strategy),
+        counter: state.issued_counter(key, spec.strategy),
         pending: 0,
     })
 }
@@ -1366,10 +1369,10 @@ mod tests {
                 .message
                 .contains("negative")
         );
-        let spec = |strategy, public| issue::KeySpec {
+        let spec = |strategy, public| KeySpec {
             strategy,
             public,
-            source: issue::KeySource::Declared,
+            source: crate::keys::KeySource::Declared,
         };
         assert!(incr_by_fits("k", spec(Strategy::Segment, false)).is_ok());
         for (strategy, public) in [

@@ -28,11 +28,14 @@ use tokio::task::JoinHandle;
 use crate::config::{
     Config, ConfigError, RegistryKind, SchemaName, SqlModeName, Strategy, ZooKeeperModeName,
 };
-use crate::http::tinyid::{TinyidTokens, TokenRefresher};
-use crate::issue::{AppState, IdClock, KeyMap, KeySource, KeySpec, KeyTable};
+
+use crate::clock::IdClock;
+use crate::keys::{KeyMap, KeySource, KeySpec, KeyTable};
 use crate::listen::{Bound, ConnectionLimits};
 use crate::metrics::{CountingRegistry, CountingStore, Metrics, SamplerGuard};
+use crate::state::AppState;
 use crate::tls::{Surface, Tls, TlsError, TlsReload, TlsWatcher};
+use crate::tokens::{TinyidTokens, TokenRefresher};
 use crate::{grpc, http, resp};
 
 /// Why the server could not start or serve. Each names the step and the
