@@ -1,13 +1,101 @@
-//! [`IssueError`], the one failure type of issuing (and of reading an ID):
-//! a class each surface maps to its own status, a stable code (`key_not_found`,
-//! `unavailable`, ...), a message naming the value, and a retry hint.
+//! The server's two failure types:
+//! - [`ServerError`], why the server could not start or serve (public: the
+//!   binary reports it), each naming the step and the config key behind it;
+//! - [`IssueError`], the one failure type of issuing (and of reading an ID):
+//!   a class each surface maps to its own status, a stable code
+//!   (`key_not_found`, `unavailable`, ...), a message naming the value, and a
+//!   retry hint.
 //!
-//! It sits below the key table and the shared state, which fail with it too
-//! (`wrong_strategy`), so that neither imports `issue.rs`.
+//! They sit below everything that fails with them: the start-up steps and
+//! the backends they open, the key table and the shared state
+//! (`wrong_strategy`), so that none of those imports `start.rs` or `issue.rs`.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use idmint_registry::RegistryError;
 use idmint_segment::SegmentError;
+
+use crate::config::ConfigError;
+use crate::tls::TlsError;
+
+/// Why the server could not start or serve. Each names the step and the
+/// config key behind it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The configuration is wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The HTTP listener could not be bound.
+    #[error("cannot listen on server.http_addr {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The RESP (Redis-protocol) listener could not be bound.
+    #[error("cannot listen on server.resp_addr {addr}: {source}")]
+    BindResp {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The gRPC listener could not be bound.
+    #[error("cannot listen on server.grpc_addr {addr}: {source}")]
+    BindGrpc {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The data directory could not be created.
+    #[error("cannot create server.data_dir {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The worker registry failed (unreachable, exhausted, clock checks, ...).
+    #[error("snowflake worker registry ({registry}): {source}")]
+    Registry {
+        /// `snowflake.registry`.
+        registry: &'static str,
+        /// The registry's error.
+        source: RegistryError,
+    },
+    /// The segment store failed (unreachable, bad URL, a declared key that can't be made).
+    #[error("segment store ({what}): {source}")]
+    Segment {
+        /// What was being done.
+        what: String,
+        /// The store's error.
+        source: SegmentError,
+    },
+    /// The TLS files (`[tls]`) can't be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// Serving failed.
+    #[error("serving HTTP failed: {0}")]
+    Serve(std::io::Error),
+}
+
+impl ServerError {
+    /// True when the configuration (rather than a backend) is at fault.
+    pub fn is_config(&self) -> bool {
+        match self {
+            ServerError::Config(_) | ServerError::Tls(_) => true,
+            ServerError::Registry { source, .. } => {
+                matches!(source, RegistryError::Config { .. })
+            }
+            ServerError::Segment { source, .. } => source.is_bad_input(),
+            _ => false,
+        }
+    }
+}
 
 // ---- Errors ----
 

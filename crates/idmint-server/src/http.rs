@@ -60,9 +60,11 @@ use crate::config::{ADMIN_TOKEN_ENV, Strategy};
 use crate::error::{ErrorClass, IssueError};
 use crate::issue::{Issued, issue, make_uuids, route_spec, text_of, uuid_text};
 use crate::keys::{KeySource, KeySpec};
+use crate::metrics::latency::LatencyLayer;
+use crate::metrics::scrape::Readings;
 use crate::state::AppState;
+use crate::status;
 use crate::tokens::constant_time_eq;
-use crate::{metrics, status};
 
 mod conn;
 pub(crate) mod tinyid;
@@ -87,11 +89,11 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/admin/reveal", post(admin_reveal))
         .route("/", get(status::page))
         .route("/v1/status", get(status::status))
-        .route("/metrics", get(metrics::scrape))
+        .route("/metrics", get(scrape))
         .merge(tinyid::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(metrics::LatencyLayer::new(state.metrics.clone()))
+        .layer(LatencyLayer::new(state.metrics.clone()))
         .with_state(state)
 }
 
@@ -582,6 +584,29 @@ async fn readyz(State(state): Shared) -> Result<Response, ApiError> {
             Duration::from_secs(1),
         )),
     }
+}
+
+/// `GET /metrics`: the Prometheus text format (version 0.0.4), read from the
+/// server's parts at scrape time (`metrics/scrape.rs`).
+async fn scrape(State(state): Shared) -> Response {
+    let readings = Readings {
+        worker: &state.worker,
+        clock: &state.clock,
+        layout: &state.layout,
+        layout_text: &state.layout_text,
+        ready: crate::ready::not_ready_reason(&state).is_none(),
+        tls: state.tls.as_deref(),
+        segments: &state.segments,
+    };
+    let body = state.metrics.render(&readings);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 // ---- Admin ----

@@ -26,6 +26,7 @@
 
 #![deny(missing_docs)]
 
+mod backends;
 mod clock;
 pub mod config;
 mod error;
@@ -45,5 +46,6 @@ mod tls;
 mod tokens;
 
 pub use config::{Config, ConfigError};
-pub use start::{Server, ServerError, run};
+pub use error::ServerError;
+pub use start::{Server, run};
 pub use tls::{TlsError, TlsReload, check_files as check_tls_files};

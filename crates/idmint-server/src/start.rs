@@ -9,112 +9,30 @@ use std::time::Duration;
 
 use idmint_core::uuid::UuidGenerator;
 use idmint_core::{Layout, PublicIdCodec, Snowflake};
-use idmint_registry::etcd::{EtcdConfig, EtcdRegistry};
-use idmint_registry::file::{FileRegistry, LeaseFile};
-use idmint_registry::fixed::{HostRegistry, K8sRegistry, StaticRegistry};
-use idmint_registry::redis::{RedisConfig, RedisRegistry};
-use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
-use idmint_registry::zookeeper::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
+use idmint_registry::fixed::{HostRegistry, K8sRegistry};
 use idmint_registry::{
-    GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, NodeIdentity, RegistryError,
-    WorkerHandle, WorkerKeeper, WorkerRegistry, check_given_worker,
+    KeeperGuard, LeaseState, NodeIdentity, RegistryError, WorkerHandle, WorkerKeeper,
+    check_given_worker,
 };
-use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
-use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
-use idmint_segment::{PreloaderGuard, SegmentAllocator, SegmentConfig, SegmentError, SegmentStore};
+use idmint_segment::{PreloaderGuard, SegmentError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::config::{
-    Config, ConfigError, RegistryKind, SchemaName, SqlModeName, Strategy, ZooKeeperModeName,
+use crate::backends::{
+    CountingRegistry, StoreSettings, etcd_config, generator_settings, keeper_config, key_table,
+    open_registry, open_segments, redis_registry_config, segment_config, sql_registry_config,
+    store_settings, zookeeper_config,
 };
-
 use crate::clock::IdClock;
-use crate::keys::{KeyMap, KeySource, KeySpec, KeyTable};
+use crate::config::{Config, ConfigError, RegistryKind};
+use crate::error::ServerError;
 use crate::listen::{Bound, ConnectionLimits};
-use crate::metrics::{CountingRegistry, CountingStore, Metrics, SamplerGuard};
+use crate::metrics::Metrics;
+use crate::metrics::sampler::SamplerGuard;
 use crate::state::AppState;
-use crate::tls::{Surface, Tls, TlsError, TlsReload, TlsWatcher};
+use crate::tls::{Surface, Tls, TlsReload, TlsWatcher};
 use crate::tokens::{TinyidTokens, TokenRefresher};
 use crate::{grpc, http, resp};
-
-/// Why the server could not start or serve. Each names the step and the
-/// config key behind it.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ServerError {
-    /// The configuration is wrong.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The HTTP listener could not be bound.
-    #[error("cannot listen on server.http_addr {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The RESP (Redis-protocol) listener could not be bound.
-    #[error("cannot listen on server.resp_addr {addr}: {source}")]
-    BindResp {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The gRPC listener could not be bound.
-    #[error("cannot listen on server.grpc_addr {addr}: {source}")]
-    BindGrpc {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The data directory could not be created.
-    #[error("cannot create server.data_dir {path}: {source}")]
-    DataDir {
-        /// The directory.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The worker registry failed (unreachable, exhausted, clock checks, ...).
-    #[error("snowflake worker registry ({registry}): {source}")]
-    Registry {
-        /// `snowflake.registry`.
-        registry: &'static str,
-        /// The registry's error.
-        source: RegistryError,
-    },
-    /// The segment store failed (unreachable, bad URL, a declared key that can't be made).
-    #[error("segment store ({what}): {source}")]
-    Segment {
-        /// What was being done.
-        what: String,
-        /// The store's error.
-        source: SegmentError,
-    },
-    /// The TLS files (`[tls]`) can't be used.
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-    /// Serving failed.
-    #[error("serving HTTP failed: {0}")]
-    Serve(std::io::Error),
-}
-
-impl ServerError {
-    /// True when the configuration (rather than a backend) is at fault.
-    pub fn is_config(&self) -> bool {
-        match self {
-            ServerError::Config(_) | ServerError::Tls(_) => true,
-            ServerError::Registry { source, .. } => {
-                matches!(source, RegistryError::Config { .. })
-            }
-            ServerError::Segment { source, .. } => source.is_bad_input(),
-            _ => false,
-        }
-    }
-}
 
 /// A started server: listener bound, worker claimed, segment store open.
 /// Dropping it without [`Server::serve`] stops issuing and releases the claim
@@ -513,229 +431,6 @@ fn node_identity(config: &Config, addr: SocketAddr) -> NodeIdentity {
         address,
         port: addr.port(),
     }
-}
-
-async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
-    let sf = &config.snowflake;
-    let data_dir = &config.server.data_dir;
-    Ok(match sf.registry {
-        RegistryKind::File => Arc::new(FileRegistry::open(data_dir, sf.worker.unwrap_or(0))?),
-        RegistryKind::Static => Arc::new(
-            StaticRegistry::new(sf.worker.unwrap_or(0)).with_mark_file(LeaseFile::open(data_dir)?),
-        ),
-        RegistryKind::Host => {
-            let registry = match sf.host.address {
-                Some(address) => HostRegistry::from_ipv4(address)?,
-                None => HostRegistry::from_local_hostname()?,
-            };
-            Arc::new(registry.with_mark_file(LeaseFile::open(data_dir)?))
-        }
-        RegistryKind::K8s => {
-            let registry = match &sf.k8s.hostname {
-                Some(h) => K8sRegistry::from_hostname(h)?,
-                None => K8sRegistry::from_local_hostname()?,
-            };
-            Arc::new(registry.with_mark_file(LeaseFile::open(data_dir)?))
-        }
-        RegistryKind::Sql => {
-            let url = sf.sql.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-            Arc::new(SqlRegistry::connect(url, sql_registry_config(config)).await?)
-        }
-        RegistryKind::Redis => Arc::new(
-            RedisRegistry::connect(sf.redis.url.expose(), redis_registry_config(config)).await?,
-        ),
-        RegistryKind::Etcd => {
-            Arc::new(EtcdRegistry::connect(&sf.etcd.endpoints, etcd_config(config)).await?)
-        }
-        RegistryKind::Zookeeper => Arc::new(
-            ZooKeeperRegistry::connect(&sf.zookeeper.connect, zookeeper_config(config)).await?,
-        ),
-    })
-}
-
-// The settings each backend is opened with, built without I/O, so that
-// `Server::check` validates exactly what `Server::start` opens.
-
-fn generator_settings(config: &Config, layout: Layout) -> GeneratorSettings {
-    let sf = &config.snowflake;
-    let settings = GeneratorSettings::new(layout)
-        .with_clock_behind(sf.clock_behind)
-        .with_sequence_exhausted(sf.sequence_exhausted)
-        .with_sequence_start(sf.sequence_start);
-    match sf.datacenter {
-        Some(dc) => settings.with_datacenter(dc),
-        None => settings,
-    }
-}
-
-fn keeper_config(config: &Config) -> KeeperConfig {
-    KeeperConfig::new().with_window(config.snowflake.window)
-}
-
-fn sql_registry_config(config: &Config) -> SqlConfig {
-    let s = &config.snowflake.sql;
-    let mode = match s.mode {
-        SqlModeName::Lease => SqlMode::Lease,
-        SqlModeName::Disposable => SqlMode::Disposable,
-        SqlModeName::UidGenerator => SqlMode::UidGenerator,
-    };
-    let sql_config = SqlConfig::new(mode)
-        .with_cluster(s.cluster.clone())
-        .with_lease_ttl(s.lease_ttl);
-    // Unset: the mode's own default (`WORKER_NODE` for uid-generator).
-    match &s.table {
-        Some(table) => sql_config.with_table(table.clone()),
-        None => sql_config,
-    }
-}
-
-fn redis_registry_config(config: &Config) -> RedisConfig {
-    let r = &config.snowflake.redis;
-    RedisConfig::new()
-        .with_cluster(&r.cluster)
-        .with_lease_ttl(r.lease_ttl)
-}
-
-fn etcd_config(config: &Config) -> EtcdConfig {
-    let e = &config.snowflake.etcd;
-    EtcdConfig::new()
-        .with_cluster(&e.cluster)
-        .with_lease_ttl(e.lease_ttl)
-}
-
-fn zookeeper_config(config: &Config) -> ZooKeeperConfig {
-    let z = &config.snowflake.zookeeper;
-    let zk_config = ZooKeeperConfig::new(match z.mode {
-        ZooKeeperModeName::Ephemeral => ZooKeeperMode::Ephemeral,
-        ZooKeeperModeName::Forever => ZooKeeperMode::Forever,
-    })
-    .with_cluster(z.cluster.clone())
-    .with_session_timeout(z.session_timeout);
-    match z.mode {
-        ZooKeeperModeName::Forever => {
-            zk_config.with_cache_dir(config.server.data_dir.join("zookeeper-cache"))
-        }
-        ZooKeeperModeName::Ephemeral => zk_config,
-    }
-}
-
-fn segment_config(config: &Config) -> SegmentConfig {
-    let seg = &config.segment;
-    SegmentConfig::new()
-        .with_preload_share(seg.preload_share)
-        .with_max_step(seg.max_step)
-        .with_max_batch(config.server.max_count.max(1))
-}
-
-/// The segment store to open: Redis by the URL's scheme, else SQL.
-enum StoreSettings {
-    Redis {
-        url: String,
-        config: RedisStoreConfig,
-    },
-    Sql(SqlStoreConfig),
-}
-
-fn store_settings(config: &Config) -> StoreSettings {
-    let url = config.segment_url();
-    let seg = &config.segment;
-    if url.starts_with("redis://") || url.starts_with("rediss://") {
-        let redis_config = RedisStoreConfig::new();
-        let redis_config = match &seg.key_prefix {
-            Some(prefix) => redis_config.with_key_prefix(prefix.clone()),
-            None => redis_config,
-        };
-        StoreSettings::Redis {
-            url,
-            config: redis_config,
-        }
-    } else {
-        let schema = match seg.schema {
-            SchemaName::Idmint => TableSchema::Idmint,
-            SchemaName::Leaf => TableSchema::Leaf,
-            SchemaName::Tinyid => TableSchema::Tinyid,
-        };
-        let sql_config = SqlStoreConfig::new(url).with_schema(schema);
-        StoreSettings::Sql(match &seg.table {
-            Some(table) => sql_config.with_table(table.clone()),
-            None => sql_config,
-        })
-    }
-}
-
-/// Every key's strategy at start: the declared keys, and the store's rows
-/// as segment keys (so a key created through the admin API, or a row of a
-/// Leaf or Tinyid table, stays a segment key across restarts).
-async fn key_table(config: &Config, segments: &SegmentAllocator) -> Result<KeyTable, ServerError> {
-    let stored = segments
-        .store()
-        .list()
-        .await
-        .map_err(|source| ServerError::Segment {
-            what: "listing the segment store's keys".to_owned(),
-            source,
-        })?;
-    let mut keys: KeyMap<KeySpec> = stored
-        .into_iter()
-        .map(|info| (info.key, KeySpec::new(Strategy::Segment, KeySource::Store)))
-        .collect();
-    for name in config.segment.keys.keys() {
-        keys.insert(
-            name.clone(),
-            KeySpec::new(Strategy::Segment, KeySource::Declared),
-        );
-    }
-    for (name, key) in &config.keys {
-        keys.insert(
-            name.clone(),
-            KeySpec {
-                strategy: key.strategy,
-                public: key.public,
-                source: KeySource::Declared,
-            },
-        );
-    }
-    let undeclared = config.undeclared_keys();
-    tracing::info!(
-        known = keys.len(),
-        undeclared_keys = undeclared.name(),
-        "keys resolved"
-    );
-    Ok(KeyTable::new(keys, undeclared))
-}
-
-/// The segment allocator on the configured store, and the store itself
-/// when it is Tinyid's table (for its tokens).
-async fn open_segments(
-    config: &Config,
-    metrics: Arc<Metrics>,
-) -> Result<(SegmentAllocator, Option<Arc<SqlSegmentStore>>), ServerError> {
-    let url = config.segment_url();
-    let fail = |source| ServerError::Segment {
-        what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
-        source,
-    };
-    let mut tinyid = None;
-    let store: Arc<dyn SegmentStore> = match store_settings(config) {
-        StoreSettings::Redis { url, config } => Arc::new(
-            RedisSegmentStore::connect(&url, config)
-                .await
-                .map_err(fail)?,
-        ),
-        StoreSettings::Sql(sql_config) => {
-            let schema = sql_config.schema();
-            let store = Arc::new(SqlSegmentStore::connect(sql_config).await.map_err(fail)?);
-            if schema == TableSchema::Tinyid {
-                tinyid = Some(store.clone());
-            }
-            store
-        }
-    };
-    tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
-    let allocator =
-        SegmentAllocator::from_shared(CountingStore::wrap(store, metrics), segment_config(config))
-            .map_err(fail)?;
-    Ok((allocator, tinyid))
 }
 
 /// Owns the task that logs the worker lease's state changes (lost, expired,

@@ -24,7 +24,8 @@ use idmint_core::clock::Clock;
 use idmint_registry::LeaseState;
 use serde_json::{Value, json};
 
-use crate::metrics::{RATE_WINDOW, buffer_fill, lead_seconds};
+use crate::metrics::sampler::RATE_WINDOW;
+use crate::metrics::scrape::{buffer_fill, lead_seconds};
 use crate::state::AppState;
 
 /// The layout's run-out date shows a warning when it is closer than this.
