@@ -820,7 +820,7 @@ async fn admin_workers(State(state): Shared, headers: HeaderMap) -> Result<Respo
 /// that can't list; 503 when the registry fails or times out.
 async fn admin_fleet(State(state): Shared, headers: HeaderMap) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    match crate::fleet::snapshot(&state).await {
+    match crate::fleet::snapshot(&state.fleet, &state.clock, &state.worker).await {
         Ok(body) => Ok(axum::Json(body).into_response()),
         Err(e) if e.unsupported => Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
