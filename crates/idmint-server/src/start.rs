@@ -14,7 +14,7 @@ use idmint_registry::{
     KeeperGuard, LeaseState, NodeIdentity, RegistryError, WorkerHandle, WorkerKeeper,
     check_given_worker,
 };
-use idmint_segment::{PreloaderGuard, SegmentError};
+use idmint_segment::{PreloaderGuard, SegmentAllocator, SegmentError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -26,6 +26,7 @@ use crate::backends::{
 use crate::clock::IdClock;
 use crate::config::{Config, ConfigError, RegistryKind};
 use crate::error::ServerError;
+use crate::fleet::FleetView;
 use crate::listen::{Bound, ConnectionLimits};
 use crate::metrics::Metrics;
 use crate::metrics::sampler::SamplerGuard;
@@ -60,162 +61,56 @@ impl Server {
     /// segment store and creates the declared keys. Returns once IDs can be
     /// served.
     ///
+    /// The steps, in order, each a function below whose error names it: read
+    /// the TLS files (`load_tls`), create the data directory, bind the
+    /// listeners (`Listeners::bind`), claim the worker (`claim_worker`),
+    /// open the segment store and create the declared keys
+    /// (`start_segments`), build the shared state (`build_state`), and
+    /// start the background tasks (`Background::spawn`).
+    ///
     /// # Errors
     /// [`ServerError`] naming the step and config key that failed.
     pub async fn start(config: Config) -> Result<Server, ServerError> {
         Server::check(&config)?;
         let layout = config.layout()?;
         // Read before anything is bound or claimed: bad files stop the start.
-        let tls = match &config.tls {
-            Some(section) => {
-                let tls = Arc::new(Tls::load(section)?);
-                let cert = tls.cert();
-                tracing::info!(subject = %cert.subject, serial = %cert.serial, "TLS certificate loaded");
-                Some(tls)
-            }
-            None => None,
-        };
-        let data_dir = &config.server.data_dir;
-        std::fs::create_dir_all(data_dir).map_err(|source| ServerError::DataDir {
-            path: data_dir.display().to_string(),
-            source,
-        })?;
-
-        let addr = config.server.http_addr;
-        let Bound {
-            listener,
-            local_addr,
-        } = Bound::bind(addr)
-            .await
-            .map_err(|source| ServerError::Bind { addr, source })?;
-        let resp = match config.server.resp_addr {
-            Some(addr) => Some(
-                Bound::bind(addr)
-                    .await
-                    .map_err(|source| ServerError::BindResp { addr, source })?,
-            ),
-            None => None,
-        };
-        let grpc = match config.server.grpc_addr {
-            Some(addr) => Some(
-                Bound::bind(addr)
-                    .await
-                    .map_err(|source| ServerError::BindGrpc { addr, source })?,
-            ),
-            None => None,
-        };
-
-        let kind = config.snowflake.registry;
-        let registry_error = |source| ServerError::Registry {
-            registry: kind.name(),
-            source,
-        };
-        let node = node_identity(&config, local_addr);
+        let tls = load_tls(&config)?;
+        create_data_dir(&config)?;
+        let listeners = Listeners::bind(&config).await?;
+        let node = node_identity(&config, listeners.http.local_addr);
         let metrics = Arc::new(Metrics::new(node.to_string()));
-        let registry = open_registry(&config).await.map_err(registry_error)?;
-        let registry = CountingRegistry::wrap(registry, metrics.clone());
-        let fleet = crate::fleet::FleetView::new(registry.clone(), node.clone());
-        let clock = IdClock::new(config.snowflake.clock);
-        let settings = generator_settings(&config, layout).with_clock(clock.shared());
-        let keeper = WorkerKeeper::start(registry, node.clone(), settings, keeper_config(&config))
-            .await
-            .map_err(registry_error)?;
-        let worker = keeper.handle().clone();
-        let status = worker.status();
-        tracing::info!(
-            registry = kind.name(),
-            clock = clock.source().name(),
-            worker = status.worker,
-            node = %node,
-            mark = ?status.persisted_mark,
-            "worker ID claimed"
-        );
-
-        let (segments, tinyid_store) = open_segments(&config, metrics.clone()).await?;
-        // Tinyid's tokens, read now (a missing table stops the start) and
-        // again every minute, as Tinyid does.
-        let (tinyid_tokens, token_refresher) = match tinyid_store {
-            Some(store) => {
-                let rows = store
-                    .tinyid_tokens()
-                    .await
-                    .map_err(|source| ServerError::Segment {
-                        what: format!(
-                            "reading Tinyid's tokens from {}",
-                            idmint_segment::sql::tinyid::TOKEN_TABLE
-                        ),
-                        source,
-                    })?;
-                tracing::info!(tokens = rows.len(), "Tinyid tokens read");
-                let tokens = Arc::new(TinyidTokens::new(rows));
-                let refresher = TokenRefresher::spawn(store, tokens.clone());
-                (Some(tokens), Some(refresher))
-            }
-            None => (None, None),
-        };
-        for (name, key) in &config.segment.keys {
-            match segments.create_key(key.new_key(name)).await {
-                Ok(info) => tracing::info!(key = %name, step = info.step, "segment key created"),
-                Err(SegmentError::KeyExists { .. }) => {}
-                Err(source) => {
-                    return Err(ServerError::Segment {
-                        what: format!("creating segment.keys.{name}"),
-                        source,
-                    });
-                }
-            }
-        }
-        let preloader = segments.spawn_preloader();
-
-        let obfuscator = config.obfuscation.obfuscator()?;
-        let codec = PublicIdCodec::new(config.obfuscation.text_format()?);
-        let keys = key_table(&config, &segments).await?;
-
-        let state = Arc::new(AppState {
-            worker: worker.clone(),
-            layout,
-            layout_text: layout_name(&layout),
+        let Claimed {
+            keeper,
+            worker,
             clock,
-            clock_policy: (
-                config.snowflake.clock_behind,
-                config.snowflake.sequence_exhausted,
-            ),
-            clock_failed_until: AtomicI64::new(i64::MIN),
-            segments,
-            uuids: UuidGenerator::new(),
-            keys,
-            obfuscator,
-            codec,
-            admin_token: config.server.admin_token.clone(),
-            key_tokens: config
-                .keys
-                .iter()
-                .filter_map(|(name, key)| Some((name.clone(), key.token.clone()?)))
-                .collect(),
-            tinyid_tokens,
-            max_count: config.server.max_count,
-            metrics: metrics.clone(),
-            connections: ConnectionLimits::new(
-                config.server.max_connections,
-                config.server.read_timeout,
-            ),
             fleet,
-            tls: tls.clone(),
-        });
-        let tls_watcher = tls.as_ref().map(Tls::spawn_watcher);
-        let watcher = WatcherGuard::spawn(worker);
-        let sampler = SamplerGuard::spawn(metrics);
-        let tls_on = |surface| tls.as_ref().is_some_and(|t| t.enabled(surface));
-        tracing::info!(addr = %local_addr, tls = tls_on(Surface::Http), "listening for HTTP");
-        if let Some(resp) = &resp {
-            tracing::info!(addr = %resp.local_addr, tls = tls_on(Surface::Resp), "listening for RESP (Redis protocol)");
-        }
-        if let Some(grpc) = &grpc {
-            tracing::info!(addr = %grpc.local_addr, tls = tls_on(Surface::Grpc), "listening for gRPC (idmint.v1.IdService)");
-        }
+        } = claim_worker(&config, layout, node, &metrics).await?;
+        let Segments {
+            allocator,
+            preloader,
+            tinyid_tokens,
+            token_refresher,
+        } = start_segments(&config, &metrics).await?;
+        let parts = Parts {
+            worker,
+            clock,
+            fleet,
+            segments: allocator,
+            tinyid_tokens,
+            metrics,
+            tls,
+        };
+        let state = build_state(&config, layout, parts).await?;
+        let Background {
+            tls_watcher,
+            watcher,
+            sampler,
+        } = Background::spawn(&state);
+        listeners.log(state.tls.as_deref());
+        let Listeners { http, resp, grpc } = listeners;
         Ok(Server {
-            listener,
-            local_addr,
+            listener: http.listener,
+            local_addr: http.local_addr,
             state,
             keeper,
             preloader,
@@ -407,6 +302,267 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     Server::start(config).await?.serve(shutdown).await
+}
+
+// ---- The steps of `Server::start` ----
+
+/// Reads and checks the TLS files (`[tls]`), when set.
+fn load_tls(config: &Config) -> Result<Option<Arc<Tls>>, ServerError> {
+    let Some(section) = &config.tls else {
+        return Ok(None);
+    };
+    let tls = Arc::new(Tls::load(section)?);
+    let cert = tls.cert();
+    tracing::info!(subject = %cert.subject, serial = %cert.serial, "TLS certificate loaded");
+    Ok(Some(tls))
+}
+
+/// Creates `server.data_dir`.
+fn create_data_dir(config: &Config) -> Result<(), ServerError> {
+    let data_dir = &config.server.data_dir;
+    std::fs::create_dir_all(data_dir).map_err(|source| ServerError::DataDir {
+        path: data_dir.display().to_string(),
+        source,
+    })
+}
+
+/// The listeners, bound before anything is claimed: HTTP, and RESP and gRPC
+/// when configured.
+struct Listeners {
+    http: Bound,
+    resp: Option<Bound>,
+    grpc: Option<Bound>,
+}
+
+impl Listeners {
+    /// Binds `server.http_addr`, then `server.resp_addr` and
+    /// `server.grpc_addr` when set.
+    async fn bind(config: &Config) -> Result<Listeners, ServerError> {
+        let addr = config.server.http_addr;
+        let http = Bound::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        let resp = match config.server.resp_addr {
+            Some(addr) => Some(
+                Bound::bind(addr)
+                    .await
+                    .map_err(|source| ServerError::BindResp { addr, source })?,
+            ),
+            None => None,
+        };
+        let grpc = match config.server.grpc_addr {
+            Some(addr) => Some(
+                Bound::bind(addr)
+                    .await
+                    .map_err(|source| ServerError::BindGrpc { addr, source })?,
+            ),
+            None => None,
+        };
+        Ok(Listeners { http, resp, grpc })
+    }
+
+    /// Logs each listener's address, and whether it speaks TLS.
+    fn log(&self, tls: Option<&Tls>) {
+        let tls_on = |surface| tls.is_some_and(|t| t.enabled(surface));
+        tracing::info!(addr = %self.http.local_addr, tls = tls_on(Surface::Http), "listening for HTTP");
+        if let Some(resp) = &self.resp {
+            tracing::info!(addr = %resp.local_addr, tls = tls_on(Surface::Resp), "listening for RESP (Redis protocol)");
+        }
+        if let Some(grpc) = &self.grpc {
+            tracing::info!(addr = %grpc.local_addr, tls = tls_on(Surface::Grpc), "listening for gRPC (idmint.v1.IdService)");
+        }
+    }
+}
+
+/// A claimed worker: the keeper that holds the claim, its handle, the clock
+/// its generator reads, and the registry's fleet as this node sees it.
+struct Claimed {
+    keeper: KeeperGuard,
+    worker: WorkerHandle,
+    clock: IdClock,
+    fleet: FleetView,
+}
+
+/// Opens the worker registry (its failed calls counted in `metrics`) and
+/// claims a worker ID for `node` through a [`WorkerKeeper`], which persists
+/// the first high-water mark before it returns.
+async fn claim_worker(
+    config: &Config,
+    layout: Layout,
+    node: NodeIdentity,
+    metrics: &Arc<Metrics>,
+) -> Result<Claimed, ServerError> {
+    let kind = config.snowflake.registry;
+    let registry_error = |source| ServerError::Registry {
+        registry: kind.name(),
+        source,
+    };
+    let registry = open_registry(config).await.map_err(registry_error)?;
+    let registry = CountingRegistry::wrap(registry, metrics.clone());
+    let fleet = FleetView::new(registry.clone(), node.clone());
+    let clock = IdClock::new(config.snowflake.clock);
+    let settings = generator_settings(config, layout).with_clock(clock.shared());
+    let keeper = WorkerKeeper::start(registry, node.clone(), settings, keeper_config(config))
+        .await
+        .map_err(registry_error)?;
+    let worker = keeper.handle().clone();
+    let status = worker.status();
+    tracing::info!(
+        registry = kind.name(),
+        clock = clock.source().name(),
+        worker = status.worker,
+        node = %node,
+        mark = ?status.persisted_mark,
+        "worker ID claimed"
+    );
+    Ok(Claimed {
+        keeper,
+        worker,
+        clock,
+        fleet,
+    })
+}
+
+/// The segment allocator, running: its preloader, and Tinyid's tokens with
+/// the task that re-reads them when the store is Tinyid's table.
+struct Segments {
+    allocator: SegmentAllocator,
+    preloader: PreloaderGuard,
+    tinyid_tokens: Option<Arc<TinyidTokens>>,
+    token_refresher: Option<TokenRefresher>,
+}
+
+/// Opens the segment store and allocator (failed leases counted in
+/// `metrics`), reads Tinyid's tokens when the store is Tinyid's table,
+/// creates the keys declared in `[segment.keys]`, and starts the preloader.
+async fn start_segments(config: &Config, metrics: &Arc<Metrics>) -> Result<Segments, ServerError> {
+    let (segments, tinyid_store) = open_segments(config, metrics.clone()).await?;
+    // Tinyid's tokens, read now (a missing table stops the start) and
+    // again every minute, as Tinyid does.
+    let (tinyid_tokens, token_refresher) = match tinyid_store {
+        Some(store) => {
+            let rows = store
+                .tinyid_tokens()
+                .await
+                .map_err(|source| ServerError::Segment {
+                    what: format!(
+                        "reading Tinyid's tokens from {}",
+                        idmint_segment::sql::tinyid::TOKEN_TABLE
+                    ),
+                    source,
+                })?;
+            tracing::info!(tokens = rows.len(), "Tinyid tokens read");
+            let tokens = Arc::new(TinyidTokens::new(rows));
+            let refresher = TokenRefresher::spawn(store, tokens.clone());
+            (Some(tokens), Some(refresher))
+        }
+        None => (None, None),
+    };
+    for (name, key) in &config.segment.keys {
+        match segments.create_key(key.new_key(name)).await {
+            Ok(info) => tracing::info!(key = %name, step = info.step, "segment key created"),
+            Err(SegmentError::KeyExists { .. }) => {}
+            Err(source) => {
+                return Err(ServerError::Segment {
+                    what: format!("creating segment.keys.{name}"),
+                    source,
+                });
+            }
+        }
+    }
+    let preloader = segments.spawn_preloader();
+    Ok(Segments {
+        allocator: segments,
+        preloader,
+        tinyid_tokens,
+        token_refresher,
+    })
+}
+
+/// What the shared state is made of, from the steps before [`build_state`].
+struct Parts {
+    worker: WorkerHandle,
+    clock: IdClock,
+    fleet: FleetView,
+    segments: SegmentAllocator,
+    tinyid_tokens: Option<Arc<TinyidTokens>>,
+    metrics: Arc<Metrics>,
+    tls: Option<Arc<Tls>>,
+}
+
+/// The shared state: `parts`, the obfuscation settings, the key table (read
+/// from the store), and the tokens and limits of the config.
+async fn build_state(
+    config: &Config,
+    layout: Layout,
+    parts: Parts,
+) -> Result<Arc<AppState>, ServerError> {
+    let Parts {
+        worker,
+        clock,
+        fleet,
+        segments,
+        tinyid_tokens,
+        metrics,
+        tls,
+    } = parts;
+    let obfuscator = config.obfuscation.obfuscator()?;
+    let codec = PublicIdCodec::new(config.obfuscation.text_format()?);
+    let keys = key_table(config, &segments).await?;
+
+    Ok(Arc::new(AppState {
+        worker,
+        layout,
+        layout_text: layout_name(&layout),
+        clock,
+        clock_policy: (
+            config.snowflake.clock_behind,
+            config.snowflake.sequence_exhausted,
+        ),
+        clock_failed_until: AtomicI64::new(i64::MIN),
+        segments,
+        uuids: UuidGenerator::new(),
+        keys,
+        obfuscator,
+        codec,
+        admin_token: config.server.admin_token.clone(),
+        key_tokens: config
+            .keys
+            .iter()
+            .filter_map(|(name, key)| Some((name.clone(), key.token.clone()?)))
+            .collect(),
+        tinyid_tokens,
+        max_count: config.server.max_count,
+        metrics,
+        connections: ConnectionLimits::new(
+            config.server.max_connections,
+            config.server.read_timeout,
+        ),
+        fleet,
+        tls,
+    }))
+}
+
+/// The background tasks started once the state is built; each stops when
+/// its guard drops.
+struct Background {
+    /// Reloads the TLS files on request and when they change.
+    tls_watcher: Option<TlsWatcher>,
+    /// Logs the worker lease's state changes.
+    watcher: WatcherGuard,
+    /// Samples the throughput and keeps the recorder drained.
+    sampler: SamplerGuard,
+}
+
+impl Background {
+    /// Starts the tasks, on `state`'s parts.
+    fn spawn(state: &AppState) -> Background {
+        Background {
+            tls_watcher: state.tls.as_ref().map(Tls::spawn_watcher),
+            watcher: WatcherGuard::spawn(state.worker.clone()),
+            sampler: SamplerGuard::spawn(state.metrics.clone()),
+        }
+    }
 }
 
 /// The layout's preset name, else its full text form.
