@@ -36,7 +36,7 @@
 //! # TLS
 //! With `[tls]` (and `tls.grpc` left on), connections are handed to tonic
 //! once their TLS handshake (ALPN `h2`) is done, each made in its own task
-//! within `server.read_timeout` ([`accept`]): the same acceptor and reload
+//! within `server.read_timeout` (`accept`): the same acceptor and reload
 //! path as HTTP and RESP (`tls.rs`), not tonic's own TLS.
 //!
 //! # Shutdown

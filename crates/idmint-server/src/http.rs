@@ -1,5 +1,6 @@
 //! The HTTP API (axum): Leaf-compatible endpoints, Tinyid's (`http/tinyid.rs`),
-//! the `v1` API, health and readiness, and the admin API behind a bearer token.
+//! the `v1` API, health and readiness, and the admin API behind a bearer token
+//! (`http/admin.rs`).
 //!
 //! # Which strategy
 //! `/v1/ids/{key}` issues with the key's strategy (`keys::KeyTable`: declared,
