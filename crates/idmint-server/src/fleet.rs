@@ -23,12 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idmint_core::clock::Clock;
-use idmint_registry::{FleetMember, NodeIdentity, RegistryError, WorkerRegistry};
+use idmint_registry::{FleetMember, NodeIdentity, RegistryError, WorkerHandle, WorkerRegistry};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
-
-use crate::issue::AppState;
 
 /// How a fleet listing failed, kept (and shared) like a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,16 +122,20 @@ impl FleetView {
 }
 
 /// What `GET /v1/admin/fleet` answers: the listing with each row's offset
-/// and this node's row marked.
+/// and this node's row marked: `view` read with `clock` (the ID clock, whose
+/// reading the offsets are taken from), `worker` the ID this node holds.
 ///
 /// # Errors
 /// The listing's failure ([`FleetError`]), as the registry gave it.
-pub(crate) async fn snapshot(state: &AppState) -> Result<Value, FleetError> {
-    let view = &state.fleet;
-    let read = view.read(&state.clock).await;
+pub(crate) async fn snapshot(
+    view: &FleetView,
+    clock: &dyn Clock,
+    worker: &WorkerHandle,
+) -> Result<Value, FleetError> {
+    let read = view.read(clock).await;
     let members = read.result?;
     let read_at = jiff::Timestamp::from_nanosecond(i128::from(read.read_at_nanos)).ok();
-    let worker = state.worker.worker();
+    let worker = worker.worker();
     let rows: Vec<Value> = members
         .iter()
         .map(|m| {

@@ -36,7 +36,7 @@
 //! # TLS
 //! With `[tls]` (and `tls.grpc` left on), connections are handed to tonic
 //! once their TLS handshake (ALPN `h2`) is done, each made in its own task
-//! within `server.read_timeout` ([`accept`]): the same acceptor and reload
+//! within `server.read_timeout` (`accept`): the same acceptor and reload
 //! path as HTTP and RESP (`tls.rs`), not tonic's own TLS.
 //!
 //! # Shutdown
@@ -62,12 +62,14 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::{Code, Request, Response, Status};
 
-use crate::issue::{
-    self, AppState, ConnectionLimits, ErrorClass, IssueError, Issued, KeySpec, constant_time_eq,
-};
+use crate::error::{ErrorClass, IssueError};
+use crate::issue::{self, Issued};
+use crate::keys::KeySpec;
+use crate::listen::{Bound, ConnectionLimits, stopped};
 use crate::metrics::Metrics;
-use crate::start::Bound;
+use crate::state::AppState;
 use crate::tls::{self, MaybeTls, Surface, Tls};
+use crate::tokens::constant_time_eq;
 use proto::id_service_server::{IdService, IdServiceServer};
 use proto::{DecodeRequest, DecodeResponse, GetIdsRequest, GetIdsResponse, StreamIdsRequest};
 
@@ -296,11 +298,6 @@ impl AsyncWrite for Slotted {
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
     }
-}
-
-/// Completes when `stop` turns true, or its sender is gone (stop then too).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|&stopped| stopped).await;
 }
 
 /// `idmint.v1.IdService` on the server's shared state.

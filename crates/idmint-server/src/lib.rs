@@ -20,23 +20,43 @@
 //! `server.resp_addr` is set, is in `resp.rs`; the gRPC surface
 //! (`idmint.v1.IdService`, from `proto/idmint/v1/idmint.proto`), on its own
 //! port when `server.grpc_addr` is set, in [`grpc`]. All issue IDs through
-//! `issue.rs`, which resolves a key's strategy and maps failures to those codes.
+//! `issue.rs`, which issues by the key's strategy (resolved by the key table,
+//! `keys.rs`) and fails with an `IssueError` (`error.rs`) that each surface
+//! maps to those codes.
 //! With `[tls]`, every listener speaks TLS from one certificate (`tls.rs`),
 //! reloaded through [`TlsReload`] and when its files change.
+//!
+//! The start-up steps are in `start.rs`; the backends they open (registry,
+//! segment store) and the counting wrappers around them in `backends.rs`;
+//! the sockets and connection limits every listener shares in `listen.rs`;
+//! the state every surface shares (`AppState`) in `state.rs`, with the ID
+//! clock (`clock.rs`), readiness (`ready.rs`) and token checks (`tokens.rs`)
+//! beside it; the metrics recorder in `metrics.rs` and the parts that feed it
+//! in `metrics/`. Imports point one way: surfaces → issuing → state → the
+//! parts it holds; nothing below imports what is above it.
 
 #![deny(missing_docs)]
 
+mod backends;
+mod clock;
 pub mod config;
+mod error;
 mod fleet;
 pub mod grpc;
 mod http;
 mod issue;
+mod keys;
+mod listen;
 mod metrics;
+mod ready;
 mod resp;
 mod start;
+mod state;
 mod status;
 mod tls;
+mod tokens;
 
 pub use config::{Config, ConfigError};
-pub use start::{Server, ServerError, run};
+pub use error::ServerError;
+pub use start::{Server, run};
 pub use tls::{TlsError, TlsReload, check_files as check_tls_files};

@@ -18,54 +18,55 @@
 //!   recorder's counters are not: the throughput sampler and the status page
 //!   sum the same cells.
 //! - **HTTP latency** (`idmint_http_request_duration_seconds{route,status}`):
-//!   a histogram per matched route and status class, recorded by [`track`].
+//!   a histogram per matched route and status class, recorded by
+//!   [`latency::LatencyLayer`] (`metrics/latency.rs`).
 //! - **gRPC latency** (`idmint_grpc_request_duration_seconds{method,code}`):
 //!   a histogram per RPC and outcome (`ok`, `invalid_argument`, ...),
-//!   recorded by `grpc.rs`; open `StreamIds` calls in `idmint_grpc_streams_open`.
-//! - **Read at scrape time** from their owners: the snowflake generator's
+//!   recorded by `grpc.rs` (`metrics/grpc.rs`); open `StreamIds` calls in
+//!   `idmint_grpc_streams_open`.
+//! - **Read at scrape time** from their owners (`metrics/scrape.rs`): the snowflake generator's
 //!   [`SnowflakeStats`] (as counters that stay monotonic across a re-claim's
 //!   new generator), the clock's drift, the lease, the worker ID, the mark's
 //!   lead, segment buffers and steps, the layout's time left.
 //! - **Registry errors and segment lease failures**: counted by
-//!   [`CountingRegistry`] and [`CountingStore`], thin wrappers around the
-//!   registry and the segment store that count failed and abandoned (timed
-//!   out) calls.
+//!   `CountingRegistry` and `CountingStore` (`backends.rs`), thin wrappers
+//!   around the registry and the segment store that count failed and
+//!   abandoned (timed out) calls.
 //!
 //! # Label cardinality
 //! `key` is a segment key that exists in the store, or a key named in
 //! `[keys]`; any other key (the Leaf snowflake route takes any name) and
 //! keyless requests (`/v1/uuid`) are counted under `key="*"`. At most
 //! [`MAX_KEYS`] distinct keys get their own series.
+//!
+//! # Where the parts live
+//! This file is the recorder ([`Metrics`]) and what it describes; the parts
+//! that feed it each have a file: `metrics/latency.rs` (the HTTP latency
+//! layer), `metrics/grpc.rs` (gRPC latency and open streams),
+//! `metrics/sampler.rs` (the throughput history and the recorder's upkeep)
+//! and `metrics/scrape.rs` (what `GET /metrics` reads and renders). None of
+//! them knows the server's shared state: a scrape is handed what it reads.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use async_trait::async_trait;
-use axum::extract::{MatchedPath, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use idmint_core::clock::Clock;
 use idmint_core::{Snowflake, SnowflakeStats};
-use idmint_registry::{
-    Claim, FleetMember, Lease, LeaseState, NodeIdentity, PeerReport, WorkerRegistry,
-};
-use idmint_segment::{KeyInfo, KeyStatus, NewKey, SegmentGrant, SegmentStore};
 use jiff::Timestamp;
 use metrics::{Counter, Gauge, Histogram, Key, Label, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
-use tokio::task::JoinHandle;
 
 use crate::config::Strategy;
-use crate::http::AppState;
+
+mod grpc;
+pub(crate) mod latency;
+pub(crate) mod sampler;
+pub(crate) mod scrape;
 
 /// The most keys that get their own `idmint_ids_issued_total` series; the rest
 /// share `key="*"`.
@@ -88,12 +89,8 @@ const LATENCY_BUCKETS: &[f64] = &[
     1.0, 2.5, 5.0, 10.0,
 ];
 
-/// How often the sampler records the issued total (and drains histograms).
-const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// How many samples the throughput history keeps (a minute at one a second).
 const SAMPLES_KEPT: usize = 61;
-/// The window of the throughput figure, in samples (seconds).
-pub(crate) const RATE_WINDOW: usize = 5;
 
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
@@ -206,6 +203,12 @@ impl Metrics {
         (self.started_at, self.started.elapsed())
     }
 
+    /// The recorder's text as it stands, with nothing read into it first.
+    #[cfg(test)]
+    pub(crate) fn text(&self) -> String {
+        self.handle.render()
+    }
+
     fn counter(&self, key: &Key) -> Counter {
         self.recorder.register_counter(key, &METADATA)
     }
@@ -224,6 +227,17 @@ impl Metrics {
         self.with_issued_cell(key, named, strategy, |cell| {
             cell.n_ids.fetch_add(n_ids, Ordering::Relaxed);
         });
+    }
+
+    /// The counter of `key`'s IDs of `strategy`, for a caller that adds to it
+    /// many times; `named` as for [`Metrics::count_issued`].
+    pub(crate) fn issued_counter(
+        &self,
+        key: &str,
+        named: bool,
+        strategy: Strategy,
+    ) -> IssuedCounter {
+        IssuedCounter(self.with_issued_cell(key, named, strategy, Arc::clone))
     }
 
     /// Calls `f` with the cell that counts `key`'s IDs of `strategy` (the
@@ -300,263 +314,29 @@ impl Metrics {
             .sum()
     }
 
-    // ---- Throughput ----
+    // ---- Failures (counted by `backends.rs`) ----
 
-    /// Records the issued total now (the sampler calls this once a second).
-    fn sample(&self) {
-        let total = self.issued_total();
-        let mut samples = lock(&self.samples);
-        if samples.len() == SAMPLES_KEPT {
-            samples.pop_front();
-        }
-        samples.push_back((Instant::now(), total));
-    }
-
-    /// IDs per second over the last [`RATE_WINDOW`] seconds (or since the
-    /// first sample), and per-second rates over the last minute, oldest first.
-    pub(crate) fn throughput(&self) -> (f64, Vec<f64>) {
-        let now = (Instant::now(), self.issued_total());
-        let samples = lock(&self.samples);
-        let rate = |from: (Instant, u64), to: (Instant, u64)| {
-            let secs = to.0.saturating_duration_since(from.0).as_secs_f64();
-            if secs > 0.0 {
-                to.1.saturating_sub(from.1) as f64 / secs
-            } else {
-                0.0
-            }
-        };
-        let recent = samples
-            .iter()
-            .rev()
-            .nth(RATE_WINDOW - 1)
-            .or_else(|| samples.front())
-            .map_or(0.0, |&from| rate(from, now));
-        let history = samples
-            .iter()
-            .zip(samples.iter().skip(1))
-            .map(|(&a, &b)| rate(a, b))
-            .collect();
-        (recent, history)
-    }
-
-    // ---- HTTP latency ----
-
-    /// The latency histograms of `route`, one per status class (1xx to 5xx).
-    pub(crate) fn route_histograms(&self, route: &str) -> Arc<[Histogram; 5]> {
-        match self.latency.load().get(route) {
-            Some(h) => h.clone(),
-            None => self.insert_route(route),
-        }
-    }
-
-    #[cold]
-    fn insert_route(&self, route: &str) -> Arc<[Histogram; 5]> {
-        let _one_writer = lock(&self.latency_insert);
-        let current = self.latency.load_full();
-        if let Some(h) = current.get(route) {
-            return h.clone();
-        }
-        let histograms: Arc<[Histogram; 5]> = Arc::new(std::array::from_fn(|class| {
-            self.recorder.register_histogram(
-                &key(
-                    HTTP_LATENCY,
-                    vec![
-                        label("route", route),
-                        label("status", format!("{}xx", class + 1)),
-                    ],
-                ),
-                &METADATA,
-            )
-        }));
-        let mut next = HashMap::clone(&current);
-        next.insert(route.into(), histograms.clone());
-        self.latency.store(Arc::new(next));
-        histograms
-    }
-
-    // ---- gRPC ----
-
-    /// Records a gRPC call's latency under its method and outcome (`ok` or the
-    /// status code's name).
-    pub(crate) fn record_grpc_latency(
+    pub(crate) fn registry_errors(
         &self,
-        method: &'static str,
-        outcome: &'static str,
-        elapsed: Duration,
-    ) {
-        if let Some(h) = self.grpc_latency.load().get(&(method, outcome)) {
-            h.record(elapsed.as_secs_f64());
-            return;
-        }
-        self.insert_grpc(method, outcome)
-            .record(elapsed.as_secs_f64());
-    }
-
-    #[cold]
-    fn insert_grpc(&self, method: &'static str, outcome: &'static str) -> Histogram {
-        let _one_writer = lock(&self.grpc_latency_insert);
-        let current = self.grpc_latency.load_full();
-        if let Some(h) = current.get(&(method, outcome)) {
-            return h.clone();
-        }
-        let histogram = self.recorder.register_histogram(
-            &key(
-                GRPC_LATENCY,
-                vec![label("method", method), label("code", outcome)],
-            ),
-            &METADATA,
-        );
-        let mut next = HashMap::clone(&current);
-        next.insert((method, outcome), histogram.clone());
-        self.grpc_latency.store(Arc::new(next));
-        histogram
-    }
-
-    /// A `StreamIds` call opened.
-    pub(crate) fn grpc_stream_opened(&self) {
-        self.grpc_streams_open.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A `StreamIds` call ended (finished, failed or cancelled).
-    pub(crate) fn grpc_stream_closed(&self) {
-        self.grpc_streams_open.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    // ---- Failures ----
-
-    fn registry_errors(&self, registry: &'static str, operation: &'static str) -> Counter {
+        registry: &'static str,
+        operation: &'static str,
+    ) -> Counter {
         self.counter(&key(
             REGISTRY_ERRORS,
             vec![label("registry", registry), label("operation", operation)],
         ))
     }
 
-    fn registry_error(&self, registry: &'static str, operation: &'static str) {
+    pub(crate) fn registry_error(&self, registry: &'static str, operation: &'static str) {
         self.registry_errors(registry, operation).increment(1);
     }
 
-    fn lease_failure(&self, store: &'static str, key_name: &str) {
+    pub(crate) fn lease_failure(&self, store: &'static str, key_name: &str) {
         self.counter(&key(
             LEASE_FAILURES,
             vec![label("store", store), label("key", key_name)],
         ))
         .increment(1);
-    }
-
-    // ---- Scrape ----
-
-    /// The snowflake counters so far, monotonic across generators a re-claim
-    /// replaced.
-    pub(crate) fn snowflake_stats(&self, current: Arc<Snowflake>) -> SnowflakeStats {
-        let mut carry = lock(&self.carry);
-        if let Some(previous) = &carry.generator
-            && !Arc::ptr_eq(previous, &current)
-        {
-            carry.base = add_stats(carry.base, previous.stats());
-        }
-        let stats = add_stats(carry.base, current.stats());
-        carry.generator = Some(current);
-        stats
-    }
-
-    /// `GET /metrics`: reads the scrape-time values into the recorder and renders.
-    pub(crate) fn render(&self, state: &AppState) -> String {
-        self.collect(state);
-        self.handle.render()
-    }
-
-    fn collect(&self, state: &AppState) {
-        for cells in self.issued.load().values() {
-            for cell in cells {
-                cell.exported.absolute(cell.n_ids.load(Ordering::Relaxed));
-            }
-        }
-
-        let s = state.worker.status();
-        let registry = || vec![label("registry", s.registry)];
-        self.gauge("idmint_worker_id", registry())
-            .set(f64::from(s.worker));
-        self.gauge("idmint_worker_lease_held", registry())
-            .set(if s.lease == LeaseState::Held {
-                1.0
-            } else {
-                0.0
-            });
-        if let Some(left) = s.lease_left {
-            self.gauge("idmint_worker_lease_seconds_left", registry())
-                .set(left.as_secs_f64());
-        }
-        self.gauge("idmint_worker_generation", registry())
-            .set(s.generation as f64);
-        let now = state.clock.now_nanos();
-        if let Some(mark) = s.mark {
-            self.gauge("idmint_snowflake_mark_lead_seconds", vec![])
-                .set(lead_seconds(mark, now));
-        }
-        if let Some(mark) = s.persisted_mark {
-            self.gauge("idmint_snowflake_persisted_mark_lead_seconds", vec![])
-                .set(lead_seconds(mark, now));
-        }
-        self.gauge(
-            "idmint_clock_drift_seconds",
-            vec![label("clock", state.clock.source().name())],
-        )
-        .set(state.clock.drift() as f64 / 1e9);
-        if let Some(end) = state.layout.runs_out_at() {
-            self.gauge(
-                "idmint_layout_seconds_left",
-                vec![label("layout", state.layout_text.clone())],
-            )
-            .set(lead_seconds(end, now));
-        }
-        // The same answer as `/readyz`, so an alert can watch it without probing.
-        let ready = crate::issue::not_ready_reason(state).is_none();
-        self.gauge("idmint_ready", vec![])
-            .set(if ready { 1.0 } else { 0.0 });
-        self.gauge("idmint_grpc_streams_open", vec![])
-            .set(self.grpc_streams_open.load(Ordering::Relaxed) as f64);
-        self.gauge("idmint_uptime_seconds", vec![])
-            .set(self.started.elapsed().as_secs_f64());
-        self.gauge(
-            "idmint_build_info",
-            vec![label("version", env!("CARGO_PKG_VERSION"))],
-        )
-        .set(1.0);
-
-        if let Some(tls) = &state.tls {
-            let (reloads, failures) = tls.reload_counts();
-            self.counter(&key(TLS_RELOADS, vec![])).absolute(reloads);
-            self.counter(&key(TLS_RELOAD_FAILURES, vec![]))
-                .absolute(failures);
-            self.gauge("idmint_tls_cert_not_after_timestamp_seconds", vec![])
-                .set(tls.cert().not_after as f64);
-        }
-
-        let stats = self.snowflake_stats(state.worker.generator());
-        for (name, read, _) in STATS_HELP {
-            self.counter(&key(name, vec![])).absolute(read(&stats));
-        }
-
-        for k in state.segments.served_keys() {
-            let labels = || vec![label("key", k.key.clone())];
-            let (current, next) = buffer_fill(&k);
-            self.gauge("idmint_segment_ids_left", labels())
-                .set((current + next) as f64);
-            self.gauge("idmint_segment_next_loaded", labels())
-                .set(if k.next.is_some() { 1.0 } else { 0.0 });
-            self.gauge("idmint_segment_step", labels())
-                .set(k.step as f64);
-        }
-    }
-}
-
-fn add_stats(a: SnowflakeStats, b: SnowflakeStats) -> SnowflakeStats {
-    SnowflakeStats {
-        exhaustion_waits: a.exhaustion_waits + b.exhaustion_waits,
-        clock_behind: a.clock_behind + b.clock_behind,
-        clock_behind_waits: a.clock_behind_waits + b.clock_behind_waits,
-        rollbacks: a.rollbacks + b.rollbacks,
-        history_reuses: a.history_reuses + b.history_reuses,
     }
 }
 
@@ -684,365 +464,14 @@ const GAUGE_HELP: &[(&str, &str)] = &[
     ),
 ];
 
-/// Seconds from `now` (clock nanoseconds) to `t`; negative when `t` is past.
-pub(crate) fn lead_seconds(t: Timestamp, now: i64) -> f64 {
-    (t.as_nanosecond() - i128::from(now)) as f64 / 1e9
-}
-
-/// IDs left in a key's current segment and in its loaded next segment.
-pub(crate) fn buffer_fill(k: &KeyStatus) -> (u64, u64) {
-    let current = k.current.map_or(0, |(_, _, left)| left);
-    let next = k.next.map_or(0, |(first, last)| {
-        (last.get().saturating_sub(first.get())) / k.delta.max(1) + 1
-    });
-    (current, next)
-}
-
-/// Counts `n_ids` IDs of `key` made by `strategy` (one call per request, from
-/// `issue.rs`): under the key's own series when it is configured or a segment
-/// key the store just served, else under `key="*"` (an empty `key` is
-/// keyless, as `/v1/uuid`).
-#[inline]
-pub(crate) fn count_issued(state: &AppState, key: &str, strategy: Strategy, n_ids: u64) {
-    state
-        .metrics
-        .count_issued(key, is_named(state, key, strategy), strategy, n_ids);
-}
-
-/// Whether `key` gets its own `idmint_ids_issued_total` series: segment keys
-/// and configured keys do; any other snowflake or UUID key counts as `other`.
-fn is_named(state: &AppState, key: &str, strategy: Strategy) -> bool {
-    !key.is_empty() && (strategy == Strategy::Segment || state.keys.is_declared(key))
-}
-
 /// `key`'s issued counter, found once for a caller that issues for the same
-/// key many times (a RESP connection): adding to it skips the lookups
-/// [`count_issued`] makes.
+/// key many times (a RESP connection, through `AppState::issued_counter`):
+/// adding to it skips the lookups [`Metrics::count_issued`] makes.
 pub(crate) struct IssuedCounter(Arc<IssuedCell>);
 
 impl IssuedCounter {
-    pub(crate) fn new(state: &AppState, key: &str, strategy: Strategy) -> IssuedCounter {
-        let named = is_named(state, key, strategy);
-        IssuedCounter(
-            state
-                .metrics
-                .with_issued_cell(key, named, strategy, Arc::clone),
-        )
-    }
-
     pub(crate) fn add(&self, n_ids: u64) {
         self.0.n_ids.fetch_add(n_ids, Ordering::Relaxed);
-    }
-}
-
-/// `GET /metrics`: the Prometheus text format (version 0.0.4).
-pub(crate) async fn scrape(State(state): State<Arc<AppState>>) -> Response {
-    let body = state.metrics.render(&state);
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
-}
-
-// ---- HTTP latency layer ----
-
-/// The HTTP latency layer: times each request to its response head and
-/// records it under the matched route (`route="unmatched"` for the fallback)
-/// and status class.
-///
-/// Written by hand rather than with `axum::middleware::from_fn`, which boxes
-/// every request's future and clones the boxed inner service per request:
-/// under callgrind that was 7 of the 31 allocations of a single-ID request.
-/// Here the future wraps the inner one in place, and each route's histograms
-/// are looked up once, on its first request.
-#[derive(Clone)]
-pub(crate) struct LatencyLayer {
-    metrics: Arc<Metrics>,
-}
-
-impl LatencyLayer {
-    pub(crate) fn new(metrics: Arc<Metrics>) -> LatencyLayer {
-        LatencyLayer { metrics }
-    }
-}
-
-impl<S> tower_layer::Layer<S> for LatencyLayer {
-    type Service = Latency<S>;
-
-    fn layer(&self, inner: S) -> Latency<S> {
-        Latency {
-            inner,
-            metrics: self.metrics.clone(),
-            histograms: Arc::default(),
-        }
-    }
-}
-
-/// [`LatencyLayer`]'s service around one route (axum layers each route).
-#[derive(Clone)]
-pub(crate) struct Latency<S> {
-    inner: S,
-    metrics: Arc<Metrics>,
-    /// This route's histograms, found on its first request.
-    histograms: Arc<OnceLock<Arc<[Histogram; 5]>>>,
-}
-
-impl<S, B> tower_service::Service<axum::http::Request<B>> for Latency<S>
-where
-    S: tower_service::Service<axum::http::Request<B>, Response = Response>,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = LatencyFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
-        let histograms = self
-            .histograms
-            .get_or_init(|| {
-                let route = req.extensions().get::<MatchedPath>();
-                let route = route.map_or("unmatched", MatchedPath::as_str);
-                self.metrics.route_histograms(route)
-            })
-            .clone();
-        LatencyFuture {
-            started: Instant::now(),
-            inner: self.inner.call(req),
-            histograms,
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The inner response future, timed.
-    pub(crate) struct LatencyFuture<F> {
-        #[pin]
-        inner: F,
-        started: Instant,
-        histograms: Arc<[Histogram; 5]>,
-    }
-}
-
-impl<F, E> Future for LatencyFuture<F>
-where
-    F: Future<Output = Result<Response, E>>,
-{
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.project();
-        let result = std::task::ready!(this.inner.poll(cx));
-        if let Ok(response) = &result {
-            record_latency(this.histograms, response.status(), this.started.elapsed());
-        }
-        Poll::Ready(result)
-    }
-}
-
-/// Records one request's latency in the histogram of its status class.
-pub(crate) fn record_latency(histograms: &[Histogram; 5], status: StatusCode, elapsed: Duration) {
-    let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
-    histograms[class].record(elapsed.as_secs_f64());
-}
-
-// ---- Sampler ----
-
-/// Owns the task that samples the issued total once a second (the status
-/// page's throughput) and drains the latency histograms' buffers into their
-/// buckets (the recorder's upkeep, so an unscraped server's memory stays flat).
-/// Dropping it stops the task.
-#[derive(Debug)]
-pub(crate) struct SamplerGuard(JoinHandle<()>);
-
-impl SamplerGuard {
-    /// Starts the sampler.
-    ///
-    /// # Panics
-    /// Outside a tokio runtime.
-    pub(crate) fn spawn(metrics: Arc<Metrics>) -> SamplerGuard {
-        SamplerGuard(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SAMPLE_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                metrics.sample();
-                metrics.handle.run_upkeep();
-            }
-        }))
-    }
-}
-
-impl Drop for SamplerGuard {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-// ---- Counting wrappers ----
-
-/// Counts a call as failed unless it is disarmed: a call dropped before it
-/// finishes (the caller's timeout) counts too.
-struct FailureGuard<F: FnMut()> {
-    on_failure: Option<F>,
-}
-
-impl<F: FnMut()> FailureGuard<F> {
-    fn new(on_failure: F) -> Self {
-        FailureGuard {
-            on_failure: Some(on_failure),
-        }
-    }
-
-    fn finish<T, E>(mut self, result: Result<T, E>) -> Result<T, E> {
-        if result.is_ok() {
-            self.on_failure = None;
-        }
-        result
-    }
-}
-
-impl<F: FnMut()> Drop for FailureGuard<F> {
-    fn drop(&mut self) {
-        if let Some(f) = &mut self.on_failure {
-            f();
-        }
-    }
-}
-
-/// A [`WorkerRegistry`] that counts failed calls in
-/// `idmint_registry_errors_total` and otherwise is the registry it wraps.
-#[derive(Debug)]
-pub(crate) struct CountingRegistry {
-    inner: Arc<dyn WorkerRegistry>,
-    metrics: Arc<Metrics>,
-}
-
-impl CountingRegistry {
-    /// Wraps `inner`. The error counters of the keeper's calls start at 0,
-    /// so `rate()` works before the first failure.
-    pub(crate) fn wrap(
-        inner: Arc<dyn WorkerRegistry>,
-        metrics: Arc<Metrics>,
-    ) -> Arc<dyn WorkerRegistry> {
-        for operation in ["claim", "renew", "persist_mark", "peers", "release"] {
-            // Registering shows the series at 0.
-            metrics
-                .registry_errors(inner.kind(), operation)
-                .increment(0);
-        }
-        Arc::new(CountingRegistry { inner, metrics })
-    }
-
-    fn guard(&self, operation: &'static str) -> FailureGuard<impl FnMut() + '_> {
-        let registry = self.inner.kind();
-        FailureGuard::new(move || self.metrics.registry_error(registry, operation))
-    }
-}
-
-type RegistryResult<T> = idmint_registry::Result<T>;
-
-#[async_trait]
-impl WorkerRegistry for CountingRegistry {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-
-    async fn claim(&self, node: &NodeIdentity, range: u32) -> RegistryResult<Claim> {
-        let guard = self.guard("claim");
-        guard.finish(self.inner.claim(node, range).await)
-    }
-
-    async fn claim_worker(
-        &self,
-        node: &NodeIdentity,
-        worker: u32,
-        range: u32,
-    ) -> RegistryResult<Claim> {
-        let guard = self.guard("claim_worker");
-        guard.finish(self.inner.claim_worker(node, worker, range).await)
-    }
-
-    async fn renew(&self, claim: &Claim) -> RegistryResult<Option<Lease>> {
-        let guard = self.guard("renew");
-        guard.finish(self.inner.renew(claim).await)
-    }
-
-    async fn persist_mark(
-        &self,
-        claim: &Claim,
-        mark: Timestamp,
-        reported: Timestamp,
-    ) -> RegistryResult<()> {
-        let guard = self.guard("persist_mark");
-        guard.finish(self.inner.persist_mark(claim, mark, reported).await)
-    }
-
-    async fn peers(&self, claim: &Claim) -> RegistryResult<Vec<PeerReport>> {
-        let guard = self.guard("peers");
-        guard.finish(self.inner.peers(claim).await)
-    }
-
-    async fn release(&self, claim: &Claim) -> RegistryResult<()> {
-        let guard = self.guard("release");
-        guard.finish(self.inner.release(claim).await)
-    }
-
-    /// Not counted: the listing is for the status page, not the keeper, and a
-    /// registry that can't list would otherwise read as failing in alerts.
-    async fn fleet(&self) -> RegistryResult<Vec<FleetMember>> {
-        self.inner.fleet().await
-    }
-}
-
-/// A [`SegmentStore`] that counts failed leases (`fetch`) in
-/// `idmint_segment_lease_failures_total` and otherwise is the store it wraps.
-#[derive(Debug)]
-pub(crate) struct CountingStore {
-    inner: Arc<dyn SegmentStore>,
-    metrics: Arc<Metrics>,
-}
-
-impl CountingStore {
-    /// Wraps `inner`.
-    pub(crate) fn wrap(
-        inner: Arc<dyn SegmentStore>,
-        metrics: Arc<Metrics>,
-    ) -> Arc<dyn SegmentStore> {
-        Arc::new(CountingStore { inner, metrics })
-    }
-}
-
-type SegmentResult<T> = idmint_segment::Result<T>;
-
-#[async_trait]
-impl SegmentStore for CountingStore {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-
-    async fn fetch(&self, key: &str, step: Option<u64>) -> SegmentResult<SegmentGrant> {
-        let store = self.inner.kind();
-        let guard = FailureGuard::new(|| self.metrics.lease_failure(store, key));
-        guard.finish(self.inner.fetch(key, step).await)
-    }
-
-    async fn describe(&self, key: &str) -> SegmentResult<Option<KeyInfo>> {
-        self.inner.describe(key).await
-    }
-
-    async fn create(&self, key: &NewKey) -> SegmentResult<KeyInfo> {
-        self.inner.create(key).await
-    }
-
-    async fn list(&self) -> SegmentResult<Vec<KeyInfo>> {
-        self.inner.list().await
     }
 }
 
@@ -1158,66 +587,5 @@ mod tests {
             a.handle.render()
         );
         assert!(!b.handle.render().contains("idmint_ids_issued_total{"));
-    }
-
-    #[test]
-    fn latency_is_a_histogram_per_route_and_class() {
-        let m = metrics();
-        let route = m.route_histograms("/v1/ids/{key}");
-        record_latency(&route, StatusCode::OK, Duration::from_micros(300));
-        record_latency(&route, StatusCode::NOT_FOUND, Duration::from_millis(2));
-        m.handle.run_upkeep();
-        let text = m.handle.render();
-        assert!(
-            text.contains(
-                r#"idmint_http_request_duration_seconds_bucket{route="/v1/ids/{key}",status="2xx",le="0.0005"} 1"#
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                r#"idmint_http_request_duration_seconds_count{route="/v1/ids/{key}",status="4xx"} 1"#
-            ),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn throughput_from_samples() {
-        let m = metrics();
-        m.sample();
-        m.count_issued("a", true, Strategy::Snowflake, 1000);
-        std::thread::sleep(Duration::from_millis(20));
-        m.sample();
-        let (rate, history) = m.throughput();
-        assert!(rate > 0.0);
-        assert_eq!(history.len(), 1);
-        assert!(history[0] > 1000.0, "{history:?}");
-    }
-
-    #[tokio::test]
-    async fn failed_leases_are_counted_per_key() {
-        let m = Arc::new(metrics());
-        let store = CountingStore::wrap(Arc::new(idmint_segment::MemoryStore::new()), m.clone());
-        store.create(&NewKey::new("order", 10)).await.unwrap();
-        assert!(store.fetch("order", None).await.is_ok());
-        assert!(store.fetch("missing", None).await.is_err());
-        assert!(store.fetch("missing", None).await.is_err());
-        let text = m.handle.render();
-        assert!(
-            text.contains(r#"idmint_segment_lease_failures_total{store="memory",key="missing"} 2"#),
-            "{text}"
-        );
-        assert!(!text.contains(r#"key="order""#), "{text}");
-    }
-
-    #[test]
-    fn failure_guard_counts_errors_and_drops() {
-        let count = std::cell::Cell::new(0);
-        let bump = || count.set(count.get() + 1);
-        let _ = FailureGuard::new(bump).finish(Ok::<(), ()>(()));
-        let _ = FailureGuard::new(bump).finish(Err::<(), ()>(()));
-        drop(FailureGuard::new(bump));
-        assert_eq!(count.get(), 2);
     }
 }

@@ -9,128 +9,31 @@ use std::time::Duration;
 
 use idmint_core::uuid::UuidGenerator;
 use idmint_core::{Layout, PublicIdCodec, Snowflake};
-use idmint_registry::etcd::{EtcdConfig, EtcdRegistry};
-use idmint_registry::file::{FileRegistry, LeaseFile};
-use idmint_registry::fixed::{HostRegistry, K8sRegistry, StaticRegistry};
-use idmint_registry::redis::{RedisConfig, RedisRegistry};
-use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
-use idmint_registry::zookeeper::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
+use idmint_registry::fixed::{HostRegistry, K8sRegistry};
 use idmint_registry::{
-    GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, NodeIdentity, RegistryError,
-    WorkerHandle, WorkerKeeper, WorkerRegistry, check_given_worker,
+    KeeperGuard, LeaseState, NodeIdentity, RegistryError, WorkerHandle, WorkerKeeper,
+    check_given_worker,
 };
-use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
-use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
-use idmint_segment::{PreloaderGuard, SegmentAllocator, SegmentConfig, SegmentError, SegmentStore};
+use idmint_segment::{PreloaderGuard, SegmentAllocator, SegmentError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::config::{
-    Config, ConfigError, RegistryKind, SchemaName, SqlModeName, Strategy, ZooKeeperModeName,
+use crate::backends::{
+    CountingRegistry, StoreSettings, etcd_config, generator_settings, keeper_config, key_table,
+    open_registry, open_segments, redis_registry_config, segment_config, sql_registry_config,
+    store_settings, zookeeper_config,
 };
-use crate::http::tinyid::{TinyidTokens, TokenRefresher};
-use crate::issue::{AppState, ConnectionLimits, IdClock, KeyMap, KeySource, KeySpec, KeyTable};
-use crate::metrics::{CountingRegistry, CountingStore, Metrics, SamplerGuard};
-use crate::tls::{Surface, Tls, TlsError, TlsReload, TlsWatcher};
+use crate::clock::IdClock;
+use crate::config::{Config, ConfigError, RegistryKind};
+use crate::error::ServerError;
+use crate::fleet::FleetView;
+use crate::listen::{Bound, ConnectionLimits};
+use crate::metrics::Metrics;
+use crate::metrics::sampler::SamplerGuard;
+use crate::state::AppState;
+use crate::tls::{Surface, Tls, TlsReload, TlsWatcher};
+use crate::tokens::{TinyidTokens, TokenRefresher};
 use crate::{grpc, http, resp};
-
-/// Why the server could not start or serve. Each names the step and the
-/// config key behind it.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ServerError {
-    /// The configuration is wrong.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The HTTP listener could not be bound.
-    #[error("cannot listen on server.http_addr {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The RESP (Redis-protocol) listener could not be bound.
-    #[error("cannot listen on server.resp_addr {addr}: {source}")]
-    BindResp {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The gRPC listener could not be bound.
-    #[error("cannot listen on server.grpc_addr {addr}: {source}")]
-    BindGrpc {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The data directory could not be created.
-    #[error("cannot create server.data_dir {path}: {source}")]
-    DataDir {
-        /// The directory.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The worker registry failed (unreachable, exhausted, clock checks, ...).
-    #[error("snowflake worker registry ({registry}): {source}")]
-    Registry {
-        /// `snowflake.registry`.
-        registry: &'static str,
-        /// The registry's error.
-        source: RegistryError,
-    },
-    /// The segment store failed (unreachable, bad URL, a declared key that can't be made).
-    #[error("segment store ({what}): {source}")]
-    Segment {
-        /// What was being done.
-        what: String,
-        /// The store's error.
-        source: SegmentError,
-    },
-    /// The TLS files (`[tls]`) can't be used.
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-    /// Serving failed.
-    #[error("serving HTTP failed: {0}")]
-    Serve(std::io::Error),
-}
-
-impl ServerError {
-    /// True when the configuration (rather than a backend) is at fault.
-    pub fn is_config(&self) -> bool {
-        match self {
-            ServerError::Config(_) | ServerError::Tls(_) => true,
-            ServerError::Registry { source, .. } => {
-                matches!(source, RegistryError::Config { .. })
-            }
-            ServerError::Segment { source, .. } => source.is_bad_input(),
-            _ => false,
-        }
-    }
-}
-
-/// A listener bound at start, so a port that can't be had fails the start
-/// before anything is claimed (port 0 picks a free port), with the address
-/// it got. HTTP, RESP and gRPC each serve on one.
-#[derive(Debug)]
-pub(crate) struct Bound {
-    pub listener: TcpListener,
-    pub local_addr: SocketAddr,
-}
-
-impl Bound {
-    async fn bind(addr: SocketAddr) -> std::io::Result<Bound> {
-        let listener = TcpListener::bind(addr).await?;
-        let local_addr = listener.local_addr()?;
-        Ok(Bound {
-            listener,
-            local_addr,
-        })
-    }
-}
 
 /// A started server: listener bound, worker claimed, segment store open.
 /// Dropping it without [`Server::serve`] stops issuing and releases the claim
@@ -158,162 +61,56 @@ impl Server {
     /// segment store and creates the declared keys. Returns once IDs can be
     /// served.
     ///
+    /// The steps, in order, each a function below whose error names it: read
+    /// the TLS files (`load_tls`), create the data directory, bind the
+    /// listeners (`Listeners::bind`), claim the worker (`claim_worker`),
+    /// open the segment store and create the declared keys
+    /// (`start_segments`), build the shared state (`build_state`), and
+    /// start the background tasks (`Background::spawn`).
+    ///
     /// # Errors
     /// [`ServerError`] naming the step and config key that failed.
     pub async fn start(config: Config) -> Result<Server, ServerError> {
         Server::check(&config)?;
         let layout = config.layout()?;
         // Read before anything is bound or claimed: bad files stop the start.
-        let tls = match &config.tls {
-            Some(section) => {
-                let tls = Arc::new(Tls::load(section)?);
-                let cert = tls.cert();
-                tracing::info!(subject = %cert.subject, serial = %cert.serial, "TLS certificate loaded");
-                Some(tls)
-            }
-            None => None,
-        };
-        let data_dir = &config.server.data_dir;
-        std::fs::create_dir_all(data_dir).map_err(|source| ServerError::DataDir {
-            path: data_dir.display().to_string(),
-            source,
-        })?;
-
-        let addr = config.server.http_addr;
-        let Bound {
-            listener,
-            local_addr,
-        } = Bound::bind(addr)
-            .await
-            .map_err(|source| ServerError::Bind { addr, source })?;
-        let resp = match config.server.resp_addr {
-            Some(addr) => Some(
-                Bound::bind(addr)
-                    .await
-                    .map_err(|source| ServerError::BindResp { addr, source })?,
-            ),
-            None => None,
-        };
-        let grpc = match config.server.grpc_addr {
-            Some(addr) => Some(
-                Bound::bind(addr)
-                    .await
-                    .map_err(|source| ServerError::BindGrpc { addr, source })?,
-            ),
-            None => None,
-        };
-
-        let kind = config.snowflake.registry;
-        let registry_error = |source| ServerError::Registry {
-            registry: kind.name(),
-            source,
-        };
-        let node = node_identity(&config, local_addr);
+        let tls = load_tls(&config)?;
+        create_data_dir(&config)?;
+        let listeners = Listeners::bind(&config).await?;
+        let node = node_identity(&config, listeners.http.local_addr);
         let metrics = Arc::new(Metrics::new(node.to_string()));
-        let registry = open_registry(&config).await.map_err(registry_error)?;
-        let registry = CountingRegistry::wrap(registry, metrics.clone());
-        let fleet = crate::fleet::FleetView::new(registry.clone(), node.clone());
-        let clock = IdClock::new(config.snowflake.clock);
-        let settings = generator_settings(&config, layout).with_clock(clock.shared());
-        let keeper = WorkerKeeper::start(registry, node.clone(), settings, keeper_config(&config))
-            .await
-            .map_err(registry_error)?;
-        let worker = keeper.handle().clone();
-        let status = worker.status();
-        tracing::info!(
-            registry = kind.name(),
-            clock = clock.source().name(),
-            worker = status.worker,
-            node = %node,
-            mark = ?status.persisted_mark,
-            "worker ID claimed"
-        );
-
-        let (segments, tinyid_store) = open_segments(&config, metrics.clone()).await?;
-        // Tinyid's tokens, read now (a missing table stops the start) and
-        // again every minute, as Tinyid does.
-        let (tinyid_tokens, token_refresher) = match tinyid_store {
-            Some(store) => {
-                let rows = store
-                    .tinyid_tokens()
-                    .await
-                    .map_err(|source| ServerError::Segment {
-                        what: format!(
-                            "reading Tinyid's tokens from {}",
-                            idmint_segment::sql::tinyid::TOKEN_TABLE
-                        ),
-                        source,
-                    })?;
-                tracing::info!(tokens = rows.len(), "Tinyid tokens read");
-                let tokens = Arc::new(TinyidTokens::new(rows));
-                let refresher = TokenRefresher::spawn(store, tokens.clone());
-                (Some(tokens), Some(refresher))
-            }
-            None => (None, None),
-        };
-        for (name, key) in &config.segment.keys {
-            match segments.create_key(key.new_key(name)).await {
-                Ok(info) => tracing::info!(key = %name, step = info.step, "segment key created"),
-                Err(SegmentError::KeyExists { .. }) => {}
-                Err(source) => {
-                    return Err(ServerError::Segment {
-                        what: format!("creating segment.keys.{name}"),
-                        source,
-                    });
-                }
-            }
-        }
-        let preloader = segments.spawn_preloader();
-
-        let obfuscator = config.obfuscation.obfuscator()?;
-        let codec = PublicIdCodec::new(config.obfuscation.text_format()?);
-        let keys = key_table(&config, &segments).await?;
-
-        let state = Arc::new(AppState {
-            worker: worker.clone(),
-            layout,
-            layout_text: layout_name(&layout),
+        let Claimed {
+            keeper,
+            worker,
             clock,
-            clock_policy: (
-                config.snowflake.clock_behind,
-                config.snowflake.sequence_exhausted,
-            ),
-            clock_failed_until: AtomicI64::new(i64::MIN),
-            segments,
-            uuids: UuidGenerator::new(),
-            keys,
-            obfuscator,
-            codec,
-            admin_token: config.server.admin_token.clone(),
-            key_tokens: config
-                .keys
-                .iter()
-                .filter_map(|(name, key)| Some((name.clone(), key.token.clone()?)))
-                .collect(),
-            tinyid_tokens,
-            max_count: config.server.max_count,
-            metrics: metrics.clone(),
-            connections: ConnectionLimits::new(
-                config.server.max_connections,
-                config.server.read_timeout,
-            ),
             fleet,
-            tls: tls.clone(),
-        });
-        let tls_watcher = tls.as_ref().map(Tls::spawn_watcher);
-        let watcher = WatcherGuard::spawn(worker);
-        let sampler = SamplerGuard::spawn(metrics);
-        let tls_on = |surface| tls.as_ref().is_some_and(|t| t.enabled(surface));
-        tracing::info!(addr = %local_addr, tls = tls_on(Surface::Http), "listening for HTTP");
-        if let Some(resp) = &resp {
-            tracing::info!(addr = %resp.local_addr, tls = tls_on(Surface::Resp), "listening for RESP (Redis protocol)");
-        }
-        if let Some(grpc) = &grpc {
-            tracing::info!(addr = %grpc.local_addr, tls = tls_on(Surface::Grpc), "listening for gRPC (idmint.v1.IdService)");
-        }
+        } = claim_worker(&config, layout, node, &metrics).await?;
+        let Segments {
+            allocator,
+            preloader,
+            tinyid_tokens,
+            token_refresher,
+        } = start_segments(&config, &metrics).await?;
+        let parts = Parts {
+            worker,
+            clock,
+            fleet,
+            segments: allocator,
+            tinyid_tokens,
+            metrics,
+            tls,
+        };
+        let state = build_state(&config, layout, parts).await?;
+        let Background {
+            tls_watcher,
+            watcher,
+            sampler,
+        } = Background::spawn(&state);
+        listeners.log(state.tls.as_deref());
+        let Listeners { http, resp, grpc } = listeners;
         Ok(Server {
-            listener,
-            local_addr,
+            listener: http.listener,
+            local_addr: http.local_addr,
             state,
             keeper,
             preloader,
@@ -507,6 +304,267 @@ pub async fn run(
     Server::start(config).await?.serve(shutdown).await
 }
 
+// ---- The steps of `Server::start` ----
+
+/// Reads and checks the TLS files (`[tls]`), when set.
+fn load_tls(config: &Config) -> Result<Option<Arc<Tls>>, ServerError> {
+    let Some(section) = &config.tls else {
+        return Ok(None);
+    };
+    let tls = Arc::new(Tls::load(section)?);
+    let cert = tls.cert();
+    tracing::info!(subject = %cert.subject, serial = %cert.serial, "TLS certificate loaded");
+    Ok(Some(tls))
+}
+
+/// Creates `server.data_dir`.
+fn create_data_dir(config: &Config) -> Result<(), ServerError> {
+    let data_dir = &config.server.data_dir;
+    std::fs::create_dir_all(data_dir).map_err(|source| ServerError::DataDir {
+        path: data_dir.display().to_string(),
+        source,
+    })
+}
+
+/// The listeners, bound before anything is claimed: HTTP, and RESP and gRPC
+/// when configured.
+struct Listeners {
+    http: Bound,
+    resp: Option<Bound>,
+    grpc: Option<Bound>,
+}
+
+impl Listeners {
+    /// Binds `server.http_addr`, then `server.resp_addr` and
+    /// `server.grpc_addr` when set.
+    async fn bind(config: &Config) -> Result<Listeners, ServerError> {
+        let addr = config.server.http_addr;
+        let http = Bound::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        let resp = match config.server.resp_addr {
+            Some(addr) => Some(
+                Bound::bind(addr)
+                    .await
+                    .map_err(|source| ServerError::BindResp { addr, source })?,
+            ),
+            None => None,
+        };
+        let grpc = match config.server.grpc_addr {
+            Some(addr) => Some(
+                Bound::bind(addr)
+                    .await
+                    .map_err(|source| ServerError::BindGrpc { addr, source })?,
+            ),
+            None => None,
+        };
+        Ok(Listeners { http, resp, grpc })
+    }
+
+    /// Logs each listener's address, and whether it speaks TLS.
+    fn log(&self, tls: Option<&Tls>) {
+        let tls_on = |surface| tls.is_some_and(|t| t.enabled(surface));
+        tracing::info!(addr = %self.http.local_addr, tls = tls_on(Surface::Http), "listening for HTTP");
+        if let Some(resp) = &self.resp {
+            tracing::info!(addr = %resp.local_addr, tls = tls_on(Surface::Resp), "listening for RESP (Redis protocol)");
+        }
+        if let Some(grpc) = &self.grpc {
+            tracing::info!(addr = %grpc.local_addr, tls = tls_on(Surface::Grpc), "listening for gRPC (idmint.v1.IdService)");
+        }
+    }
+}
+
+/// A claimed worker: the keeper that holds the claim, its handle, the clock
+/// its generator reads, and the registry's fleet as this node sees it.
+struct Claimed {
+    keeper: KeeperGuard,
+    worker: WorkerHandle,
+    clock: IdClock,
+    fleet: FleetView,
+}
+
+/// Opens the worker registry (its failed calls counted in `metrics`) and
+/// claims a worker ID for `node` through a [`WorkerKeeper`], which persists
+/// the first high-water mark before it returns.
+async fn claim_worker(
+    config: &Config,
+    layout: Layout,
+    node: NodeIdentity,
+    metrics: &Arc<Metrics>,
+) -> Result<Claimed, ServerError> {
+    let kind = config.snowflake.registry;
+    let registry_error = |source| ServerError::Registry {
+        registry: kind.name(),
+        source,
+    };
+    let registry = open_registry(config).await.map_err(registry_error)?;
+    let registry = CountingRegistry::wrap(registry, metrics.clone());
+    let fleet = FleetView::new(registry.clone(), node.clone());
+    let clock = IdClock::new(config.snowflake.clock);
+    let settings = generator_settings(config, layout).with_clock(clock.shared());
+    let keeper = WorkerKeeper::start(registry, node.clone(), settings, keeper_config(config))
+        .await
+        .map_err(registry_error)?;
+    let worker = keeper.handle().clone();
+    let status = worker.status();
+    tracing::info!(
+        registry = kind.name(),
+        clock = clock.source().name(),
+        worker = status.worker,
+        node = %node,
+        mark = ?status.persisted_mark,
+        "worker ID claimed"
+    );
+    Ok(Claimed {
+        keeper,
+        worker,
+        clock,
+        fleet,
+    })
+}
+
+/// The segment allocator, running: its preloader, and Tinyid's tokens with
+/// the task that re-reads them when the store is Tinyid's table.
+struct Segments {
+    allocator: SegmentAllocator,
+    preloader: PreloaderGuard,
+    tinyid_tokens: Option<Arc<TinyidTokens>>,
+    token_refresher: Option<TokenRefresher>,
+}
+
+/// Opens the segment store and allocator (failed leases counted in
+/// `metrics`), reads Tinyid's tokens when the store is Tinyid's table,
+/// creates the keys declared in `[segment.keys]`, and starts the preloader.
+async fn start_segments(config: &Config, metrics: &Arc<Metrics>) -> Result<Segments, ServerError> {
+    let (segments, tinyid_store) = open_segments(config, metrics.clone()).await?;
+    // Tinyid's tokens, read now (a missing table stops the start) and
+    // again every minute, as Tinyid does.
+    let (tinyid_tokens, token_refresher) = match tinyid_store {
+        Some(store) => {
+            let rows = store
+                .tinyid_tokens()
+                .await
+                .map_err(|source| ServerError::Segment {
+                    what: format!(
+                        "reading Tinyid's tokens from {}",
+                        idmint_segment::sql::tinyid::TOKEN_TABLE
+                    ),
+                    source,
+                })?;
+            tracing::info!(tokens = rows.len(), "Tinyid tokens read");
+            let tokens = Arc::new(TinyidTokens::new(rows));
+            let refresher = TokenRefresher::spawn(store, tokens.clone());
+            (Some(tokens), Some(refresher))
+        }
+        None => (None, None),
+    };
+    for (name, key) in &config.segment.keys {
+        match segments.create_key(key.new_key(name)).await {
+            Ok(info) => tracing::info!(key = %name, step = info.step, "segment key created"),
+            Err(SegmentError::KeyExists { .. }) => {}
+            Err(source) => {
+                return Err(ServerError::Segment {
+                    what: format!("creating segment.keys.{name}"),
+                    source,
+                });
+            }
+        }
+    }
+    let preloader = segments.spawn_preloader();
+    Ok(Segments {
+        allocator: segments,
+        preloader,
+        tinyid_tokens,
+        token_refresher,
+    })
+}
+
+/// What the shared state is made of, from the steps before [`build_state`].
+struct Parts {
+    worker: WorkerHandle,
+    clock: IdClock,
+    fleet: FleetView,
+    segments: SegmentAllocator,
+    tinyid_tokens: Option<Arc<TinyidTokens>>,
+    metrics: Arc<Metrics>,
+    tls: Option<Arc<Tls>>,
+}
+
+/// The shared state: `parts`, the obfuscation settings, the key table (read
+/// from the store), and the tokens and limits of the config.
+async fn build_state(
+    config: &Config,
+    layout: Layout,
+    parts: Parts,
+) -> Result<Arc<AppState>, ServerError> {
+    let Parts {
+        worker,
+        clock,
+        fleet,
+        segments,
+        tinyid_tokens,
+        metrics,
+        tls,
+    } = parts;
+    let obfuscator = config.obfuscation.obfuscator()?;
+    let codec = PublicIdCodec::new(config.obfuscation.text_format()?);
+    let keys = key_table(config, &segments).await?;
+
+    Ok(Arc::new(AppState {
+        worker,
+        layout,
+        layout_text: layout_name(&layout),
+        clock,
+        clock_policy: (
+            config.snowflake.clock_behind,
+            config.snowflake.sequence_exhausted,
+        ),
+        clock_failed_until: AtomicI64::new(i64::MIN),
+        segments,
+        uuids: UuidGenerator::new(),
+        keys,
+        obfuscator,
+        codec,
+        admin_token: config.server.admin_token.clone(),
+        key_tokens: config
+            .keys
+            .iter()
+            .filter_map(|(name, key)| Some((name.clone(), key.token.clone()?)))
+            .collect(),
+        tinyid_tokens,
+        max_count: config.server.max_count,
+        metrics,
+        connections: ConnectionLimits::new(
+            config.server.max_connections,
+            config.server.read_timeout,
+        ),
+        fleet,
+        tls,
+    }))
+}
+
+/// The background tasks started once the state is built; each stops when
+/// its guard drops.
+struct Background {
+    /// Reloads the TLS files on request and when they change.
+    tls_watcher: Option<TlsWatcher>,
+    /// Logs the worker lease's state changes.
+    watcher: WatcherGuard,
+    /// Samples the throughput and keeps the recorder drained.
+    sampler: SamplerGuard,
+}
+
+impl Background {
+    /// Starts the tasks, on `state`'s parts.
+    fn spawn(state: &AppState) -> Background {
+        Background {
+            tls_watcher: state.tls.as_ref().map(Tls::spawn_watcher),
+            watcher: WatcherGuard::spawn(state.worker.clone()),
+            sampler: SamplerGuard::spawn(state.metrics.clone()),
+        }
+    }
+}
+
 /// The layout's preset name, else its full text form.
 fn layout_name(layout: &Layout) -> String {
     layout
@@ -529,229 +587,6 @@ fn node_identity(config: &Config, addr: SocketAddr) -> NodeIdentity {
         address,
         port: addr.port(),
     }
-}
-
-async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
-    let sf = &config.snowflake;
-    let data_dir = &config.server.data_dir;
-    Ok(match sf.registry {
-        RegistryKind::File => Arc::new(FileRegistry::open(data_dir, sf.worker.unwrap_or(0))?),
-        RegistryKind::Static => Arc::new(
-            StaticRegistry::new(sf.worker.unwrap_or(0)).with_mark_file(LeaseFile::open(data_dir)?),
-        ),
-        RegistryKind::Host => {
-            let registry = match sf.host.address {
-                Some(address) => HostRegistry::from_ipv4(address)?,
-                None => HostRegistry::from_local_hostname()?,
-            };
-            Arc::new(registry.with_mark_file(LeaseFile::open(data_dir)?))
-        }
-        RegistryKind::K8s => {
-            let registry = match &sf.k8s.hostname {
-                Some(h) => K8sRegistry::from_hostname(h)?,
-                None => K8sRegistry::from_local_hostname()?,
-            };
-            Arc::new(registry.with_mark_file(LeaseFile::open(data_dir)?))
-        }
-        RegistryKind::Sql => {
-            let url = sf.sql.url.as_ref().map(|u| u.expose()).unwrap_or_default();
-            Arc::new(SqlRegistry::connect(url, sql_registry_config(config)).await?)
-        }
-        RegistryKind::Redis => Arc::new(
-            RedisRegistry::connect(sf.redis.url.expose(), redis_registry_config(config)).await?,
-        ),
-        RegistryKind::Etcd => {
-            Arc::new(EtcdRegistry::connect(&sf.etcd.endpoints, etcd_config(config)).await?)
-        }
-        RegistryKind::Zookeeper => Arc::new(
-            ZooKeeperRegistry::connect(&sf.zookeeper.connect, zookeeper_config(config)).await?,
-        ),
-    })
-}
-
-// The settings each backend is opened with, built without I/O, so that
-// `Server::check` validates exactly what `Server::start` opens.
-
-fn generator_settings(config: &Config, layout: Layout) -> GeneratorSettings {
-    let sf = &config.snowflake;
-    let settings = GeneratorSettings::new(layout)
-        .with_clock_behind(sf.clock_behind)
-        .with_sequence_exhausted(sf.sequence_exhausted)
-        .with_sequence_start(sf.sequence_start);
-    match sf.datacenter {
-        Some(dc) => settings.with_datacenter(dc),
-        None => settings,
-    }
-}
-
-fn keeper_config(config: &Config) -> KeeperConfig {
-    KeeperConfig::new().with_window(config.snowflake.window)
-}
-
-fn sql_registry_config(config: &Config) -> SqlConfig {
-    let s = &config.snowflake.sql;
-    let mode = match s.mode {
-        SqlModeName::Lease => SqlMode::Lease,
-        SqlModeName::Disposable => SqlMode::Disposable,
-        SqlModeName::UidGenerator => SqlMode::UidGenerator,
-    };
-    let sql_config = SqlConfig::new(mode)
-        .with_cluster(s.cluster.clone())
-        .with_lease_ttl(s.lease_ttl);
-    // Unset: the mode's own default (`WORKER_NODE` for uid-generator).
-    match &s.table {
-        Some(table) => sql_config.with_table(table.clone()),
-        None => sql_config,
-    }
-}
-
-fn redis_registry_config(config: &Config) -> RedisConfig {
-    let r = &config.snowflake.redis;
-    RedisConfig::new()
-        .with_cluster(&r.cluster)
-        .with_lease_ttl(r.lease_ttl)
-}
-
-fn etcd_config(config: &Config) -> EtcdConfig {
-    let e = &config.snowflake.etcd;
-    EtcdConfig::new()
-        .with_cluster(&e.cluster)
-        .with_lease_ttl(e.lease_ttl)
-}
-
-fn zookeeper_config(config: &Config) -> ZooKeeperConfig {
-    let z = &config.snowflake.zookeeper;
-    let zk_config = ZooKeeperConfig::new(match z.mode {
-        ZooKeeperModeName::Ephemeral => ZooKeeperMode::Ephemeral,
-        ZooKeeperModeName::Forever => ZooKeeperMode::Forever,
-    })
-    .with_cluster(z.cluster.clone())
-    .with_session_timeout(z.session_timeout);
-    match z.mode {
-        ZooKeeperModeName::Forever => {
-            zk_config.with_cache_dir(config.server.data_dir.join("zookeeper-cache"))
-        }
-        ZooKeeperModeName::Ephemeral => zk_config,
-    }
-}
-
-fn segment_config(config: &Config) -> SegmentConfig {
-    let seg = &config.segment;
-    SegmentConfig::new()
-        .with_preload_share(seg.preload_share)
-        .with_max_step(seg.max_step)
-        .with_max_batch(config.server.max_count.max(1))
-}
-
-/// The segment store to open: Redis by the URL's scheme, else SQL.
-enum StoreSettings {
-    Redis {
-        url: String,
-        config: RedisStoreConfig,
-    },
-    Sql(SqlStoreConfig),
-}
-
-fn store_settings(config: &Config) -> StoreSettings {
-    let url = config.segment_url();
-    let seg = &config.segment;
-    if url.starts_with("redis://") || url.starts_with("rediss://") {
-        let redis_config = RedisStoreConfig::new();
-        let redis_config = match &seg.key_prefix {
-            Some(prefix) => redis_config.with_key_prefix(prefix.clone()),
-            None => redis_config,
-        };
-        StoreSettings::Redis {
-            url,
-            config: redis_config,
-        }
-    } else {
-        let schema = match seg.schema {
-            SchemaName::Idmint => TableSchema::Idmint,
-            SchemaName::Leaf => TableSchema::Leaf,
-            SchemaName::Tinyid => TableSchema::Tinyid,
-        };
-        let sql_config = SqlStoreConfig::new(url).with_schema(schema);
-        StoreSettings::Sql(match &seg.table {
-            Some(table) => sql_config.with_table(table.clone()),
-            None => sql_config,
-        })
-    }
-}
-
-/// Every key's strategy at start: the declared keys, and the store's rows
-/// as segment keys (so a key created through the admin API, or a row of a
-/// Leaf or Tinyid table, stays a segment key across restarts).
-async fn key_table(config: &Config, segments: &SegmentAllocator) -> Result<KeyTable, ServerError> {
-    let stored = segments
-        .store()
-        .list()
-        .await
-        .map_err(|source| ServerError::Segment {
-            what: "listing the segment store's keys".to_owned(),
-            source,
-        })?;
-    let mut keys: KeyMap<KeySpec> = stored
-        .into_iter()
-        .map(|info| (info.key, KeySpec::new(Strategy::Segment, KeySource::Store)))
-        .collect();
-    for name in config.segment.keys.keys() {
-        keys.insert(
-            name.clone(),
-            KeySpec::new(Strategy::Segment, KeySource::Declared),
-        );
-    }
-    for (name, key) in &config.keys {
-        keys.insert(
-            name.clone(),
-            KeySpec {
-                strategy: key.strategy,
-                public: key.public,
-                source: KeySource::Declared,
-            },
-        );
-    }
-    let undeclared = config.undeclared_keys();
-    tracing::info!(
-        known = keys.len(),
-        undeclared_keys = undeclared.name(),
-        "keys resolved"
-    );
-    Ok(KeyTable::new(keys, undeclared))
-}
-
-/// The segment allocator on the configured store, and the store itself
-/// when it is Tinyid's table (for its tokens).
-async fn open_segments(
-    config: &Config,
-    metrics: Arc<Metrics>,
-) -> Result<(SegmentAllocator, Option<Arc<SqlSegmentStore>>), ServerError> {
-    let url = config.segment_url();
-    let fail = |source| ServerError::Segment {
-        what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
-        source,
-    };
-    let mut tinyid = None;
-    let store: Arc<dyn SegmentStore> = match store_settings(config) {
-        StoreSettings::Redis { url, config } => Arc::new(
-            RedisSegmentStore::connect(&url, config)
-                .await
-                .map_err(fail)?,
-        ),
-        StoreSettings::Sql(sql_config) => {
-            let schema = sql_config.schema();
-            let store = Arc::new(SqlSegmentStore::connect(sql_config).await.map_err(fail)?);
-            if schema == TableSchema::Tinyid {
-                tinyid = Some(store.clone());
-            }
-            store
-        }
-    };
-    tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
-    let allocator =
-        SegmentAllocator::from_shared(CountingStore::wrap(store, metrics), segment_config(config))
-            .map_err(fail)?;
-    Ok((allocator, tinyid))
 }
 
 /// Owns the task that logs the worker lease's state changes (lost, expired,

@@ -24,8 +24,9 @@ use idmint_core::clock::Clock;
 use idmint_registry::LeaseState;
 use serde_json::{Value, json};
 
-use crate::http::AppState;
-use crate::metrics::{RATE_WINDOW, buffer_fill, lead_seconds};
+use crate::metrics::sampler::RATE_WINDOW;
+use crate::metrics::scrape::{buffer_fill, lead_seconds};
+use crate::state::AppState;
 
 /// The layout's run-out date shows a warning when it is closer than this.
 const WARN_WITHIN_SECS: f64 = 365.0 * 24.0 * 3600.0;
@@ -170,7 +171,7 @@ pub(crate) fn snapshot(state: &AppState) -> Value {
             "held": s.lease == LeaseState::Held,
             "lease_left_ms": s.lease_left.map(|d| d.as_millis() as u64),
             "generation": s.generation,
-            "ready": s.is_ready() && crate::issue::clock_not_ready(state).is_none(),
+            "ready": s.is_ready() && crate::ready::clock_not_ready(state).is_none(),
             "last_error": s.last_error,
         },
         "mark": {
@@ -181,7 +182,7 @@ pub(crate) fn snapshot(state: &AppState) -> Value {
         },
         "clock": {
             "source": state.clock.source().name(),
-            "not_ready": crate::issue::clock_not_ready(state),
+            "not_ready": crate::ready::clock_not_ready(state),
             "drift_ms": ms(state.clock.drift() as f64 / 1e9),
         },
         "layout": {

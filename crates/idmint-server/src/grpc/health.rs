@@ -5,7 +5,7 @@
 //!
 //! # Health follows readiness
 //! The overall service `""` and `idmint.v1.IdService` are `SERVING` exactly
-//! while `GET /readyz` answers 200: both read `issue::not_ready_reason` (the
+//! while `GET /readyz` answers 200: both read `ready::not_ready_reason` (the
 //! worker lease, then the clock). A follower task reads it every
 //! [`FOLLOW_PERIOD`] and reports each change, so `Check` answers the latest
 //! verdict and `Watch` streams every change. When the server stops, both turn
@@ -29,7 +29,8 @@ use tonic_health::server::{HealthReporter, HealthService};
 use tonic_reflection::server::{v1, v1alpha};
 
 use super::proto::id_service_server::IdServiceServer;
-use crate::issue::{self, AppState};
+use crate::ready;
+use crate::state::AppState;
 
 /// How often the follower reads readiness: well under any probe's period,
 /// and a read costs a status copy and a clock read.
@@ -60,7 +61,7 @@ pub(super) async fn health(
 /// Reports readiness when it differs from `last` (`None`: always), and
 /// returns it (true: serving).
 async fn report(reporter: &HealthReporter, state: &AppState, last: Option<bool>) -> bool {
-    let reason = issue::not_ready_reason(state);
+    let reason = ready::not_ready_reason(state);
     let serving = reason.is_none();
     if last != Some(serving) {
         let status = if serving {
@@ -95,7 +96,7 @@ async fn follow(
     loop {
         tokio::select! {
             _ = tick.tick() => serving = report(&reporter, &state, Some(serving)).await,
-            () = super::stopped(&mut stop) => break,
+            () = crate::listen::stopped(&mut stop) => break,
         }
     }
     for name in service_names() {

@@ -44,8 +44,8 @@ use tokio_util::task::TaskTracker;
 
 use super::{AppState, single_text};
 use crate::config::Strategy;
-use crate::issue::ConnectionLimits;
-use crate::metrics;
+use crate::listen::ConnectionLimits;
+use crate::metrics::latency::record_latency;
 use crate::tls::{self, MaybeTls, Surface};
 
 /// The answer to a client speaking plain HTTP to the HTTPS port.
@@ -281,7 +281,7 @@ async fn answer_hot(
         }
         Err(e) => e.into_response().map(Either::Right),
     };
-    metrics::record_latency(&shared.hot[route], response.status(), started.elapsed());
+    record_latency(&shared.hot[route], response.status(), started.elapsed());
     response
 }
 

@@ -50,24 +50,21 @@
 //! `TinyIdTokenServiceImpl.canVisit`, `HttpSegmentIdServiceImpl`,
 //! `offline/application.properties` (`batch.size.max=10000`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::{FromRequest, Query, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use idmint_segment::sql::{SqlSegmentStore, TinyidToken};
-use tokio::task::JoinHandle;
 
 use crate::config::Strategy;
-use crate::issue::{
-    AppState, ErrorClass, IssueError, Issued, KeySource, KeySpec, constant_time_eq, issue,
-    route_spec,
-};
+use crate::error::{ErrorClass, IssueError};
+use crate::issue::{Issued, issue, route_spec};
+use crate::keys::{KeySource, KeySpec};
+use crate::state::AppState;
+use crate::tokens::constant_time_eq;
 
 /// Tinyid's `batch.size.max` default: the most IDs one `nextId` hands out.
 pub(crate) const MAX_BATCH: u64 = 10_000;
@@ -89,78 +86,6 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
             "/tinyid/id/nextSegmentIdSimple",
             any(next_segment_id_simple),
         )
-}
-
-// ---- Tokens ----
-
-/// Tinyid's tokens, by business type: what `tiny_id_token` held when last read.
-#[derive(Debug, Default)]
-pub(crate) struct TinyidTokens {
-    by_biz_type: ArcSwap<HashMap<String, Vec<String>>>,
-}
-
-impl TinyidTokens {
-    /// Tokens from `rows`.
-    pub(crate) fn new(rows: Vec<TinyidToken>) -> TinyidTokens {
-        let tokens = TinyidTokens::default();
-        tokens.replace(rows);
-        tokens
-    }
-
-    fn replace(&self, rows: Vec<TinyidToken>) {
-        let mut map: HashMap<String, Vec<String>> = HashMap::new();
-        for row in rows {
-            map.entry(row.biz_type).or_default().push(row.token);
-        }
-        self.by_biz_type.store(Arc::new(map));
-    }
-
-    /// Tinyid's `canVisit`: some row gives `token` access to `biz_type`
-    /// (tokens compared in constant time).
-    fn can_visit(&self, biz_type: &str, token: &str) -> bool {
-        let map = self.by_biz_type.load();
-        map.get(biz_type).is_some_and(|tokens| {
-            tokens.iter().fold(false, |ok, t| {
-                ok | constant_time_eq(token.as_bytes(), t.as_bytes())
-            })
-        })
-    }
-}
-
-/// Owns the task that re-reads `tiny_id_token` every minute (Tinyid's
-/// `@Scheduled(cron = "0 0/1 * * * ?")`); stops it when dropped. A failed
-/// read keeps the tokens read before.
-#[derive(Debug)]
-pub(crate) struct TokenRefresher(JoinHandle<()>);
-
-impl TokenRefresher {
-    /// The refresh period.
-    pub(crate) const PERIOD: Duration = Duration::from_secs(60);
-
-    pub(crate) fn spawn(store: Arc<SqlSegmentStore>, tokens: Arc<TinyidTokens>) -> TokenRefresher {
-        TokenRefresher(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Self::PERIOD);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                match store.tinyid_tokens().await {
-                    Ok(rows) => {
-                        tracing::debug!(tokens = rows.len(), "tiny_id_token read");
-                        tokens.replace(rows);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "reading tiny_id_token failed; keeping the tokens read before");
-                    }
-                }
-            }
-        }))
-    }
-}
-
-impl Drop for TokenRefresher {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 // ---- Requests ----
@@ -441,7 +366,7 @@ async fn segment(state: &Arc<AppState>, params: &TinyidParams) -> Result<Segment
         None => 0,
     };
     let n_ids = upto(max_id) - upto(current_id);
-    crate::metrics::count_issued(state, &key, Strategy::Segment, n_ids);
+    state.count_issued(&key, Strategy::Segment, n_ids);
     Ok(SegmentId {
         max_id,
         loading_id,
@@ -540,26 +465,6 @@ fn ok_json(body: String) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(token: &str, biz_type: &str) -> TinyidToken {
-        TinyidToken {
-            token: token.to_owned(),
-            biz_type: biz_type.to_owned(),
-        }
-    }
-
-    #[test]
-    fn a_token_opens_the_biz_types_its_rows_name() {
-        let tokens = TinyidTokens::new(vec![row("t1", "a"), row("t1", "b"), row("t2", "b")]);
-        assert!(tokens.can_visit("a", "t1") && tokens.can_visit("b", "t1"));
-        assert!(tokens.can_visit("b", "t2"));
-        assert!(!tokens.can_visit("a", "t2"));
-        assert!(!tokens.can_visit("c", "t1"));
-        assert!(!tokens.can_visit("a", "t"));
-        assert!(!tokens.can_visit("a", "t11"));
-        tokens.replace(vec![row("t3", "a")]);
-        assert!(!tokens.can_visit("a", "t1") && tokens.can_visit("a", "t3"));
-    }
 
     #[test]
     fn batch_sizes_parse_as_spring_binds_them() {

@@ -1,0 +1,454 @@
+//! The backends a server opens, and how: the worker registry and the segment
+//! store from the config (`open_registry`, `open_segments`), the settings
+//! each is opened with (built without I/O, so `Server::check` validates
+//! exactly what `Server::start` opens), the key table read from the store
+//! (`key_table`), and the counting wrappers around both
+//! ([`CountingRegistry`], [`CountingStore`]) that feed the failure metrics.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use idmint_core::Layout;
+use idmint_registry::etcd::{EtcdConfig, EtcdRegistry};
+use idmint_registry::file::{FileRegistry, LeaseFile};
+use idmint_registry::fixed::{HostRegistry, K8sRegistry, StaticRegistry};
+use idmint_registry::redis::{RedisConfig, RedisRegistry};
+use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
+use idmint_registry::zookeeper::{ZooKeeperConfig, ZooKeeperMode, ZooKeeperRegistry};
+use idmint_registry::{
+    Claim, FleetMember, GeneratorSettings, KeeperConfig, Lease, NodeIdentity, PeerReport,
+    RegistryError, WorkerRegistry,
+};
+use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
+use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
+use idmint_segment::{
+    KeyInfo, NewKey, SegmentAllocator, SegmentConfig, SegmentGrant, SegmentStore,
+};
+use jiff::Timestamp;
+
+use crate::config::{Config, RegistryKind, SchemaName, SqlModeName, Strategy, ZooKeeperModeName};
+use crate::error::ServerError;
+use crate::keys::{KeyMap, KeySource, KeySpec, KeyTable};
+use crate::metrics::Metrics;
+
+pub(crate) async fn open_registry(
+    config: &Config,
+) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
+    let sf = &config.snowflake;
+    let data_dir = &config.server.data_dir;
+    Ok(match sf.registry {
+        RegistryKind::File => Arc::new(FileRegistry::open(data_dir, sf.worker.unwrap_or(0))?),
+        RegistryKind::Static => Arc::new(
+            StaticRegistry::new(sf.worker.unwrap_or(0)).with_mark_file(LeaseFile::open(data_dir)?),
+        ),
+        RegistryKind::Host => {
+            let registry = match sf.host.address {
+                Some(address) => HostRegistry::from_ipv4(address)?,
+                None => HostRegistry::from_local_hostname()?,
+            };
+            Arc::new(registry.with_mark_file(LeaseFile::open(data_dir)?))
+        }
+        RegistryKind::K8s => {
+            let registry = match &sf.k8s.hostname {
+                Some(h) => K8sRegistry::from_hostname(h)?,
+                None => K8sRegistry::from_local_hostname()?,
+            };
+            Arc::new(registry.with_mark_file(LeaseFile::open(data_dir)?))
+        }
+        RegistryKind::Sql => {
+            let url = sf.sql.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+            Arc::new(SqlRegistry::connect(url, sql_registry_config(config)).await?)
+        }
+        RegistryKind::Redis => Arc::new(
+            RedisRegistry::connect(sf.redis.url.expose(), redis_registry_config(config)).await?,
+        ),
+        RegistryKind::Etcd => {
+            Arc::new(EtcdRegistry::connect(&sf.etcd.endpoints, etcd_config(config)).await?)
+        }
+        RegistryKind::Zookeeper => Arc::new(
+            ZooKeeperRegistry::connect(&sf.zookeeper.connect, zookeeper_config(config)).await?,
+        ),
+    })
+}
+
+// The settings each backend is opened with, built without I/O, so that
+// `Server::check` validates exactly what `Server::start` opens.
+
+pub(crate) fn generator_settings(config: &Config, layout: Layout) -> GeneratorSettings {
+    let sf = &config.snowflake;
+    let settings = GeneratorSettings::new(layout)
+        .with_clock_behind(sf.clock_behind)
+        .with_sequence_exhausted(sf.sequence_exhausted)
+        .with_sequence_start(sf.sequence_start);
+    match sf.datacenter {
+        Some(dc) => settings.with_datacenter(dc),
+        None => settings,
+    }
+}
+
+pub(crate) fn keeper_config(config: &Config) -> KeeperConfig {
+    KeeperConfig::new().with_window(config.snowflake.window)
+}
+
+pub(crate) fn sql_registry_config(config: &Config) -> SqlConfig {
+    let s = &config.snowflake.sql;
+    let mode = match s.mode {
+        SqlModeName::Lease => SqlMode::Lease,
+        SqlModeName::Disposable => SqlMode::Disposable,
+        SqlModeName::UidGenerator => SqlMode::UidGenerator,
+    };
+    let sql_config = SqlConfig::new(mode)
+        .with_cluster(s.cluster.clone())
+        .with_lease_ttl(s.lease_ttl);
+    // Unset: the mode's own default (`WORKER_NODE` for uid-generator).
+    match &s.table {
+        Some(table) => sql_config.with_table(table.clone()),
+        None => sql_config,
+    }
+}
+
+pub(crate) fn redis_registry_config(config: &Config) -> RedisConfig {
+    let r = &config.snowflake.redis;
+    RedisConfig::new()
+        .with_cluster(&r.cluster)
+        .with_lease_ttl(r.lease_ttl)
+}
+
+pub(crate) fn etcd_config(config: &Config) -> EtcdConfig {
+    let e = &config.snowflake.etcd;
+    EtcdConfig::new()
+        .with_cluster(&e.cluster)
+        .with_lease_ttl(e.lease_ttl)
+}
+
+pub(crate) fn zookeeper_config(config: &Config) -> ZooKeeperConfig {
+    let z = &config.snowflake.zookeeper;
+    let zk_config = ZooKeeperConfig::new(match z.mode {
+        ZooKeeperModeName::Ephemeral => ZooKeeperMode::Ephemeral,
+        ZooKeeperModeName::Forever => ZooKeeperMode::Forever,
+    })
+    .with_cluster(z.cluster.clone())
+    .with_session_timeout(z.session_timeout);
+    match z.mode {
+        ZooKeeperModeName::Forever => {
+            zk_config.with_cache_dir(config.server.data_dir.join("zookeeper-cache"))
+        }
+        ZooKeeperModeName::Ephemeral => zk_config,
+    }
+}
+
+pub(crate) fn segment_config(config: &Config) -> SegmentConfig {
+    let seg = &config.segment;
+    SegmentConfig::new()
+        .with_preload_share(seg.preload_share)
+        .with_max_step(seg.max_step)
+        .with_max_batch(config.server.max_count.max(1))
+}
+
+/// The segment store to open: Redis by the URL's scheme, else SQL.
+pub(crate) enum StoreSettings {
+    Redis {
+        url: String,
+        config: RedisStoreConfig,
+    },
+    Sql(SqlStoreConfig),
+}
+
+pub(crate) fn store_settings(config: &Config) -> StoreSettings {
+    let url = config.segment_url();
+    let seg = &config.segment;
+    if url.starts_with("redis://") || url.starts_with("rediss://") {
+        let redis_config = RedisStoreConfig::new();
+        let redis_config = match &seg.key_prefix {
+            Some(prefix) => redis_config.with_key_prefix(prefix.clone()),
+            None => redis_config,
+        };
+        StoreSettings::Redis {
+            url,
+            config: redis_config,
+        }
+    } else {
+        let schema = match seg.schema {
+            SchemaName::Idmint => TableSchema::Idmint,
+            SchemaName::Leaf => TableSchema::Leaf,
+            SchemaName::Tinyid => TableSchema::Tinyid,
+        };
+        let sql_config = SqlStoreConfig::new(url).with_schema(schema);
+        StoreSettings::Sql(match &seg.table {
+            Some(table) => sql_config.with_table(table.clone()),
+            None => sql_config,
+        })
+    }
+}
+
+/// Every key's strategy at start: the declared keys, and the store's rows
+/// as segment keys (so a key created through the admin API, or a row of a
+/// Leaf or Tinyid table, stays a segment key across restarts).
+pub(crate) async fn key_table(
+    config: &Config,
+    segments: &SegmentAllocator,
+) -> Result<KeyTable, ServerError> {
+    let stored = segments
+        .store()
+        .list()
+        .await
+        .map_err(|source| ServerError::Segment {
+            what: "listing the segment store's keys".to_owned(),
+            source,
+        })?;
+    let mut keys: KeyMap<KeySpec> = stored
+        .into_iter()
+        .map(|info| (info.key, KeySpec::new(Strategy::Segment, KeySource::Store)))
+        .collect();
+    for name in config.segment.keys.keys() {
+        keys.insert(
+            name.clone(),
+            KeySpec::new(Strategy::Segment, KeySource::Declared),
+        );
+    }
+    for (name, key) in &config.keys {
+        keys.insert(
+            name.clone(),
+            KeySpec {
+                strategy: key.strategy,
+                public: key.public,
+                source: KeySource::Declared,
+            },
+        );
+    }
+    let undeclared = config.undeclared_keys();
+    tracing::info!(
+        known = keys.len(),
+        undeclared_keys = undeclared.name(),
+        "keys resolved"
+    );
+    Ok(KeyTable::new(keys, undeclared))
+}
+
+/// The segment allocator on the configured store, and the store itself
+/// when it is Tinyid's table (for its tokens).
+pub(crate) async fn open_segments(
+    config: &Config,
+    metrics: Arc<Metrics>,
+) -> Result<(SegmentAllocator, Option<Arc<SqlSegmentStore>>), ServerError> {
+    let url = config.segment_url();
+    let fail = |source| ServerError::Segment {
+        what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
+        source,
+    };
+    let mut tinyid = None;
+    let store: Arc<dyn SegmentStore> = match store_settings(config) {
+        StoreSettings::Redis { url, config } => Arc::new(
+            RedisSegmentStore::connect(&url, config)
+                .await
+                .map_err(fail)?,
+        ),
+        StoreSettings::Sql(sql_config) => {
+            let schema = sql_config.schema();
+            let store = Arc::new(SqlSegmentStore::connect(sql_config).await.map_err(fail)?);
+            if schema == TableSchema::Tinyid {
+                tinyid = Some(store.clone());
+            }
+            store
+        }
+    };
+    tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
+    let allocator =
+        SegmentAllocator::from_shared(CountingStore::wrap(store, metrics), segment_config(config))
+            .map_err(fail)?;
+    Ok((allocator, tinyid))
+}
+
+/// Counts a call as failed unless it is disarmed: a call dropped before it
+/// finishes (the caller's timeout) counts too.
+struct FailureGuard<F: FnMut()> {
+    on_failure: Option<F>,
+}
+
+impl<F: FnMut()> FailureGuard<F> {
+    fn new(on_failure: F) -> Self {
+        FailureGuard {
+            on_failure: Some(on_failure),
+        }
+    }
+
+    fn finish<T, E>(mut self, result: Result<T, E>) -> Result<T, E> {
+        if result.is_ok() {
+            self.on_failure = None;
+        }
+        result
+    }
+}
+
+impl<F: FnMut()> Drop for FailureGuard<F> {
+    fn drop(&mut self) {
+        if let Some(f) = &mut self.on_failure {
+            f();
+        }
+    }
+}
+
+/// A [`WorkerRegistry`] that counts failed calls in
+/// `idmint_registry_errors_total` and otherwise is the registry it wraps.
+#[derive(Debug)]
+pub(crate) struct CountingRegistry {
+    inner: Arc<dyn WorkerRegistry>,
+    metrics: Arc<Metrics>,
+}
+
+impl CountingRegistry {
+    /// Wraps `inner`. The error counters of the keeper's calls start at 0,
+    /// so `rate()` works before the first failure.
+    pub(crate) fn wrap(
+        inner: Arc<dyn WorkerRegistry>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<dyn WorkerRegistry> {
+        for operation in ["claim", "renew", "persist_mark", "peers", "release"] {
+            // Registering shows the series at 0.
+            metrics
+                .registry_errors(inner.kind(), operation)
+                .increment(0);
+        }
+        Arc::new(CountingRegistry { inner, metrics })
+    }
+
+    fn guard(&self, operation: &'static str) -> FailureGuard<impl FnMut() + '_> {
+        let registry = self.inner.kind();
+        FailureGuard::new(move || self.metrics.registry_error(registry, operation))
+    }
+}
+
+type RegistryResult<T> = idmint_registry::Result<T>;
+
+#[async_trait]
+impl WorkerRegistry for CountingRegistry {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> RegistryResult<Claim> {
+        let guard = self.guard("claim");
+        guard.finish(self.inner.claim(node, range).await)
+    }
+
+    async fn claim_worker(
+        &self,
+        node: &NodeIdentity,
+        worker: u32,
+        range: u32,
+    ) -> RegistryResult<Claim> {
+        let guard = self.guard("claim_worker");
+        guard.finish(self.inner.claim_worker(node, worker, range).await)
+    }
+
+    async fn renew(&self, claim: &Claim) -> RegistryResult<Option<Lease>> {
+        let guard = self.guard("renew");
+        guard.finish(self.inner.renew(claim).await)
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> RegistryResult<()> {
+        let guard = self.guard("persist_mark");
+        guard.finish(self.inner.persist_mark(claim, mark, reported).await)
+    }
+
+    async fn peers(&self, claim: &Claim) -> RegistryResult<Vec<PeerReport>> {
+        let guard = self.guard("peers");
+        guard.finish(self.inner.peers(claim).await)
+    }
+
+    async fn release(&self, claim: &Claim) -> RegistryResult<()> {
+        let guard = self.guard("release");
+        guard.finish(self.inner.release(claim).await)
+    }
+
+    /// Not counted: the listing is for the status page, not the keeper, and a
+    /// registry that can't list would otherwise read as failing in alerts.
+    async fn fleet(&self) -> RegistryResult<Vec<FleetMember>> {
+        self.inner.fleet().await
+    }
+}
+
+/// A [`SegmentStore`] that counts failed leases (`fetch`) in
+/// `idmint_segment_lease_failures_total` and otherwise is the store it wraps.
+#[derive(Debug)]
+pub(crate) struct CountingStore {
+    inner: Arc<dyn SegmentStore>,
+    metrics: Arc<Metrics>,
+}
+
+impl CountingStore {
+    /// Wraps `inner`.
+    pub(crate) fn wrap(
+        inner: Arc<dyn SegmentStore>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<dyn SegmentStore> {
+        Arc::new(CountingStore { inner, metrics })
+    }
+}
+
+type SegmentResult<T> = idmint_segment::Result<T>;
+
+#[async_trait]
+impl SegmentStore for CountingStore {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    async fn fetch(&self, key: &str, step: Option<u64>) -> SegmentResult<SegmentGrant> {
+        let store = self.inner.kind();
+        let guard = FailureGuard::new(|| self.metrics.lease_failure(store, key));
+        guard.finish(self.inner.fetch(key, step).await)
+    }
+
+    async fn describe(&self, key: &str) -> SegmentResult<Option<KeyInfo>> {
+        self.inner.describe(key).await
+    }
+
+    async fn create(&self, key: &NewKey) -> SegmentResult<KeyInfo> {
+        self.inner.create(key).await
+    }
+
+    async fn list(&self) -> SegmentResult<Vec<KeyInfo>> {
+        self.inner.list().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics() -> Metrics {
+        Metrics::new("test (127.0.0.1:1)".to_owned())
+    }
+
+    #[tokio::test]
+    async fn failed_leases_are_counted_per_key() {
+        let m = Arc::new(metrics());
+        let store = CountingStore::wrap(Arc::new(idmint_segment::MemoryStore::new()), m.clone());
+        store.create(&NewKey::new("order", 10)).await.unwrap();
+        assert!(store.fetch("order", None).await.is_ok());
+        assert!(store.fetch("missing", None).await.is_err());
+        assert!(store.fetch("missing", None).await.is_err());
+        let text = m.text();
+        assert!(
+            text.contains(r#"idmint_segment_lease_failures_total{store="memory",key="missing"} 2"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"key="order""#), "{text}");
+    }
+
+    #[test]
+    fn failure_guard_counts_errors_and_drops() {
+        let count = std::cell::Cell::new(0);
+        let bump = || count.set(count.get() + 1);
+        let _ = FailureGuard::new(bump).finish(Ok::<(), ()>(()));
+        let _ = FailureGuard::new(bump).finish(Err::<(), ()>(()));
+        drop(FailureGuard::new(bump));
+        assert_eq!(count.get(), 2);
+    }
+}

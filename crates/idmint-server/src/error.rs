@@ -1,0 +1,190 @@
+//! The server's two failure types:
+//! - [`ServerError`], why the server could not start or serve (public: the
+//!   binary reports it), each naming the step and the config key behind it;
+//! - [`IssueError`], the one failure type of issuing (and of reading an ID):
+//!   a class each surface maps to its own status, a stable code
+//!   (`key_not_found`, `unavailable`, ...), a message naming the value, and a
+//!   retry hint.
+//!
+//! They sit below everything that fails with them: the start-up steps and
+//! the backends they open, the key table and the shared state
+//! (`wrong_strategy`), so that none of those imports `start.rs` or `issue.rs`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use idmint_registry::RegistryError;
+use idmint_segment::SegmentError;
+
+use crate::config::ConfigError;
+use crate::tls::TlsError;
+
+/// Why the server could not start or serve. Each names the step and the
+/// config key behind it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The configuration is wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The HTTP listener could not be bound.
+    #[error("cannot listen on server.http_addr {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The RESP (Redis-protocol) listener could not be bound.
+    #[error("cannot listen on server.resp_addr {addr}: {source}")]
+    BindResp {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The gRPC listener could not be bound.
+    #[error("cannot listen on server.grpc_addr {addr}: {source}")]
+    BindGrpc {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The data directory could not be created.
+    #[error("cannot create server.data_dir {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The worker registry failed (unreachable, exhausted, clock checks, ...).
+    #[error("snowflake worker registry ({registry}): {source}")]
+    Registry {
+        /// `snowflake.registry`.
+        registry: &'static str,
+        /// The registry's error.
+        source: RegistryError,
+    },
+    /// The segment store failed (unreachable, bad URL, a declared key that can't be made).
+    #[error("segment store ({what}): {source}")]
+    Segment {
+        /// What was being done.
+        what: String,
+        /// The store's error.
+        source: SegmentError,
+    },
+    /// The TLS files (`[tls]`) can't be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// Serving failed.
+    #[error("serving HTTP failed: {0}")]
+    Serve(std::io::Error),
+}
+
+impl ServerError {
+    /// True when the configuration (rather than a backend) is at fault.
+    pub fn is_config(&self) -> bool {
+        match self {
+            ServerError::Config(_) | ServerError::Tls(_) => true,
+            ServerError::Registry { source, .. } => {
+                matches!(source, RegistryError::Config { .. })
+            }
+            ServerError::Segment { source, .. } => source.is_bad_input(),
+            _ => false,
+        }
+    }
+}
+
+// ---- Errors ----
+
+/// What kind of failure an [`IssueError`] is; each surface picks its status from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorClass {
+    /// The caller's input is wrong (a bad key, count or ID).
+    BadInput,
+    /// The key does not exist.
+    NotFound,
+    /// The thing to create exists already.
+    Conflict,
+    /// A token is missing or wrong.
+    Unauthorized,
+    /// Can't serve right now (lease, store); retry after `retry_after`.
+    Unavailable,
+    /// A failure of this server.
+    Internal,
+}
+
+/// A failure to issue (or to read an ID), with a stable code.
+#[derive(Debug)]
+pub(crate) struct IssueError {
+    pub class: ErrorClass,
+    pub code: &'static str,
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+impl IssueError {
+    pub(crate) fn new(class: ErrorClass, code: &'static str, message: impl Into<String>) -> Self {
+        IssueError {
+            class,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub(crate) fn bad_input(code: &'static str, message: impl Into<String>) -> Self {
+        IssueError::new(ErrorClass::BadInput, code, message)
+    }
+
+    pub(crate) fn unavailable(
+        code: &'static str,
+        message: impl Into<String>,
+        after: Duration,
+    ) -> Self {
+        IssueError {
+            retry_after: Some(after),
+            ..IssueError::new(ErrorClass::Unavailable, code, message)
+        }
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        IssueError::new(ErrorClass::Internal, "internal", message)
+    }
+}
+
+impl From<idmint_core::Error> for IssueError {
+    fn from(e: idmint_core::Error) -> Self {
+        let code = e.code();
+        if e.is_bad_input() {
+            IssueError::bad_input(code, e.to_string())
+        } else if e.is_transient() {
+            IssueError::unavailable(code, e.to_string(), Duration::from_secs(1))
+        } else {
+            IssueError::new(ErrorClass::Internal, code, e.to_string())
+        }
+    }
+}
+
+impl From<SegmentError> for IssueError {
+    fn from(e: SegmentError) -> Self {
+        let code = e.code();
+        match &e {
+            SegmentError::NotFound { .. } => {
+                IssueError::new(ErrorClass::NotFound, code, e.to_string())
+            }
+            SegmentError::KeyExists { .. } => {
+                IssueError::new(ErrorClass::Conflict, code, e.to_string())
+            }
+            _ if e.is_bad_input() => IssueError::bad_input(code, e.to_string()),
+            _ if e.is_transient() => IssueError::unavailable(
+                code,
+                e.to_string(),
+                e.retry_after().unwrap_or(Duration::from_secs(1)),
+            ),
+            _ => IssueError::new(ErrorClass::Internal, code, e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! Every key's strategy, resolved once per run by one rule on every surface
+//! ([`KeyTable`]): declared keys from config, the segment store's keys, and
+//! `server.undeclared_keys` for any other name.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arc_swap::ArcSwap;
+
+use crate::config::{Strategy, UndeclaredKeys};
+use crate::error::{ErrorClass, IssueError};
+
+/// A map by key name, with a fast hasher: every request looks a key up in a
+/// few of these, and SipHash was a sixth of a RESP `INCR`'s instructions.
+/// HashDoS doesn't apply: the maps hold configured keys (and at most
+/// `MAX_KEYS` counted ones); callers only look up, they never insert.
+pub(crate) type KeyMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
+/// What a key does: its strategy, fixed for the server's run (see
+/// [`KeyTable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeySpec {
+    pub strategy: Strategy,
+    pub public: bool,
+    pub source: KeySource,
+}
+
+/// Why a key has its strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeySource {
+    /// `[keys.<name>]` or `[segment.keys.<name>]`.
+    Declared,
+    /// A row the segment store held at start, or one created through the
+    /// admin API: a segment key.
+    Store,
+    /// Declared nowhere: `server.undeclared_keys` chose the strategy.
+    Undeclared,
+    /// Declared nowhere under `server.undeclared_keys = "refuse"`: issuing
+    /// fails with `unknown_key` (the strategy is meaningless).
+    Refused,
+}
+
+impl KeySpec {
+    /// A spec of `strategy`, not public.
+    pub(crate) const fn new(strategy: Strategy, source: KeySource) -> KeySpec {
+        KeySpec {
+            strategy,
+            public: false,
+            source,
+        }
+    }
+}
+
+/// Undeclared names answered with a non-segment strategy that are
+/// remembered (so the admin API can't turn one into a segment key); past
+/// this, the admin API creates only names it has seen as segment keys.
+const MAX_REMEMBERED: usize = 10_000;
+
+/// Every key's strategy: one rule on every surface.
+///
+/// - A name resolves once per run and keeps its strategy: declared keys from
+///   config; segment keys the store held at start or the admin API created;
+///   any other name by `server.undeclared_keys` (or refused).
+/// - [`KeyTable::spec`] is one atomic load and one map lookup for a name
+///   seen before, with no store round-trip; the first request for an
+///   undeclared snowflake or UUID name takes a mutex once to remember it.
+/// - [`KeyTable::claim_segment`] (the admin API) refuses a name already
+///   answered with another strategy: a key never switches strategy under a
+///   running server, which would break its order.
+pub(crate) struct KeyTable {
+    known: ArcSwap<KeyMap<KeySpec>>,
+    undeclared: UndeclaredKeys,
+    /// One writer at a time: remembering a name and claiming one are
+    /// read-check-write sequences on `known`.
+    writer: std::sync::Mutex<()>,
+    /// `MAX_REMEMBERED` was reached: undeclared names are still served, no
+    /// longer remembered.
+    full: AtomicBool,
+}
+
+impl fmt::Debug for KeyTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyTable")
+            .field("known", &self.known.load().len())
+            .field("undeclared", &self.undeclared)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyTable {
+    /// A table of the `known` keys (declared, and the store's at start),
+    /// giving other names `undeclared`.
+    pub(crate) fn new(known: KeyMap<KeySpec>, undeclared: UndeclaredKeys) -> KeyTable {
+        KeyTable {
+            known: ArcSwap::from_pointee(known),
+            undeclared,
+            writer: std::sync::Mutex::new(()),
+            full: AtomicBool::new(false),
+        }
+    }
+
+    /// The rule for undeclared names.
+    pub(crate) fn undeclared(&self) -> UndeclaredKeys {
+        self.undeclared
+    }
+
+    /// `key`'s spec for `/v1/ids`, gRPC and RESP. An undeclared name gets
+    /// `server.undeclared_keys` and, when that is not segment, is remembered
+    /// with it for the rest of the run.
+    #[inline]
+    pub(crate) fn spec(&self, key: &str) -> KeySpec {
+        if let Some(spec) = self.known.load().get(key) {
+            return *spec;
+        }
+        self.first_use(key)
+    }
+
+    #[cold]
+    fn first_use(&self, key: &str) -> KeySpec {
+        let spec = match self.undeclared.strategy() {
+            None => return KeySpec::new(Strategy::Segment, KeySource::Refused),
+            Some(strategy) => KeySpec::new(strategy, KeySource::Undeclared),
+        };
+        // An undeclared segment name needs no memory: created later, it is
+        // a segment key still.
+        if spec.strategy == Strategy::Segment || self.full.load(Ordering::Relaxed) {
+            return spec;
+        }
+        let _one_writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let known = self.known.load_full();
+        if let Some(existing) = known.get(key) {
+            // Claimed as a segment key since the lookup above: that wins.
+            return *existing;
+        }
+        if known.len() >= MAX_REMEMBERED {
+            self.full.store(true, Ordering::Relaxed);
+            return spec;
+        }
+        let mut next = KeyMap::clone(&known);
+        next.insert(key.to_owned(), spec);
+        self.known.store(Arc::new(next));
+        spec
+    }
+
+    /// `key`'s spec if it is known (declared, a store key, or an undeclared
+    /// name remembered), without resolving it.
+    pub(crate) fn peek(&self, key: &str) -> Option<KeySpec> {
+        self.known.load().get(key).copied()
+    }
+
+    /// Whether `key` is declared in config.
+    pub(crate) fn is_declared(&self, key: &str) -> bool {
+        self.peek(key)
+            .is_some_and(|spec| spec.source == KeySource::Declared)
+    }
+
+    /// Every known key, for listings.
+    pub(crate) fn snapshot(&self) -> Arc<KeyMap<KeySpec>> {
+        self.known.load_full()
+    }
+
+    /// Makes `key` a segment key (the admin API, before creating its row):
+    /// `Ok(true)` when it was not one yet (undo with [`KeyTable::forget`] if
+    /// the row can't be made), `Ok(false)` when it is one already.
+    ///
+    /// # Errors
+    /// `wrong_strategy` (409) when `key` is declared with, or was already
+    /// answered with, another strategy; also when too many undeclared names
+    /// were answered to tell.
+    pub(crate) fn claim_segment(&self, key: &str) -> Result<bool, IssueError> {
+        let _one_writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let known = self.known.load_full();
+        match known.get(key) {
+            Some(spec) if spec.strategy == Strategy::Segment => return Ok(false),
+            Some(spec) => {
+                let why = match spec.source {
+                    KeySource::Declared => {
+                        format!("is declared {} in [keys.{key}]", spec.strategy.name())
+                    }
+                    _ => format!(
+                        "has been served as {} by this server (server.undeclared_keys = \"{}\")",
+                        spec.strategy.name(),
+                        self.undeclared.name()
+                    ),
+                };
+                return Err(IssueError::new(
+                    ErrorClass::Conflict,
+                    "wrong_strategy",
+                    format!(
+                        "key {key:?} {why}: a key never changes strategy under a running \
+                         server; declare it in [segment.keys.{key}] and restart, or pick another name"
+                    ),
+                ));
+            }
+            None => {}
+        }
+        let answered_otherwise = self
+            .undeclared
+            .strategy()
+            .is_some_and(|s| s != Strategy::Segment);
+        if answered_otherwise && self.full.load(Ordering::Relaxed) {
+            return Err(IssueError::new(
+                ErrorClass::Conflict,
+                "wrong_strategy",
+                format!(
+                    "key {key:?} may have been served as {} (this server answered more than \
+                     {MAX_REMEMBERED} undeclared names and stopped remembering them): declare it \
+                     in [segment.keys.{key}] and restart",
+                    self.undeclared.name()
+                ),
+            ));
+        }
+        let mut next = KeyMap::clone(&known);
+        next.insert(
+            key.to_owned(),
+            KeySpec::new(Strategy::Segment, KeySource::Store),
+        );
+        self.known.store(Arc::new(next));
+        Ok(true)
+    }
+
+    /// Undoes a [`KeyTable::claim_segment`] whose row could not be made: the
+    /// name was never served as a segment key.
+    pub(crate) fn forget(&self, key: &str) {
+        let _one_writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = KeyMap::clone(&self.known.load());
+        if next.get(key).is_some_and(|s| s.source == KeySource::Store) {
+            next.remove(key);
+            self.known.store(Arc::new(next));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KeyMap, KeySource, KeySpec, KeyTable, MAX_REMEMBERED, Strategy, UndeclaredKeys};
+
+    fn table(undeclared: UndeclaredKeys) -> KeyTable {
+        let mut known = KeyMap::default();
+        known.insert(
+            "sf".to_owned(),
+            KeySpec::new(Strategy::Snowflake, KeySource::Declared),
+        );
+        known.insert(
+            "row".to_owned(),
+            KeySpec::new(Strategy::Segment, KeySource::Store),
+        );
+        KeyTable::new(known, undeclared)
+    }
+
+    #[test]
+    fn a_name_keeps_the_strategy_it_was_first_answered_with() {
+        let keys = table(UndeclaredKeys::Snowflake);
+        assert_eq!(keys.spec("sf").source, KeySource::Declared);
+        assert_eq!(keys.spec("row").strategy, Strategy::Segment);
+        let spec = keys.spec("order");
+        assert_eq!(
+            (spec.strategy, spec.source),
+            (Strategy::Snowflake, KeySource::Undeclared)
+        );
+        assert_eq!(keys.peek("order"), Some(spec), "remembered");
+        // Answered as snowflake, or declared so: never a segment key now.
+        for name in ["order", "sf"] {
+            let e = keys.claim_segment(name).unwrap_err();
+            assert_eq!(e.code, "wrong_strategy");
+            assert!(e.message.contains(name), "{}", e.message);
+        }
+        assert_eq!(keys.spec("order").strategy, Strategy::Snowflake);
+        // A fresh name becomes a segment key, on every lookup from then on.
+        assert!(keys.claim_segment("fresh").unwrap());
+        assert_eq!(keys.spec("fresh").strategy, Strategy::Segment);
+        assert!(!keys.claim_segment("fresh").unwrap());
+        assert!(!keys.claim_segment("row").unwrap());
+        // A claim whose row could not be made is undone; a store key is not.
+        keys.forget("fresh");
+        assert_eq!(keys.peek("fresh"), None);
+        assert!(!keys.is_declared("order") && keys.is_declared("sf"));
+    }
+
+    #[test]
+    fn refused_and_segment_rules_remember_nothing() {
+        let keys = table(UndeclaredKeys::Refuse);
+        assert_eq!(keys.spec("nope").source, KeySource::Refused);
+        assert_eq!(keys.peek("nope"), None);
+        assert!(keys.claim_segment("nope").unwrap());
+        assert_eq!(keys.spec("nope").strategy, Strategy::Segment);
+
+        let keys = table(UndeclaredKeys::Segment);
+        let spec = keys.spec("later");
+        assert_eq!(
+            (spec.strategy, spec.source),
+            (Strategy::Segment, KeySource::Undeclared)
+        );
+        assert_eq!(keys.peek("later"), None);
+        assert!(keys.claim_segment("later").unwrap());
+    }
+
+    #[test]
+    fn past_the_memory_bound_names_are_served_but_not_made_segment_keys() {
+        let keys = table(UndeclaredKeys::Uuid7);
+        for i in 0..MAX_REMEMBERED + 5 {
+            assert_eq!(keys.spec(&format!("k{i}")).strategy, Strategy::Uuid7);
+        }
+        assert!(keys.snapshot().len() <= MAX_REMEMBERED);
+        let e = keys.claim_segment("never-seen").unwrap_err();
+        assert_eq!(e.code, "wrong_strategy");
+        assert!(e.message.contains("stopped remembering"), "{}", e.message);
+    }
+}

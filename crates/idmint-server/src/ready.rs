@@ -1,0 +1,90 @@
+//! Readiness: whether the node should take traffic, and why not
+//! ([`not_ready_reason`]). `/readyz`, the `idmint_ready` gauge, the status
+//! page and the gRPC health service all answer from here.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use idmint_core::clock::Clock;
+use idmint_core::{ClockBehind, SequenceExhausted};
+
+use crate::state::AppState;
+
+/// Why the clock keeps the node out of rotation, if it does (docs/design.md §2
+/// "Taking a sick node out of rotation"): snowflake IDs fail, or would fail,
+/// because the clock reads further behind the last issued ID than the clock
+/// policy absorbs. Clears by itself once the clock catches up (or is set
+/// right).
+///
+/// Two readings, the first that applies:
+/// - a failure seen: the last `clock_behind` or `rollback_exhausted` error
+///   said until when IDs fail ([`note_clock_failure`]); this covers
+///   `rollback-bits` with every counter value in use and a `history` ring
+///   run dry, which only issuing can tell;
+/// - the clock against the last issued ID, without waiting for a request:
+///   `fail` absorbs nothing, `wait` its bound, `borrow` its lead, `history:N`
+///   N ticks, and `sequence_exhausted = "borrow:…"` its lead on top (the
+///   generator may run that far ahead of a clock that did not move).
+///   `rollback-bits` absorbs any step back while a counter value is free.
+pub(crate) fn clock_not_ready(state: &AppState) -> Option<String> {
+    let (policy, exhausted) = state.clock_policy;
+    let source = state.clock.source().name();
+    let now = state.clock.now_nanos();
+    let until = state.clock_failed_until.load(Ordering::Acquire);
+    if now < until {
+        return Some(format!(
+            "snowflake IDs fail for {:.3} ms more: the {source} clock went back further than \
+             snowflake.clock_behind = \"{}\" absorbs",
+            (until - now) as f64 / 1e6,
+            policy.name(),
+        ));
+    }
+    let absorbed = match policy {
+        ClockBehind::Wait { max } => max,
+        ClockBehind::Borrow { max_lead } => max_lead,
+        ClockBehind::History { ticks } => state.layout.unit().saturating_mul(ticks),
+        ClockBehind::RollbackBits => return None,
+        _ => Duration::ZERO,
+    };
+    let absorbed = match exhausted {
+        SequenceExhausted::Borrow { max_lead } => absorbed.max(max_lead),
+        _ => absorbed,
+    };
+    let behind = state.worker.generator().lead();
+    (behind > absorbed).then(|| {
+        format!(
+            "the {source} clock is {:.3} ms behind the last issued ID; \
+             snowflake.clock_behind = \"{}\" absorbs {:.3} ms",
+            behind.as_secs_f64() * 1e3,
+            policy.name(),
+            absorbed.as_secs_f64() * 1e3,
+        )
+    })
+}
+
+/// Why the node should take no traffic, or `None` when it is ready: the
+/// worker lease's verdict, then the clock's ([`clock_not_ready`]). `/readyz`
+/// answers from it, and the gRPC health service follows it.
+pub(crate) fn not_ready_reason(state: &AppState) -> Option<String> {
+    state
+        .worker
+        .status()
+        .not_ready_reason()
+        .or_else(|| clock_not_ready(state))
+}
+
+/// Records until when snowflake IDs fail after a clock error (`error`'s own
+/// verdict: the time the clock must reach), for [`clock_not_ready`].
+pub(crate) fn note_clock_failure(state: &AppState, error: &idmint_core::Error) {
+    let now = state.clock.now_nanos();
+    let until = match error {
+        idmint_core::Error::ClockBehind { behind, .. } => {
+            now.saturating_add(i64::try_from(behind.as_nanos()).unwrap_or(i64::MAX))
+        }
+        idmint_core::Error::RollbackExhausted { retry_after, .. } => {
+            i64::try_from(retry_after.as_nanosecond()).unwrap_or(i64::MAX)
+        }
+        _ => return,
+    };
+    state.clock_failed_until.fetch_max(until, Ordering::AcqRel);
+}
