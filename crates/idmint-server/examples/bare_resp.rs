@@ -11,6 +11,8 @@
 //! and the kernel cost on this machine (this against redis-server).
 //!
 //! `cargo run --release -p idmint-server --example bare_resp -- 127.0.0.1:6380`
+//! (add `current-thread` for tokio's one-thread runtime, which leaves the
+//! other core to the client: `scripts/bench-resp-probes` measures both).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +24,11 @@ fn main() -> std::io::Result<()> {
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:6380".to_owned());
-    tokio::runtime::Builder::new_multi_thread()
+    let mut runtime = match std::env::args().nth(2).as_deref() {
+        Some("current-thread") => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    runtime
         .enable_all()
         .build()?
         .block_on(async move {
