@@ -2,7 +2,7 @@
 //! whether a different I/O model lets a server beat redis-server by more on
 //! this machine than tokio's epoll does (`scripts/bench-resp-probes`).
 //!
-//! It does what `crates/idmint-server/examples/bare_resp.rs` does (every
+//! It does what `crates/idmint-server/examples/bare_resp/` does (every
 //! command answered with the next value of one atomic counter, `CONFIG` with
 //! an empty value) on monoio's io_uring driver, thread per core: each thread
 //! runs its own ring and accepts on its own `SO_REUSEPORT` listener.
@@ -12,11 +12,16 @@
 //! It prints the address once every thread listens.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Barrier};
 
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{ListenerOpts, TcpListener, TcpStream};
+
+// The same reply step as the tokio baseline, so the two differ only in I/O.
+#[path = "../../../crates/idmint-server/examples/bare_resp/reply.rs"]
+mod reply;
+use reply::answer;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -78,19 +83,7 @@ async fn serve(mut stream: TcpStream, counter: Arc<AtomicU64>) -> std::io::Resul
             return Ok(());
         }
         input.extend_from_slice(&buf);
-        let mut at = 0;
-        while let Some((end, is_config)) = command_end(&input[at..]) {
-            if is_config {
-                out.extend_from_slice(b"*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
-            } else {
-                let id = counter.fetch_add(1, Ordering::Relaxed) + 1;
-                out.push(b':');
-                out.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
-                out.extend_from_slice(b"\r\n");
-            }
-            at += end;
-        }
-        input.drain(..at);
+        answer(&mut input, &mut out, &counter);
         if !out.is_empty() {
             let (written, back) = stream.write_all(out).await;
             out = back;
@@ -98,32 +91,4 @@ async fn serve(mut stream: TcpStream, counter: Arc<AtomicU64>) -> std::io::Resul
             out.clear();
         }
     }
-}
-
-fn command_end(buf: &[u8]) -> Option<(usize, bool)> {
-    let (args, mut at) = number_line(buf, b'*')?;
-    let mut is_config = false;
-    for i in 0..args {
-        let (len, after) = number_line(&buf[at..], b'$')?;
-        let start = at + after;
-        let end = start + len + 2;
-        if buf.len() < end {
-            return None;
-        }
-        if i == 0 {
-            is_config = buf[start..start + len].eq_ignore_ascii_case(b"CONFIG");
-        }
-        at = end;
-    }
-    Some((at, is_config))
-}
-
-/// `<tag><digits>\r\n` at the front of `buf`: the number and the bytes it took.
-fn number_line(buf: &[u8], tag: u8) -> Option<(usize, usize)> {
-    if buf.first() != Some(&tag) {
-        return None;
-    }
-    let nl = buf.iter().position(|&b| b == b'\n')?;
-    let digits = std::str::from_utf8(&buf[1..nl.checked_sub(1)?]).ok()?;
-    Some((digits.parse().ok()?, nl + 1))
 }
