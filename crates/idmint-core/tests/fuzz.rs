@@ -105,6 +105,7 @@ const LAYOUT_SEEDS: &[&str] = &[
     "discord",
     "instagram",
     "js53",
+    "tso",
     "twitter, epoch=2020-01-01 , datacenter=3",
     "leaf,rollback=2",
     "leaf,worker=6",

@@ -19,7 +19,7 @@ pub struct DecodeArgs {
     id: String,
 
     /// The layout the ID was made with: a preset (twitter, leaf, baidu, sonyflake,
-    /// discord, instagram, js53) or a spec such as `twitter,epoch=2024-01-01`.
+    /// discord, instagram, js53, tso) or a spec such as `twitter,epoch=2024-01-01`.
     #[arg(long, value_name = "TEXT", default_value = "twitter")]
     layout: String,
 

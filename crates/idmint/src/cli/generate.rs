@@ -45,7 +45,7 @@ pub struct GenArgs {
     strategy: Strategy,
 
     /// Layout for snowflake and cached: a preset (twitter, leaf, baidu, sonyflake,
-    /// discord, instagram, js53) or a spec such as `twitter,epoch=2024-01-01`
+    /// discord, instagram, js53, tso) or a spec such as `twitter,epoch=2024-01-01`
     /// [default: twitter].
     #[arg(long, value_name = "TEXT")]
     layout: Option<String>,

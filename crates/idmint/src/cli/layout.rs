@@ -13,7 +13,7 @@ use serde::Serialize;
 
 #[derive(Debug, Args)]
 pub struct LayoutArgs {
-    /// A preset (twitter, leaf, baidu, sonyflake, discord, instagram, js53) or a
+    /// A preset (twitter, leaf, baidu, sonyflake, discord, instagram, js53, tso) or a
     /// spec such as `twitter,epoch=2024-01-01` or
     /// `time=40,unit=10ms,epoch=2024-01-01,worker=8,sequence=12`; omit to list the presets.
     #[arg(value_name = "NAME_OR_SPEC")]
