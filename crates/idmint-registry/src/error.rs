@@ -134,6 +134,21 @@ pub enum RegistryError {
     /// A core error (layout, generator).
     #[error(transparent)]
     Core(#[from] idmint_core::Error),
+
+    /// A call only the oracle's leader serves reached a node that does not
+    /// lead (or whose lease's fence has passed): ask the leader, or wait for
+    /// the election to find one.
+    #[error(
+        "this node is not the oracle's leader{}",
+        leader.as_deref().map_or_else(
+            || "; no leader is known yet: retry shortly".to_owned(),
+            |l| format!("; the leader is {l}"),
+        )
+    )]
+    NotLeader {
+        /// The leader's `address:port` as this node knows it.
+        leader: Option<String>,
+    },
 }
 
 impl RegistryError {
@@ -173,6 +188,7 @@ impl RegistryError {
             RegistryError::ClockSkew { .. } => "clock_skew",
             RegistryError::Config { .. } => "registry_config",
             RegistryError::Core(e) => e.code(),
+            RegistryError::NotLeader { .. } => "not_leader",
         }
     }
 }

@@ -53,8 +53,8 @@
 //! `tokio::time::pause()`. Generator time comes from the generator's
 //! [`Clock`]. Every registry call is bounded by [`KeeperConfig::with_call_timeout`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -168,6 +168,11 @@ impl KeeperConfig {
     pub const fn with_retry_interval(mut self, interval: Duration) -> KeeperConfig {
         self.retry_interval = interval;
         self
+    }
+
+    /// The bound on every registry call.
+    pub const fn call_timeout(&self) -> Duration {
+        self.call_timeout
     }
 
     /// Checks the intervals against each other and the window.
@@ -364,6 +369,10 @@ pub struct WorkerStatus {
     pub generation: u64,
     /// The last registry failure, cleared by the next success.
     pub last_error: Option<String>,
+    /// The first mark the current generator was allowed up to: persisted
+    /// above everything any earlier holder of the ID persisted, so it grows
+    /// from one holding to the next (a leader's term, for the oracle).
+    pub first_mark: Option<Timestamp>,
 }
 
 impl WorkerStatus {
@@ -399,6 +408,10 @@ struct Current {
 struct Shared {
     current: ArcSwap<Current>,
     status: Mutex<Status>,
+    /// The lease's fence (its end minus the margin) as [`mono_nanos`]: 0
+    /// while the claim is not held, `u64::MAX` for a claim without a lease.
+    /// Read on every call by [`WorkerHandle::holds_lease`].
+    fence: AtomicU64,
     /// Wakes the task early: an ID hit the mark.
     nudge: Notify,
     shutdown: Notify,
@@ -412,6 +425,7 @@ struct Status {
     persisted: Option<Timestamp>,
     generation: u64,
     last_error: Option<String>,
+    first_mark: Option<Timestamp>,
 }
 
 impl Shared {
@@ -468,6 +482,20 @@ impl WorkerHandle {
         result
     }
 
+    /// Whether the claim is held and its lease's fence (its end minus the
+    /// margin, on the monotonic clock) has not passed, read now: one atomic
+    /// load and one clock read.
+    ///
+    /// The keeper's task stops the generator when the fence passes, but a
+    /// task can be late (a starved runtime, a process stopped and continued
+    /// past its lease). A caller that must not issue once someone else could
+    /// hold the claim (the oracle's leader, `leader.rs`) asks this before each
+    /// issue; it turns false by itself as time passes, whatever the task does.
+    #[inline]
+    pub fn holds_lease(&self) -> bool {
+        mono_nanos(mono_now()) < self.shared.fence.load(Ordering::Acquire)
+    }
+
     /// The claimed ID the current generator issues as.
     pub fn worker(&self) -> u32 {
         self.shared.current.load().worker
@@ -487,6 +515,7 @@ impl WorkerHandle {
             persisted_mark: s.persisted,
             generation: s.generation,
             last_error: s.last_error,
+            first_mark: s.first_mark,
         }
     }
 }
@@ -517,6 +546,7 @@ impl KeeperGuard {
 
     fn signal_stop(&self) {
         let shared = &self.handle.shared;
+        shared.fence.store(0, Ordering::Release);
         shared.current.load().generator.retract_mark(Timestamp::MIN);
         shared.stopping.store(true, Ordering::Release);
         shared.shutdown.notify_one();
@@ -585,7 +615,9 @@ impl WorkerKeeper {
                 persisted: Some(est.persisted),
                 generation: 1,
                 last_error: None,
+                first_mark: Some(est.persisted),
             }),
+            fence: AtomicU64::new(fence_of(LeaseState::Held, claim.lease, &ctx.config)),
             nudge: Notify::new(),
             shutdown: Notify::new(),
             stopping: AtomicBool::new(false),
@@ -636,6 +668,29 @@ struct Fence {
 
 fn mono_now() -> Instant {
     tokio::time::Instant::now().into_std()
+}
+
+/// `at` as nanoseconds since the first call in this process (saturating at
+/// 0 before it), so a fence fits one atomic.
+fn mono_nanos(at: Instant) -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let base = *BASE.get_or_init(mono_now);
+    u64::try_from(at.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The fence [`WorkerHandle::holds_lease`] compares with: the lease's end
+/// minus the margin while the claim is held (or renewing), none without a
+/// lease, and already passed in every other state.
+fn fence_of(state: LeaseState, lease: Option<Lease>, config: &KeeperConfig) -> u64 {
+    match (state, lease) {
+        (LeaseState::Held | LeaseState::Renewing, None) => u64::MAX,
+        (LeaseState::Held | LeaseState::Renewing, Some(l)) => l
+            .valid_until
+            .checked_sub(config.lease_margin)
+            // Never 0 while held: 0 means "not held".
+            .map_or(1, |fence| mono_nanos(fence).max(1)),
+        _ => 0,
+    }
 }
 
 fn renew_every(lease: &Lease) -> Duration {
@@ -839,6 +894,10 @@ impl Task {
         let mut s = self.shared.status();
         s.lease = state;
         s.valid_until = self.lease.map(|l| l.valid_until);
+        self.shared.fence.store(
+            fence_of(state, self.lease, &self.ctx.config),
+            Ordering::Release,
+        );
     }
 
     fn retry_after(&self) -> Duration {
@@ -1017,6 +1076,7 @@ impl Task {
                 self.set_state(LeaseState::Held);
                 let mut s = self.shared.status();
                 s.persisted = Some(est.persisted);
+                s.first_mark = Some(est.persisted);
                 s.generation += 1;
                 s.last_error = None;
             }
@@ -1106,6 +1166,7 @@ mod tests {
             persisted_mark: None,
             generation: 1,
             last_error: None,
+            first_mark: None,
         };
         assert!(st.is_ready());
         st.lease = LeaseState::Expired;

@@ -17,6 +17,7 @@ pub mod etcd;
 pub mod file;
 pub mod fixed;
 pub mod keeper;
+pub mod leader;
 pub mod redis;
 mod registry;
 pub mod sql;
@@ -28,6 +29,7 @@ pub use keeper::{
     GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, WorkerHandle, WorkerKeeper,
     WorkerStatus,
 };
+pub use leader::{Campaign, CampaignConfig, CampaignGuard, LeaderInfo, Oracle, OracleStatus, Role};
 pub use registry::{
     Claim, FLEET_RECENT, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry,
     check_given_worker,

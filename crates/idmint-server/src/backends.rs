@@ -8,7 +8,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use idmint_core::Layout;
+use std::time::Duration;
+
+use idmint_core::{ClockBehind, Layout, SequenceExhausted, SequenceStart};
 use idmint_registry::etcd::{EtcdConfig, EtcdRegistry};
 use idmint_registry::file::{FileRegistry, LeaseFile};
 use idmint_registry::fixed::{HostRegistry, K8sRegistry, StaticRegistry};
@@ -69,6 +71,96 @@ pub(crate) async fn open_registry(
             ZooKeeperRegistry::connect(&sf.zookeeper.connect, zookeeper_config(config)).await?,
         ),
     })
+}
+
+/// The registry the oracle's leader is elected in: the worker registry's
+/// backend, in a namespace of its own (cluster `<cluster>.monotonic`; for the
+/// file registry, the data directory's `monotonic/`), with
+/// `monotonic.lease_ttl`. SQL always uses lease mode there: the leadership
+/// is one row that changes holders.
+pub(crate) async fn open_leader_registry(
+    config: &Config,
+) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
+    let sf = &config.snowflake;
+    Ok(match sf.registry {
+        RegistryKind::File => Arc::new(FileRegistry::open(
+            config.server.data_dir.join("monotonic"),
+            0,
+        )?),
+        RegistryKind::Sql => {
+            let url = sf.sql.url.as_ref().map(|u| u.expose()).unwrap_or_default();
+            Arc::new(SqlRegistry::connect(url, leader_sql_config(config)).await?)
+        }
+        RegistryKind::Redis => Arc::new(
+            RedisRegistry::connect(sf.redis.url.expose(), leader_redis_config(config)).await?,
+        ),
+        RegistryKind::Etcd => {
+            Arc::new(EtcdRegistry::connect(&sf.etcd.endpoints, leader_etcd_config(config)).await?)
+        }
+        kind @ (RegistryKind::Static
+        | RegistryKind::Host
+        | RegistryKind::K8s
+        | RegistryKind::Zookeeper) => {
+            // Config::validate refuses these with monotonic keys.
+            return Err(RegistryError::Unsupported {
+                registry: kind.name(),
+                operation: "electing the oracle's leader",
+                reason: None,
+            });
+        }
+    })
+}
+
+/// The cluster name of the oracle's namespace.
+fn leader_cluster(cluster: &str) -> String {
+    format!("{cluster}.monotonic")
+}
+
+pub(crate) fn leader_sql_config(config: &Config) -> SqlConfig {
+    let s = &config.snowflake.sql;
+    let sql_config = SqlConfig::new(SqlMode::Lease)
+        .with_cluster(leader_cluster(&s.cluster))
+        .with_lease_ttl(config.monotonic.lease_ttl);
+    // uid-generator's WORKER_NODE has no cluster column: idmint's own table.
+    match &s.table {
+        Some(table) if s.mode != SqlModeName::UidGenerator => sql_config.with_table(table.clone()),
+        _ => sql_config,
+    }
+}
+
+pub(crate) fn leader_redis_config(config: &Config) -> RedisConfig {
+    RedisConfig::new()
+        .with_cluster(&leader_cluster(&config.snowflake.redis.cluster))
+        .with_lease_ttl(config.monotonic.lease_ttl)
+}
+
+pub(crate) fn leader_etcd_config(config: &Config) -> EtcdConfig {
+    EtcdConfig::new()
+        .with_cluster(&leader_cluster(&config.snowflake.etcd.cluster))
+        .with_lease_ttl(config.monotonic.lease_ttl)
+}
+
+/// The oracle's generator: `monotonic.layout`, borrowing on both policies
+/// up to `monotonic.max_lead` (a new leader whose clock is behind the last
+/// one's mark goes on from the mark), sequences from zero.
+pub(crate) fn oracle_settings(config: &Config, layout: Layout) -> GeneratorSettings {
+    let max_lead = config.monotonic.max_lead;
+    GeneratorSettings::new(layout)
+        .with_clock_behind(ClockBehind::Borrow { max_lead })
+        .with_sequence_exhausted(SequenceExhausted::Borrow { max_lead })
+        .with_sequence_start(SequenceStart::Zero)
+}
+
+/// The oracle's keeper: `monotonic.window`, a lease margin of a third of the
+/// TTL (at most 1 s), checks and retries at the campaign's pace.
+pub(crate) fn oracle_keeper_config(config: &Config) -> KeeperConfig {
+    let m = &config.monotonic;
+    KeeperConfig::new()
+        .with_window(m.window)
+        .with_lease_margin((m.lease_ttl / 3).min(Duration::from_secs(1)))
+        .with_check_interval((m.window / 4).min(Duration::from_millis(100)))
+        .with_retry_interval(m.poll)
+        .with_call_timeout(m.lease_ttl.min(Duration::from_secs(2)))
 }
 
 // The settings each backend is opened with, built without I/O, so that

@@ -231,6 +231,8 @@ pub struct Config {
     pub snowflake: SnowflakeConfig,
     /// `[segment]`: the segment store and the keys declared in it.
     pub segment: SegmentSection,
+    /// `[monotonic]`: the timestamp oracle of `strategy = "monotonic"` keys.
+    pub monotonic: MonotonicSection,
     /// `[keys.<name>]`: per-key strategy and whether its IDs are public.
     pub keys: BTreeMap<String, KeyConfig>,
     /// `[obfuscation]`: the keyed permutation behind public IDs.

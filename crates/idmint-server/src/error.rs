@@ -117,7 +117,7 @@ pub(crate) enum ErrorClass {
 }
 
 /// A failure to issue (or to read an ID), with a stable code.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct IssueError {
     pub class: ErrorClass,
     pub code: &'static str,

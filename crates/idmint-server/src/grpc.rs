@@ -67,25 +67,19 @@ use crate::issue::{self, Issued};
 use crate::keys::KeySpec;
 use crate::listen::{Bound, ConnectionLimits, stopped};
 use crate::metrics::Metrics;
+use crate::monotonic::Reserve;
 use crate::state::AppState;
 use crate::tls::{self, MaybeTls, Surface, Tls};
 use crate::tokens::constant_time_eq;
 use proto::id_service_server::{IdService, IdServiceServer};
-use proto::{DecodeRequest, DecodeResponse, GetIdsRequest, GetIdsResponse, StreamIdsRequest};
+use proto::{
+    DecodeRequest, DecodeResponse, GetIdsRequest, GetIdsResponse, ReserveRequest, ReserveResponse,
+    StreamIdsRequest,
+};
 
 mod health;
 
-/// The code generated from `proto/idmint/v1/idmint.proto`: the messages, the
-/// server (`id_service_server`) and a client (`id_service_client`), which
-/// the binary's `bench` and the tests use.
-#[allow(missing_docs)]
-pub mod proto {
-    tonic::include_proto!("idmint.v1");
-
-    /// The encoded `FileDescriptorSet` of `idmint.proto`, which server
-    /// reflection serves.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("idmint_descriptor");
-}
+pub use crate::proto;
 
 /// The metadata key of the stable error code of a failed call.
 pub const ERROR_CODE_METADATA: &str = "idmint-error-code";
@@ -97,6 +91,11 @@ pub const RETRY_AFTER_METADATA: &str = "retry-after-ms";
 const GET_IDS: &str = "GetIds";
 const DECODE: &str = "Decode";
 const STREAM_IDS: &str = "StreamIds";
+const RESERVE: &str = "Reserve";
+
+/// The metadata key naming the oracle's leader (`address:port`) on a
+/// `Reserve` refused with `not_leader`.
+pub const LEADER_METADATA: &str = "idmint-leader";
 
 /// Serves gRPC on `bound` until `stop` turns true; then stops accepting,
 /// lets calls in flight finish and streams end, for at most `grace`.
@@ -340,9 +339,93 @@ impl IdService for Service {
         let result = self.open_stream(request).await;
         self.finish(STREAM_IDS, started, result)
     }
+
+    async fn reserve(
+        &self,
+        request: Request<ReserveRequest>,
+    ) -> Result<Response<ReserveResponse>, Status> {
+        let started = Instant::now();
+        let result = self.try_reserve(request).await;
+        let mut outcome = self.finish(RESERVE, started, result);
+        if let (Err(status), Some(m)) = (&mut outcome, &self.state.monotonic) {
+            // Tell the follower where to go instead.
+            if let Some(leader) = m.oracle().leader().filter(|l| !l.is_self) {
+                let addr = format!("{}:{}", leader.node.address, leader.node.port);
+                if let Ok(v) = MetadataValue::try_from(addr) {
+                    status.metadata_mut().insert(LEADER_METADATA, v);
+                }
+            }
+        }
+        outcome
+    }
 }
 
 impl Service {
+    /// A follower's forwarded reservation: served only as the leader, never
+    /// forwarded again.
+    async fn try_reserve(
+        &self,
+        request: Request<ReserveRequest>,
+    ) -> Result<ReserveResponse, IssueError> {
+        let (metadata, _, request) = request.into_parts();
+        if let Some(token) = &self.state.admin_token {
+            let given = metadata
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim);
+            if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.expose().as_bytes())) {
+                return Err(IssueError::new(
+                    ErrorClass::Unauthorized,
+                    "unauthorized",
+                    "Reserve needs server.admin_token: send `authorization: Bearer <token>`",
+                ));
+            }
+        }
+        let Some(monotonic) = &self.state.monotonic else {
+            return Err(IssueError::new(
+                ErrorClass::NotFound,
+                "no_oracle",
+                "this node runs no timestamp oracle: no key is declared strategy = \"monotonic\"",
+            ));
+        };
+        let max = self.state.max_count;
+        let count = request.count;
+        if count == 0 || count > max {
+            return Err(IssueError::bad_input(
+                "invalid_count",
+                format!("count {count} is out of range: ask for 1..={max} IDs (server.max_count)"),
+            ));
+        }
+        let batch = match monotonic.reserve_here(count).await {
+            Ok(batch) => batch,
+            Err(Reserve::Failed(e)) => return Err(e),
+            Err(Reserve::NotLeader) => {
+                let e = monotonic.oracle().not_leader();
+                return Err(IssueError::unavailable(
+                    e.code(),
+                    e.to_string(),
+                    Duration::from_millis(100),
+                ));
+            }
+        };
+        let term_ms = monotonic
+            .oracle()
+            .leader()
+            .and_then(|l| l.term)
+            .map_or(0, |t| t.as_millisecond());
+        let (firsts, counts) = batch
+            .runs()
+            .iter()
+            .map(|run| (run.first().get(), run.count()))
+            .unzip();
+        Ok(ReserveResponse {
+            firsts,
+            counts,
+            term_ms,
+        })
+    }
+
     async fn try_get_ids(
         &self,
         request: Request<GetIdsRequest>,

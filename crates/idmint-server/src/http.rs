@@ -577,6 +577,7 @@ async fn readyz(State(state): Shared) -> Result<Response, ApiError> {
             "status": "ready",
             "registry": status.registry,
             "worker": status.worker,
+            "monotonic": state.monotonic.as_deref().map(crate::monotonic::Monotonic::snapshot),
         }))
         .into_response()),
         Some(reason) => Err(ApiError::unavailable(

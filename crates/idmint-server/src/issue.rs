@@ -170,6 +170,16 @@ fn flatten(batch: &IdBatch) -> Ints {
     Ints::from_vec(out)
 }
 
+/// `n` IDs of the timestamp oracle: here on the leader, forwarded elsewhere.
+async fn monotonic_ids(state: &AppState, n: u64) -> Result<Ints, IssueError> {
+    let Some(monotonic) = &state.monotonic else {
+        // Declared keys start the oracle; nothing else resolves to monotonic.
+        return Err(IssueError::internal("monotonic key without an oracle"));
+    };
+    let batch = monotonic.ids(n).await?;
+    Ok(flatten(&batch))
+}
+
 async fn segment_ids(state: &AppState, key: &str, n: u64) -> Result<Ints, IssueError> {
     if n == 1 {
         let id = state.segments.next_id(key).await?;
@@ -209,6 +219,7 @@ pub(crate) async fn issue_uncounted(
     let values = match spec.strategy {
         Strategy::Snowflake => snowflakes(state, n).await?,
         Strategy::Segment => segment_ids(state, key, n).await?,
+        Strategy::Monotonic => monotonic_ids(state, n).await?,
         Strategy::Uuid4 | Strategy::Uuid7 => {
             let v7 = spec.strategy == Strategy::Uuid7;
             return Ok(Issued::Uuids(make_uuids(&state.uuids, v7, n)));

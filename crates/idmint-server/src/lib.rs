@@ -48,6 +48,9 @@ mod issue;
 mod keys;
 mod listen;
 mod metrics;
+mod monotonic;
+#[doc(hidden)]
+pub mod proto;
 mod ready;
 mod resp;
 mod start;

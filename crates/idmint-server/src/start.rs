@@ -11,8 +11,8 @@ use idmint_core::uuid::UuidGenerator;
 use idmint_core::{Layout, PublicIdCodec, Snowflake};
 use idmint_registry::fixed::{HostRegistry, K8sRegistry};
 use idmint_registry::{
-    KeeperGuard, LeaseState, NodeIdentity, RegistryError, WorkerHandle, WorkerKeeper,
-    check_given_worker,
+    Campaign, CampaignConfig, CampaignGuard, KeeperGuard, LeaseState, NodeIdentity, RegistryError,
+    WorkerHandle, WorkerKeeper, check_given_worker,
 };
 use idmint_segment::{PreloaderGuard, SegmentAllocator, SegmentError};
 use tokio::net::TcpListener;
@@ -20,8 +20,9 @@ use tokio::task::JoinHandle;
 
 use crate::backends::{
     CountingRegistry, StoreSettings, etcd_config, generator_settings, keeper_config, key_table,
-    open_registry, open_segments, redis_registry_config, segment_config, sql_registry_config,
-    store_settings, zookeeper_config,
+    leader_etcd_config, leader_redis_config, leader_sql_config, open_leader_registry,
+    open_registry, open_segments, oracle_keeper_config, oracle_settings, redis_registry_config,
+    segment_config, sql_registry_config, store_settings, zookeeper_config,
 };
 use crate::clock::IdClock;
 use crate::config::{Config, ConfigError, RegistryKind};
@@ -30,6 +31,7 @@ use crate::fleet::FleetView;
 use crate::listen::{Bound, ConnectionLimits};
 use crate::metrics::Metrics;
 use crate::metrics::sampler::SamplerGuard;
+use crate::monotonic::{Forwarder, Monotonic};
 use crate::state::AppState;
 use crate::tls::{Surface, Tls, TlsReload, TlsWatcher};
 use crate::tokens::{TinyidTokens, TokenRefresher};
@@ -44,6 +46,8 @@ pub struct Server {
     local_addr: SocketAddr,
     state: Arc<AppState>,
     keeper: KeeperGuard,
+    /// The oracle's campaign, when a key is monotonic.
+    campaign: Option<CampaignGuard>,
     preloader: PreloaderGuard,
     /// Re-reads Tinyid's `tiny_id_token` (the tinyid schema only).
     token_refresher: Option<TokenRefresher>,
@@ -84,14 +88,17 @@ impl Server {
             worker,
             clock,
             fleet,
-        } = claim_worker(&config, layout, node, &metrics).await?;
+        } = claim_worker(&config, layout, node.clone(), &metrics).await?;
+        let oracle = start_oracle(&config, &node, &listeners, &clock).await?;
         let Segments {
             allocator,
             preloader,
             tinyid_tokens,
             token_refresher,
         } = start_segments(&config, &metrics).await?;
+        let (campaign, monotonic) = oracle.unzip();
         let parts = Parts {
+            monotonic,
             worker,
             clock,
             fleet,
@@ -113,6 +120,7 @@ impl Server {
             local_addr: http.local_addr,
             state,
             keeper,
+            campaign,
             preloader,
             token_refresher,
             watcher,
@@ -192,6 +200,19 @@ impl Server {
                 .validate()
                 .map_err(registry("snowflake.zookeeper"))?,
         }
+        if config.has_monotonic_keys() {
+            let name = kind.name();
+            oracle_keeper_config(config)
+                .validate(name)
+                .map_err(registry("monotonic"))?;
+            match kind {
+                RegistryKind::Sql => leader_sql_config(config).validate(),
+                RegistryKind::Redis => leader_redis_config(config).validate(),
+                RegistryKind::Etcd => leader_etcd_config(config).validate(),
+                _ => Ok(()),
+            }
+            .map_err(registry("monotonic.lease_ttl"))?;
+        }
         let segment = |key: &'static str| move |e: SegmentError| invalid(key, e.to_string());
         segment_config(config).check().map_err(segment("segment"))?;
         match store_settings(config) {
@@ -239,6 +260,7 @@ impl Server {
             local_addr,
             state,
             keeper,
+            campaign,
             preloader,
             token_refresher,
             watcher,
@@ -287,6 +309,10 @@ impl Server {
         drop(sampler);
         drop(preloader);
         drop(token_refresher);
+        if let Some(campaign) = campaign {
+            // Released now, so another node leads without waiting for the lease.
+            campaign.shutdown().await;
+        }
         keeper.shutdown().await;
         tracing::info!("worker claim released; stopped");
         result
@@ -423,6 +449,61 @@ async fn claim_worker(
     })
 }
 
+/// Starts the timestamp oracle when a key is declared monotonic: opens the
+/// leader's registry and campaigns in it as this node, at the address
+/// followers forward to (the gRPC port; the HTTP one for a node that is its
+/// own oracle).
+async fn start_oracle(
+    config: &Config,
+    node: &NodeIdentity,
+    listeners: &Listeners,
+    clock: &IdClock,
+) -> Result<Option<(CampaignGuard, Arc<Monotonic>)>, ServerError> {
+    if !config.has_monotonic_keys() {
+        return Ok(None);
+    }
+    let kind = config.snowflake.registry;
+    let registry_error = |source| ServerError::Registry {
+        registry: kind.name(),
+        source,
+    };
+    let layout = config.monotonic_layout()?;
+    let registry = open_leader_registry(config).await.map_err(registry_error)?;
+    let shared = kind != RegistryKind::File;
+    let port = match (&listeners.grpc, shared) {
+        (Some(grpc), true) => grpc.local_addr.port(),
+        _ => listeners.http.local_addr.port(),
+    };
+    let leader_node = NodeIdentity {
+        port,
+        ..node.clone()
+    };
+    let settings = oracle_settings(config, layout).with_clock(clock.shared());
+    let campaign = Campaign::spawn(
+        registry,
+        leader_node.clone(),
+        settings,
+        oracle_keeper_config(config),
+        CampaignConfig::new().with_poll(config.monotonic.poll),
+    )
+    .map_err(registry_error)?;
+    let forwarder = shared
+        .then(|| Forwarder::spawn(config.server.max_count, config.server.admin_token.clone()));
+    if !shared {
+        tracing::warn!(
+            "monotonic keys on the file registry: this node is its own oracle; \
+             its IDs increase on this node only"
+        );
+    }
+    tracing::info!(registry = kind.name(), node = %leader_node, "oracle campaign started");
+    let monotonic = Monotonic::new(
+        campaign.oracle().clone(),
+        forwarder,
+        config.monotonic.leader_wait,
+    );
+    Ok(Some((campaign, Arc::new(monotonic))))
+}
+
 /// The segment allocator, running: its preloader, and Tinyid's tokens with
 /// the task that re-reads them when the store is Tinyid's table.
 struct Segments {
@@ -481,6 +562,7 @@ async fn start_segments(config: &Config, metrics: &Arc<Metrics>) -> Result<Segme
 
 /// What the shared state is made of, from the steps before [`build_state`].
 struct Parts {
+    monotonic: Option<Arc<Monotonic>>,
     worker: WorkerHandle,
     clock: IdClock,
     fleet: FleetView,
@@ -498,6 +580,7 @@ async fn build_state(
     parts: Parts,
 ) -> Result<Arc<AppState>, ServerError> {
     let Parts {
+        monotonic,
         worker,
         clock,
         fleet,
@@ -540,6 +623,7 @@ async fn build_state(
         ),
         fleet,
         tls,
+        monotonic,
     }))
 }
 

@@ -21,6 +21,7 @@ use crate::fleet::FleetView;
 use crate::keys::{KeyMap, KeySpec, KeyTable};
 use crate::listen::ConnectionLimits;
 use crate::metrics::{IssuedCounter, Metrics};
+use crate::monotonic::Monotonic;
 use crate::tls::Tls;
 use crate::tokens::{TinyidTokens, constant_time_eq};
 
@@ -58,6 +59,8 @@ pub(crate) struct AppState {
     pub fleet: FleetView,
     /// `[tls]`: the certificate the listeners serve; `None`, all plain text.
     pub tls: Option<Arc<Tls>>,
+    /// The timestamp oracle, when a key is declared `strategy = "monotonic"`.
+    pub monotonic: Option<Arc<Monotonic>>,
 }
 
 impl fmt::Debug for AppState {

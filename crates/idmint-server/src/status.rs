@@ -213,6 +213,7 @@ pub(crate) fn snapshot(state: &AppState) -> Value {
             "history": history.iter().map(|r| r.round()).collect::<Vec<_>>(),
         },
         "tls": state.tls.as_deref().map(tls_status),
+        "monotonic": state.monotonic.as_deref().map(crate::monotonic::Monotonic::snapshot),
     })
 }
 

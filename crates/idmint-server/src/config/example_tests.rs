@@ -110,6 +110,14 @@ fn full() -> Config {
                 },
             )]),
         },
+        monotonic: MonotonicSection {
+            layout: "tso".to_owned(),
+            lease_ttl: secs(3),
+            window: secs(3),
+            max_lead: secs(3600),
+            leader_wait: secs(2),
+            poll: Duration::from_millis(250),
+        },
         keys: BTreeMap::from([(
             "order".to_owned(),
             KeyConfig {

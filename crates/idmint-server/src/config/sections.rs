@@ -235,6 +235,52 @@ impl Default for SnowflakeConfig {
     }
 }
 
+/// `[monotonic]`: the timestamp oracle behind `strategy = "monotonic"` keys.
+///
+/// Its leader is elected through the worker registry of `[snowflake]` (a
+/// shared one: `sql`, `redis` or `etcd`; or `file` for one node alone), in a
+/// namespace of its own (cluster `<cluster>.monotonic`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MonotonicSection {
+    /// The layout of its IDs, without node bits (default `tso`: 45 bits of
+    /// milliseconds since the Unix epoch above an 18-bit counter, as TiKV PD).
+    pub layout: String,
+    /// The leader's lease TTL (default `3s`; whole seconds on etcd). A dead
+    /// leader is replaced after about this long.
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
+    pub lease_ttl: Duration,
+    /// How far ahead of its IDs the leader persists its mark (default `3s`).
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
+    pub window: Duration,
+    /// How far the leader may run ahead of its own clock (default `24h`): a
+    /// new leader whose clock is behind the last leader's mark goes on from
+    /// the mark; one further behind refuses to lead.
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
+    pub max_lead: Duration,
+    /// How long a request waits for a leader during an election before it is
+    /// answered `503 no_leader` with `Retry-After` (default `2s`).
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
+    pub leader_wait: Duration,
+    /// How often a node that does not lead tries to, and reads who does
+    /// (default `250ms`).
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
+    pub poll: Duration,
+}
+
+impl Default for MonotonicSection {
+    fn default() -> MonotonicSection {
+        MonotonicSection {
+            layout: "tso".to_owned(),
+            lease_ttl: Duration::from_secs(3),
+            window: Duration::from_secs(3),
+            max_lead: Duration::from_secs(24 * 3600),
+            leader_wait: Duration::from_secs(2),
+            poll: Duration::from_millis(250),
+        }
+    }
+}
+
 /// `[snowflake.host]`: the `host` registry.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -485,6 +531,9 @@ pub enum Strategy {
     Uuid4,
     /// Time-ordered UUIDs (RFC 9562 v7).
     Uuid7,
+    /// From the cluster's timestamp oracle (`[monotonic]`): one leader issues
+    /// every ID, so IDs strictly increase across all nodes.
+    Monotonic,
 }
 
 impl Strategy {
@@ -495,6 +544,7 @@ impl Strategy {
             Strategy::Segment => "segment",
             Strategy::Uuid4 => "uuid4",
             Strategy::Uuid7 => "uuid7",
+            Strategy::Monotonic => "monotonic",
         }
     }
 }

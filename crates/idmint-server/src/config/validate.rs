@@ -39,7 +39,136 @@ impl Config {
         if let Some(tls) = &self.tls {
             tls.validate()?;
         }
-        self.check_keys()
+        self.check_keys()?;
+        self.check_monotonic()
+    }
+
+    /// Whether any key is declared `strategy = "monotonic"`.
+    pub fn has_monotonic_keys(&self) -> bool {
+        self.keys
+            .values()
+            .any(|k| k.strategy == Strategy::Monotonic)
+    }
+
+    /// The oracle's layout.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `monotonic.layout`: it does not parse,
+    /// or it has node bits (the oracle has one issuer).
+    pub fn monotonic_layout(&self) -> Result<Layout, ConfigError> {
+        let layout: Layout = self
+            .monotonic
+            .layout
+            .parse()
+            .map_err(|e: idmint_core::Error| invalid("monotonic.layout", e.to_string()))?;
+        if layout.workers() != 1 {
+            return Err(invalid(
+                "monotonic.layout",
+                format!(
+                    "{:?} has {} node IDs: the oracle has one issuer, so its layout has no \
+                     node bits (tso, or time and sequence bits alone)",
+                    self.monotonic.layout,
+                    layout.workers()
+                ),
+            ));
+        }
+        Ok(layout)
+    }
+
+    /// `[monotonic]`, and, when a key is declared monotonic, that the worker
+    /// registry can elect its leader and followers can reach it.
+    fn check_monotonic(&self) -> Result<(), ConfigError> {
+        let m = &self.monotonic;
+        self.monotonic_layout()?;
+        if m.lease_ttl < Duration::from_secs(1) {
+            return Err(invalid(
+                "monotonic.lease_ttl",
+                format!("{:?} is too short: at least 1s", m.lease_ttl),
+            ));
+        }
+        if m.window < Duration::from_millis(600) {
+            return Err(invalid(
+                "monotonic.window",
+                format!(
+                    "{:?} is too short: at least 600ms, so the mark can be persisted ahead of need",
+                    m.window
+                ),
+            ));
+        }
+        if m.max_lead < m.window {
+            return Err(invalid(
+                "monotonic.max_lead",
+                format!(
+                    "{:?} is shorter than monotonic.window {:?}: a leader must be able to run \
+                     at least a window ahead of its clock",
+                    m.max_lead, m.window
+                ),
+            ));
+        }
+        if m.leader_wait.is_zero() || m.leader_wait > Duration::from_secs(60) {
+            return Err(invalid(
+                "monotonic.leader_wait",
+                format!("{:?} is out of range (above 0, at most 60s)", m.leader_wait),
+            ));
+        }
+        if m.poll.is_zero() || m.poll >= m.lease_ttl {
+            return Err(invalid(
+                "monotonic.poll",
+                format!(
+                    "{:?} is out of range (above 0, below monotonic.lease_ttl {:?})",
+                    m.poll, m.lease_ttl
+                ),
+            ));
+        }
+        for (name, key) in &self.keys {
+            if key.strategy == Strategy::Monotonic && key.public {
+                return Err(invalid(
+                    &format!("keys.{name}.public"),
+                    "monotonic keys can't be public: obfuscation would hide their order",
+                ));
+            }
+        }
+        if !self.has_monotonic_keys() {
+            return Ok(());
+        }
+        let registry = self.snowflake.registry;
+        match registry {
+            RegistryKind::File => Ok(()),
+            RegistryKind::Sql | RegistryKind::Redis | RegistryKind::Etcd => {
+                if self.server.grpc_addr.is_none() {
+                    return Err(invalid(
+                        "server.grpc_addr",
+                        format!(
+                            "monotonic keys on the {} registry need a gRPC listener: followers \
+                             forward their requests to the leader over gRPC",
+                            registry.name()
+                        ),
+                    ));
+                }
+                if self.tls.as_ref().is_some_and(|t| t.grpc) {
+                    return Err(invalid(
+                        "tls.grpc",
+                        "monotonic keys forward to the leader over plain gRPC: set \
+                         tls.grpc = false (and keep the gRPC port on a private network)",
+                    ));
+                }
+                Ok(())
+            }
+            RegistryKind::Zookeeper => Err(invalid(
+                "snowflake.registry",
+                "monotonic keys need a registry with timed leases (sql, redis, etcd, or file \
+                 for one node): a ZooKeeper ephemeral node gives the leader no lease end to \
+                 stop issuing at before another node can take over",
+            )),
+            RegistryKind::Static | RegistryKind::Host | RegistryKind::K8s => Err(invalid(
+                "snowflake.registry",
+                format!(
+                    "monotonic keys need a registry that can elect one leader (sql, redis, \
+                     etcd, or file for one node); the {} registry has no shared state",
+                    registry.name()
+                ),
+            )),
+        }
     }
 
     /// The parsed layout.

@@ -20,6 +20,7 @@ mod serve_hostile;
 mod serve_keys;
 mod serve_logs;
 mod serve_metrics;
+mod serve_monotonic;
 mod serve_outage;
 mod serve_policies;
 mod serve_resp;
