@@ -8,6 +8,8 @@
 //!   service (`services`) that the tests stop and start again.
 //! - `file` and `keeper`: the embedded default and the keeper, against files
 //!   and an in-memory registry.
+//! - `leader`: the timestamp oracle's election, in memory and on etcd,
+//!   PostgreSQL and Redis.
 //! - `uid_generator`: the `sql` registry's uid-generator mode on uid-generator's
 //!   own `WORKER_NODE` table (MariaDB and PostgreSQL).
 
@@ -15,6 +17,7 @@ mod contract;
 mod etcd;
 mod file;
 mod keeper;
+mod leader;
 mod outage;
 mod redis;
 mod services;

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use idmint_core::Layout;
 use idmint_core::clock::ManualClock;
-use idmint_registry::{Claim, Lease, NodeIdentity, PeerReport, RegistryError, WorkerRegistry};
+use idmint_registry::{
+    Claim, FleetMember, Lease, NodeIdentity, PeerReport, RegistryError, WorkerRegistry,
+};
 use jiff::Timestamp;
 
 /// 2026-11-21T00:00:00Z in milliseconds.
@@ -57,6 +59,8 @@ struct MemState {
     holders: HashMap<u32, (String, Option<Instant>)>,
     /// Who holds each worker, as `NodeIdentity`'s display.
     names: HashMap<u32, String>,
+    /// Who holds each worker.
+    nodes: HashMap<u32, NodeIdentity>,
     marks: HashMap<u32, Timestamp>,
     reports: HashMap<u32, Timestamp>,
     claims: u64,
@@ -131,6 +135,7 @@ impl MemRegistry {
         s.holders
             .insert(worker, (token.clone(), lease.map(|l| l.valid_until)));
         s.names.insert(worker, node.to_string());
+        s.nodes.insert(worker, node.clone());
         Claim {
             worker,
             stored_mark: s.marks.get(&worker).copied(),
@@ -275,6 +280,29 @@ impl WorkerRegistry for MemRegistry {
         }
         Ok(())
     }
+
+    /// The live holders, with their identities and marks.
+    async fn fleet(&self) -> Result<Vec<FleetMember>, RegistryError> {
+        self.maybe_hang().await;
+        let mut s = self.state();
+        Self::expire(&mut s);
+        let mut members: Vec<FleetMember> = s
+            .holders
+            .iter()
+            .map(|(&worker, (_, until))| {
+                let mut m = FleetMember::new(worker);
+                if let Some(node) = s.nodes.get(&worker) {
+                    m = m.with_node(node);
+                }
+                m.live = true;
+                m.lease_left = until.map(|u| u.saturating_duration_since(mono()));
+                m.mark = s.marks.get(&worker).copied();
+                m
+            })
+            .collect();
+        members.sort_by_key(|m| m.worker);
+        Ok(members)
+    }
 }
 
 /// Shares a registry as the keeper takes it.
@@ -396,6 +424,10 @@ impl WorkerRegistry for Severable {
 
     async fn release(&self, claim: &Claim) -> Result<(), RegistryError> {
         self.get("release")?.release(claim).await
+    }
+
+    async fn fleet(&self) -> Result<Vec<FleetMember>, RegistryError> {
+        self.get("fleet")?.fleet().await
     }
 }
 
