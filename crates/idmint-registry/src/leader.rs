@@ -105,7 +105,8 @@ pub struct OracleStatus {
     /// new term), the first leader it saw not counted.
     pub leader_changes: u64,
     /// How long the last time without a known leader lasted, as this node saw
-    /// it (from noticing the leader gone to knowing the next).
+    /// it (from noticing the leader gone to knowing the next); the election at
+    /// start is not counted.
     pub last_failover: Option<Duration>,
     /// How long there has been no known leader, while there is none.
     pub leaderless_for: Option<Duration>,
@@ -542,11 +543,12 @@ impl Task {
                 (Some(l), since) => {
                     if s.seen_leader {
                         s.leader_changes += 1;
+                        // The first election at start is no fail-over.
+                        if let Some(since) = since {
+                            s.last_failover = Some(since.elapsed());
+                        }
                     }
                     s.seen_leader = true;
-                    if let Some(since) = since {
-                        s.last_failover = Some(since.elapsed());
-                    }
                     s.leaderless_since = None;
                     tracing::info!(leader = %l.node, is_self = l.is_self, "oracle leader known");
                 }

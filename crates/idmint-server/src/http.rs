@@ -59,6 +59,7 @@ use crate::error::{ErrorClass, IssueError};
 use crate::issue::{Issued, issue, make_uuids, route_spec, text_of, uuid_text};
 use crate::metrics::latency::LatencyLayer;
 use crate::metrics::scrape::Readings;
+use crate::monotonic::Monotonic;
 use crate::state::AppState;
 use crate::status;
 use crate::tokens::constant_time_eq;
@@ -599,6 +600,7 @@ async fn scrape(State(state): Shared) -> Response {
         ready: crate::ready::not_ready_reason(&state).is_none(),
         tls: state.tls.as_deref(),
         segments: &state.segments,
+        oracle: state.monotonic.as_deref().map(Monotonic::readings),
     };
     let body = state.metrics.render(&readings);
     (

@@ -82,6 +82,8 @@ const REGISTRY_ERRORS: &str = "idmint_registry_errors_total";
 const LEASE_FAILURES: &str = "idmint_segment_lease_failures_total";
 const TLS_RELOADS: &str = "idmint_tls_reloads_total";
 const TLS_RELOAD_FAILURES: &str = "idmint_tls_reload_failures_total";
+const ORACLE_IDS: &str = "idmint_oracle_ids_total";
+const ORACLE_LEADER_CHANGES: &str = "idmint_oracle_leader_changes_total";
 
 /// Latency buckets: 50 µs to 10 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -404,9 +406,41 @@ const COUNTER_HELP: &[(&str, Unit, &str)] = &[
         Unit::Count,
         "TLS certificate reloads that failed: the previous certificate is still served",
     ),
+    (
+        ORACLE_IDS,
+        Unit::Count,
+        "monotonic IDs this node handed out, by path: reserved here as the leader \
+         (its own requests and followers' forwards) or forwarded to the leader",
+    ),
+    (
+        ORACLE_LEADER_CHANGES,
+        Unit::Count,
+        "times this node saw the oracle's leader change (another node or a new term)",
+    ),
 ];
 
 const GAUGE_HELP: &[(&str, &str)] = &[
+    (
+        "idmint_oracle_leader",
+        "1 while this node leads the timestamp oracle (monotonic keys), 0 otherwise",
+    ),
+    (
+        "idmint_oracle_leader_known",
+        "1 while this node knows the oracle's leader (itself or another), 0 during an election",
+    ),
+    (
+        "idmint_oracle_term_timestamp_seconds",
+        "the leader's term: the first mark of its leadership, in seconds since the Unix \
+         epoch; it grows from one leader to the next",
+    ),
+    (
+        "idmint_oracle_window_seconds_left",
+        "on the leader: how far the persisted window it may issue up to is ahead of now",
+    ),
+    (
+        "idmint_oracle_last_failover_seconds",
+        "how long the last time without a known leader lasted, as this node saw it",
+    ),
     (
         "idmint_tls_cert_not_after_timestamp_seconds",
         "when the TLS certificate served now expires, in seconds since the Unix epoch",

@@ -35,6 +35,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::config::Secret;
 use crate::error::IssueError;
+use crate::metrics::scrape::OracleReadings;
 use crate::proto::ReserveRequest;
 use crate::proto::id_service_client::IdServiceClient;
 
@@ -73,6 +74,15 @@ impl Monotonic {
     /// The oracle (role, leader, status).
     pub(crate) fn oracle(&self) -> &Oracle {
         &self.oracle
+    }
+
+    /// What a `/metrics` scrape reads of the oracle.
+    pub(crate) fn readings(&self) -> OracleReadings {
+        OracleReadings {
+            status: self.oracle.status(),
+            reserved_here: self.reserved_here.load(Ordering::Relaxed),
+            forwarded: self.forwarded.load(Ordering::Relaxed),
+        }
     }
 
     /// The oracle as `/readyz` and `/v1/status` show it: this node's role,

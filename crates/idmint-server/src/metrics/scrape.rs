@@ -11,11 +11,14 @@ use std::sync::atomic::Ordering;
 
 use idmint_core::clock::Clock;
 use idmint_core::{Layout, Snowflake, SnowflakeStats};
-use idmint_registry::{LeaseState, WorkerHandle};
+use idmint_registry::{LeaseState, OracleStatus, Role, WorkerHandle};
 use idmint_segment::{KeyStatus, SegmentAllocator};
 use jiff::Timestamp;
 
-use super::{Metrics, STATS_HELP, TLS_RELOAD_FAILURES, TLS_RELOADS, key, label, lock};
+use super::{
+    Metrics, ORACLE_IDS, ORACLE_LEADER_CHANGES, STATS_HELP, TLS_RELOAD_FAILURES, TLS_RELOADS, key,
+    label, lock,
+};
 use crate::clock::IdClock;
 use crate::tls::Tls;
 
@@ -31,6 +34,17 @@ pub(crate) struct Readings<'a> {
     pub ready: bool,
     pub tls: Option<&'a Tls>,
     pub segments: &'a SegmentAllocator,
+    /// The timestamp oracle, when a key is monotonic.
+    pub oracle: Option<OracleReadings>,
+}
+
+/// The oracle's part of a scrape.
+pub(crate) struct OracleReadings {
+    pub status: OracleStatus,
+    /// IDs reserved on this node as the leader.
+    pub reserved_here: u64,
+    /// IDs forwarded to the leader.
+    pub forwarded: u64,
 }
 
 impl Metrics {
@@ -126,6 +140,10 @@ impl Metrics {
             self.counter(&key(name, vec![])).absolute(read(&stats));
         }
 
+        if let Some(oracle) = &state.oracle {
+            self.collect_oracle(oracle);
+        }
+
         for k in state.segments.served_keys() {
             let labels = || vec![label("key", k.key.clone())];
             let (current, next) = buffer_fill(&k);
@@ -135,6 +153,39 @@ impl Metrics {
                 .set(if k.next.is_some() { 1.0 } else { 0.0 });
             self.gauge("idmint_segment_step", labels())
                 .set(k.step as f64);
+        }
+    }
+}
+
+impl Metrics {
+    fn collect_oracle(&self, oracle: &OracleReadings) {
+        let s = &oracle.status;
+        let flag = |on: bool| if on { 1.0 } else { 0.0 };
+        self.gauge("idmint_oracle_leader", vec![])
+            .set(flag(s.role == Role::Leader));
+        self.gauge("idmint_oracle_leader_known", vec![])
+            .set(flag(s.leader.is_some()));
+        if let Some(term) = s.leader.as_ref().and_then(|l| l.term) {
+            self.gauge("idmint_oracle_term_timestamp_seconds", vec![])
+                .set(term.as_millisecond() as f64 / 1e3);
+        }
+        if let Some(mark) = s.mark {
+            let now = Timestamp::now().as_nanosecond();
+            self.gauge("idmint_oracle_window_seconds_left", vec![])
+                .set((mark.as_nanosecond() - now) as f64 / 1e9);
+        }
+        if let Some(d) = s.last_failover {
+            self.gauge("idmint_oracle_last_failover_seconds", vec![])
+                .set(d.as_secs_f64());
+        }
+        self.counter(&key(ORACLE_LEADER_CHANGES, vec![]))
+            .absolute(s.leader_changes);
+        for (path, n) in [
+            ("leader", oracle.reserved_here),
+            ("forwarded", oracle.forwarded),
+        ] {
+            self.counter(&key(ORACLE_IDS, vec![label("path", path)]))
+                .absolute(n);
         }
     }
 }

@@ -10,6 +10,7 @@
 //!   everything the old one issued.
 
 use std::collections::HashSet;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -215,6 +216,7 @@ fn three_nodes(dir: &Path, registry: &str) {
         r#"
 [server]
 grpc_addr = "127.0.0.1:0"
+resp_addr = "127.0.0.1:0"
 
 [snowflake]
 {registry}
@@ -314,6 +316,32 @@ strategy = "monotonic"
     let view = snapshot(&c, refs[follower]).unwrap();
     assert_eq!(view["role"], "follower", "{view}");
     assert!(view["forwarded"].as_str().unwrap().parse::<u64>().unwrap() > 0);
+
+    // RESP on a follower: INCR answers the oracle's next ID, above all seen.
+    let highest = seen.iter().map(|s| *s.ids.last().unwrap()).max().unwrap();
+    let resp_addr = refs[follower].resp_addr.clone().unwrap();
+    let mut conn = std::net::TcpStream::connect(&resp_addr).unwrap();
+    conn.write_all(b"*2\r\n$4\r\nINCR\r\n$3\r\nseq\r\n")
+        .unwrap();
+    let mut reply = [0u8; 64];
+    let n = conn.read(&mut reply).unwrap();
+    let text = std::str::from_utf8(&reply[..n]).unwrap();
+    let id: u64 = text
+        .strip_prefix(':')
+        .and_then(|t| t.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("{text:?}"));
+    assert!(id > highest, "RESP {id} after {highest}");
+
+    // Metrics: the leader says so; the follower counts what it forwarded.
+    let metrics = |node: &Served| c.get(node.url("/metrics")).send().unwrap().text().unwrap();
+    assert!(metrics(refs[new_leader]).contains("idmint_oracle_leader 1"));
+    let follower_metrics = metrics(refs[follower]);
+    assert!(
+        follower_metrics.contains("idmint_oracle_leader 0"),
+        "{follower_metrics}"
+    );
+    assert!(follower_metrics.contains("idmint_oracle_leader_known 1"));
+    assert!(follower_metrics.contains("idmint_oracle_ids_total{path=\"forwarded\"}"));
 
     // Bad input changes nothing and says what was wrong.
     let r = c
