@@ -30,7 +30,8 @@
 //!
 //! # What is checked
 //! - **Duplicates**: snowflake IDs of every key and node form one space (one
-//!   fleet, one ID space); each segment key is its own.
+//!   fleet, one ID space); each segment key is its own; monotonic IDs of
+//!   every key and node are one space (one oracle).
 //! - **Monotonicity**: per stream (one sequential client per node and key is
 //!   "per node"), each ID above the one before, across the node's restarts;
 //!   and per snowflake worker across every node that held it: an ID received
@@ -44,6 +45,14 @@
 //!   monotonic clock (a scenario with a node on `snowflake.clock = "wall"`
 //!   widens that node's bounds with [`Checker::with_node_time_bounds`] and
 //!   checks its times itself).
+//! - **Real-time order** of `monotonic` keys (the timestamp oracle), across
+//!   every stream, node and monotonic key: for replies A and B where A was
+//!   read before B was sent, every ID of B is above every ID of A, and the
+//!   IDs of one reply strictly increase (linearizability; O(n log n) by
+//!   prefix maxima over replies sorted by receipt). Counted in the `mono`
+//!   column: one per request below an earlier one, one per pair out of order
+//!   within a reply. Their decoded time lies within real time, 1 s behind
+//!   and [`check::MONOTONIC_AHEAD`] ahead unless a scenario widens it.
 //! - **Service**: the longest time a stream went without a successful
 //!   response (from its first success to the end of the load).
 

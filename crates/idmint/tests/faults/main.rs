@@ -25,6 +25,7 @@ mod clock;
 mod coordinator;
 mod faketime;
 mod harness;
+mod monotonic;
 mod process;
 
 use std::fmt::Write as _;
@@ -43,6 +44,7 @@ fn all_scenarios() -> Vec<Scenario> {
     all.extend(process::scenarios());
     all.extend(coordinator::scenarios());
     all.extend(clock::scenarios());
+    all.extend(monotonic::scenarios());
     all
 }
 
@@ -185,8 +187,10 @@ fn table(mode: Mode, results: &[(&'static str, Ran, Duration)], took: Duration) 
         t,
         "Reproduce the table with `{command}`; one row with `{one_row}`. \
          Columns: IDs checked, duplicate IDs, \
-         monotonicity violations (per client stream and per worker across nodes), \
-         snowflake IDs whose decoded time is out of bounds, failed requests by code \
+         monotonicity violations (per client stream and per worker across nodes; for \
+         `monotonic` keys, real-time order across every client and node: requests whose IDs \
+         are not above every ID read before they were sent, and pairs out of order within a \
+         response), snowflake and monotonic IDs whose decoded time is out of bounds, failed requests by code \
          (`start:CODE` counts refused starts; `connect`/`io`/`timeout` are transport \
          failures), and the longest time a client stream went without an ID.\n"
     );

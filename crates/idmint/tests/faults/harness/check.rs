@@ -114,10 +114,17 @@ pub struct Checker {
     behind: Duration,
     ahead: Duration,
     per_node: HashMap<String, (Duration, Duration)>,
+    monotonic: (Duration, Duration),
 }
 
 /// How many violations of each kind are described in notes.
 const NOTES_PER_KIND: usize = 5;
+
+/// How far a monotonic ID's decoded time may run ahead of real time: the
+/// leader persists its mark up to `monotonic.window` (3 s) ahead of its
+/// clock, and a new leader starts above the last one's mark; 2 s more for a
+/// loaded machine.
+pub const MONOTONIC_AHEAD: Duration = Duration::from_secs(5);
 
 impl Checker {
     /// A checker whose outcome states `expected`; time bounds 1 s either way
@@ -129,7 +136,17 @@ impl Checker {
             behind: Duration::from_secs(1),
             ahead: Duration::from_secs(1),
             per_node: HashMap::new(),
+            monotonic: (Duration::from_secs(1), MONOTONIC_AHEAD),
         }
+    }
+
+    /// How far a monotonic ID's decoded time may lie before real time at
+    /// send (`behind`) and after it at receive (`ahead`), instead of 1 s and
+    /// [`MONOTONIC_AHEAD`]: a leader whose clock is behind the last one's mark
+    /// goes on from the mark, so its IDs lag real time.
+    pub fn with_monotonic_time_bounds(mut self, behind: Duration, ahead: Duration) -> Checker {
+        self.monotonic = (behind, ahead);
+        self
     }
 
     /// How far a snowflake ID's decoded time may lie before the node's clock
@@ -167,6 +184,7 @@ impl Checker {
         }
         self.check_duplicates(record, &mut out);
         self.check_streams(record, &mut out);
+        check_linearizable(record, &mut out);
         self.check_workers(record, &mut out);
         self.check_times(record, &mut out);
         out.max_gap = max_gap(record);
@@ -181,6 +199,8 @@ impl Checker {
                 let space = match kind {
                     KeyKind::Snowflake(_) => "snowflake".to_owned(),
                     KeyKind::Segment => format!("segment:{}", reply.key),
+                    // One oracle issues every monotonic key's IDs.
+                    KeyKind::Monotonic(_) => "monotonic".to_owned(),
                 };
                 spaces.entry(space).or_default().extend(ids);
             }
@@ -202,7 +222,12 @@ impl Checker {
 
     fn check_streams(&self, record: &Record, out: &mut Outcome) {
         let mut shown = 0;
-        for stream in &record.streams {
+        for (stream, kind) in record.streams.iter().zip(&record.kinds) {
+            if matches!(kind, KeyKind::Monotonic(_)) {
+                // A stream's requests are sequential: check_linearizable
+                // covers them (counted once, there).
+                continue;
+            }
             let mut last: Option<(u64, &Reply)> = None;
             for reply in stream {
                 let Ok(ids) = &reply.result else { continue };
@@ -274,17 +299,25 @@ impl Checker {
     fn check_times(&self, record: &Record, out: &mut Outcome) {
         let mut shown = 0;
         for (stream, kind) in record.streams.iter().zip(&record.kinds) {
-            let KeyKind::Snowflake(layout) = kind else {
-                continue;
+            let (layout, monotonic) = match kind {
+                KeyKind::Snowflake(layout) => (layout, false),
+                KeyKind::Monotonic(layout) => (layout, true),
+                KeyKind::Segment => continue,
             };
             for reply in stream {
                 let Ok(ids) = &reply.result else { continue };
-                let (behind, ahead) = self
-                    .per_node
-                    .get(reply.node.name())
-                    .copied()
-                    .unwrap_or((self.behind, self.ahead));
-                let offset = jiff::SignedDuration::from_millis(reply.offset_ms);
+                let (behind, ahead) = if monotonic {
+                    // The leader's clock, wherever the request went: real
+                    // time, within the bounds.
+                    self.monotonic
+                } else {
+                    self.per_node
+                        .get(reply.node.name())
+                        .copied()
+                        .unwrap_or((self.behind, self.ahead))
+                };
+                let offset_ms = if monotonic { 0 } else { reply.offset_ms };
+                let offset = jiff::SignedDuration::from_millis(offset_ms);
                 let lo = shift(reply.sent, offset, behind, false);
                 let hi = shift(reply.received, offset, ahead + layout.unit(), true);
                 for &id in ids {
@@ -298,7 +331,7 @@ impl Checker {
                             shown += 1;
                             out.note(format!(
                                 "{id} from {} decodes to {}, outside {lo}..{hi} (node clock offset {} ms)",
-                                reply.node.name(), d.time, reply.offset_ms
+                                reply.node.name(), d.time, offset_ms
                             ));
                         }
                     }
@@ -357,7 +390,8 @@ fn shift(t: Timestamp, offset: jiff::SignedDuration, bound: Duration, up: bool) 
 /// success, between successes, and from its last success to the load's end.
 fn max_gap(record: &Record) -> Duration {
     let mut gap = Duration::ZERO;
-    for stream in &record.streams {
+    for (idx, stream) in record.streams.iter().enumerate() {
+        let end = record.ends.get(idx).copied().unwrap_or(record.finished);
         let mut last_ok: Option<Timestamp> = None;
         for reply in stream.iter().filter(|r| r.result.is_ok()) {
             if let Some(prev) = last_ok {
@@ -366,7 +400,7 @@ fn max_gap(record: &Record) -> Duration {
             last_ok = Some(reply.received);
         }
         if let Some(prev) = last_ok {
-            gap = gap.max(between(prev, record.finished));
+            gap = gap.max(between(prev, end));
         }
     }
     gap
@@ -374,4 +408,100 @@ fn max_gap(record: &Record) -> Duration {
 
 fn between(earlier: Timestamp, later: Timestamp) -> Duration {
     Duration::try_from(later.duration_since(earlier)).unwrap_or(Duration::ZERO)
+}
+
+/// One monotonic reply as the order check sees it.
+#[derive(Debug, Clone, Copy)]
+struct Span<'a> {
+    reply: &'a Reply,
+    lo: u64,
+    hi: u64,
+}
+
+/// Real-time order of the monotonic IDs, across every stream, node and
+/// monotonic key (linearizability of the oracle): for requests A and B where
+/// A's response was read before B was sent, every ID of B must be above
+/// every ID of A; and the IDs of one response strictly increase.
+///
+/// Counts, into `monotonic_violations`: each request whose lowest ID is not
+/// above the highest ID of everything received before it was sent (one per
+/// such request, however many earlier requests it falls below), and each
+/// adjacent pair within a response that does not increase. Duplicates are
+/// counted by `check_duplicates`.
+///
+/// Sorted by receipt, the highest ID received before a time is a prefix
+/// maximum, found by a binary search on the send time: O(n log n). Times are
+/// the load's monotonic-clock readings, taken before the send and after the
+/// read, so "received before sent" as recorded is so in fact.
+fn check_linearizable(record: &Record, out: &mut Outcome) {
+    let mut spans: Vec<Span<'_>> = Vec::new();
+    let mut shown = 0;
+    for (stream, kind) in record.streams.iter().zip(&record.kinds) {
+        if !matches!(kind, KeyKind::Monotonic(_)) {
+            continue;
+        }
+        for reply in stream {
+            let Ok(ids) = &reply.result else { continue };
+            let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else {
+                continue;
+            };
+            for pair in ids.windows(2) {
+                if pair[1] <= pair[0] {
+                    out.monotonic_violations += 1;
+                    if shown < NOTES_PER_KIND {
+                        shown += 1;
+                        out.note(format!(
+                            "order: a response of {} from {} (stream {}) has {} after {}",
+                            ids.len(),
+                            reply.node.name(),
+                            reply.stream,
+                            pair[1],
+                            pair[0]
+                        ));
+                    }
+                }
+            }
+            spans.push(Span { reply, lo, hi });
+        }
+    }
+    let mut by_receipt = spans.clone();
+    by_receipt.sort_by_key(|s| s.reply.received_at);
+    // prefix[i]: the highest ID among by_receipt[..=i], and where it came from.
+    let mut prefix: Vec<(u64, usize)> = Vec::with_capacity(by_receipt.len());
+    for (i, s) in by_receipt.iter().enumerate() {
+        let best = match prefix.last() {
+            Some(&(hi, at)) if hi >= s.hi => (hi, at),
+            _ => (s.hi, i),
+        };
+        prefix.push(best);
+    }
+    for s in &spans {
+        let before = by_receipt.partition_point(|o| o.reply.received_at < s.reply.sent_at);
+        let Some(&(floor, at)) = before.checked_sub(1).and_then(|i| prefix.get(i)) else {
+            continue;
+        };
+        if s.lo <= floor {
+            out.monotonic_violations += 1;
+            if shown < NOTES_PER_KIND {
+                shown += 1;
+                let earlier = by_receipt[at].reply;
+                let gap = s
+                    .reply
+                    .sent_at
+                    .saturating_duration_since(earlier.received_at);
+                out.note(format!(
+                    "order: {} from {} (stream {}, sent {}) not above {floor} from {} \
+                     (stream {}, received {}, {:.1} ms before)",
+                    s.lo,
+                    s.reply.node.name(),
+                    s.reply.stream,
+                    s.reply.sent,
+                    earlier.node.name(),
+                    earlier.stream,
+                    earlier.received,
+                    gap.as_secs_f64() * 1e3
+                ));
+            }
+        }
+    }
 }

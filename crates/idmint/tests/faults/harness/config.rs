@@ -152,6 +152,8 @@ pub struct ServeConfig {
     segment_table: String,
     segment_keys: Vec<(String, u64)>,
     snowflake_keys: Vec<String>,
+    monotonic_keys: Vec<String>,
+    monotonic: Vec<(String, String)>,
     extra: String,
 }
 
@@ -169,6 +171,8 @@ impl ServeConfig {
             segment_table: String::new(),
             segment_keys: Vec::new(),
             snowflake_keys: vec!["sf".to_owned()],
+            monotonic_keys: Vec::new(),
+            monotonic: Vec::new(),
             extra: String::new(),
         }
     }
@@ -190,6 +194,21 @@ impl ServeConfig {
     /// `with_snowflake("clock_behind", "\"borrow:20s\"")`.
     pub fn with_snowflake(mut self, key: &str, value: &str) -> ServeConfig {
         self.snowflake.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// A key of `strategy = "monotonic"` (the timestamp oracle). On a shared
+    /// registry the nodes then listen for gRPC on a free port
+    /// (`server.grpc_addr = "127.0.0.1:0"`): followers forward there.
+    pub fn with_monotonic_key(mut self, key: &str) -> ServeConfig {
+        self.monotonic_keys.push(key.to_owned());
+        self
+    }
+
+    /// A `[monotonic]` setting with its value as a TOML literal:
+    /// `with_monotonic("lease_ttl", "\"3s\"")`.
+    pub fn with_monotonic(mut self, key: &str, value: &str) -> ServeConfig {
+        self.monotonic.push((key.to_owned(), value.to_owned()));
         self
     }
 
@@ -274,6 +293,21 @@ impl ServeConfig {
             .map_err(|e| anyhow!("layout {:?}: {e}", self.layout))
     }
 
+    /// The parsed layout of the monotonic keys (`monotonic.layout`, `tso`
+    /// unless set), for the checker.
+    ///
+    /// # Errors
+    /// When the layout text does not parse.
+    pub fn monotonic_layout(&self) -> Result<Layout> {
+        let text = self
+            .monotonic
+            .iter()
+            .find(|(k, _)| k == "layout")
+            .map_or("tso", |(_, v)| v.trim_matches('"'));
+        text.parse()
+            .map_err(|e| anyhow!("monotonic layout {text:?}: {e}"))
+    }
+
     /// The config of node number `node_idx` (the `file` registry's worker ID).
     pub fn toml(&self, node_idx: u32) -> String {
         let mut t = String::new();
@@ -336,6 +370,18 @@ impl ServeConfig {
         }
         for key in &self.snowflake_keys {
             let _ = writeln!(t, "[keys.{key}]\nstrategy = \"snowflake\"");
+        }
+        if !self.monotonic_keys.is_empty() {
+            if self.coordinator.registry != Registry::File {
+                let _ = writeln!(t, "[server]\ngrpc_addr = \"127.0.0.1:0\"");
+            }
+            let _ = writeln!(t, "[monotonic]");
+            for (key, value) in &self.monotonic {
+                let _ = writeln!(t, "{key} = {value}");
+            }
+        }
+        for key in &self.monotonic_keys {
+            let _ = writeln!(t, "[keys.{key}]\nstrategy = \"monotonic\"");
         }
         t.push_str(&self.extra);
         t

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use idmint_core::Layout;
@@ -20,6 +20,10 @@ pub enum KeyKind {
     Snowflake(Layout),
     /// Segment IDs: each key its own space.
     Segment,
+    /// IDs of the timestamp oracle (`strategy = "monotonic"`) of this layout:
+    /// one space for every monotonic key and node, checked for real-time
+    /// order across all of them (linearizability).
+    Monotonic(Layout),
 }
 
 /// One client stream: a thread that asks one node for one key, sequentially,
@@ -49,6 +53,17 @@ impl Target {
             node: node.info(),
             key: key.to_owned(),
             kind: KeyKind::Segment,
+            counts: vec![1],
+        }
+    }
+
+    /// Monotonic IDs of `key` (the oracle's `layout`) from `node`, one per
+    /// request.
+    pub fn monotonic(node: &Node, key: &str, layout: Layout) -> Target {
+        Target {
+            node: node.info(),
+            key: key.to_owned(),
+            kind: KeyKind::Monotonic(layout),
             counts: vec![1],
         }
     }
@@ -102,6 +117,11 @@ pub struct Reply {
     pub sent: Timestamp,
     /// Real time the response was read (or the request failed).
     pub received: Timestamp,
+    /// [`Reply::sent`] on the monotonic clock (the order checks use these:
+    /// a wall-clock step of the machine can't reorder them).
+    pub sent_at: Instant,
+    /// [`Reply::received`] on the monotonic clock.
+    pub received_at: Instant,
     /// The node's clock offset (ms) when it last started ([`NodeInfo::offset_ms`]).
     pub offset_ms: i64,
     /// The IDs, or the error code.
@@ -115,6 +135,12 @@ struct Stream {
     replies: Mutex<Vec<Reply>>,
     ok: AtomicU64,
     errors: AtomicU64,
+    /// IDs received.
+    ids: AtomicU64,
+    /// Set by [`Load::retire`]: the thread ends after its current request.
+    retired: AtomicBool,
+    /// When it was retired.
+    ended: Mutex<Option<Timestamp>>,
 }
 
 #[derive(Debug)]
@@ -157,6 +183,9 @@ impl Load {
             replies: Mutex::new(Vec::new()),
             ok: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            ids: AtomicU64::new(0),
+            retired: AtomicBool::new(false),
+            ended: Mutex::new(None),
         });
         let idx = {
             let mut streams = self
@@ -187,15 +216,52 @@ impl Load {
         }
     }
 
+    /// The streams of `node` (all with `None`) still running.
     fn streams_of(&self, node: Option<&str>) -> Vec<Arc<Stream>> {
+        self.all_streams()
+            .into_iter()
+            .filter(|s| node.is_none_or(|n| s.target.node.name() == n))
+            .filter(|s| !s.retired.load(Ordering::SeqCst))
+            .collect()
+    }
+
+    fn all_streams(&self) -> Vec<Arc<Stream>> {
         self.shared
             .streams
             .read()
             .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Ends the streams of `node`: each stops after the request it is making
+    /// (a node about to be killed for good, say; its service gap then ends
+    /// here). What they recorded stays in the record; [`Load::add`] starts
+    /// new ones.
+    pub fn retire(&self, node: &str) {
+        let now = Timestamp::now();
+        for stream in self.streams_of(Some(node)) {
+            stream.retired.store(true, Ordering::SeqCst);
+            *lock(&stream.ended) = Some(now);
+        }
+    }
+
+    /// IDs received so far, on every stream.
+    pub fn ids_received(&self) -> u64 {
+        self.all_streams()
             .iter()
-            .filter(|s| node.is_none_or(|n| s.target.node.name() == n))
-            .cloned()
-            .collect()
+            .map(|s| s.ids.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Waits until `total` IDs were received in all, polling every 50 ms.
+    ///
+    /// # Errors
+    /// When they don't come within `within`.
+    pub fn wait_ids(&self, total: u64, within: Duration) -> Result<()> {
+        wait_for(within, Duration::from_millis(50), || {
+            Ok((self.ids_received() >= total).then_some(()))
+        })
+        .with_context(|| format!("{total} IDs in all (had {})", self.ids_received()))
     }
 
     /// Failed replies so far on the streams of `node` (all with `None`).
@@ -260,7 +326,7 @@ impl Load {
 
     /// The replies so far (a copy), for checks made while the load runs.
     pub fn snapshot(&self) -> Vec<Reply> {
-        self.streams_of(None)
+        self.all_streams()
             .iter()
             .flat_map(|s| lock(&s.replies).clone())
             .collect()
@@ -277,14 +343,19 @@ impl Load {
     /// Stops the threads and hands over what they recorded.
     pub fn finish(self) -> Record {
         self.stop_threads();
-        let streams = self.streams_of(None);
+        let finished = Timestamp::now();
+        let streams = self.all_streams();
         Record {
             kinds: streams.iter().map(|s| s.target.kind).collect(),
             streams: streams
                 .iter()
                 .map(|s| std::mem::take(&mut *lock(&s.replies)))
                 .collect(),
-            finished: Timestamp::now(),
+            ends: streams
+                .iter()
+                .map(|s| lock(&s.ended).unwrap_or(finished))
+                .collect(),
+            finished,
         }
     }
 }
@@ -306,19 +377,26 @@ fn run_stream(idx: usize, stream: &Stream, shared: &LoadShared) {
     };
     let target = &stream.target;
     let mut round = 0usize;
-    while !shared.stop.load(Ordering::SeqCst) {
+    while !shared.stop.load(Ordering::SeqCst) && !stream.retired.load(Ordering::SeqCst) {
         let count = target.counts[round % target.counts.len()];
         round += 1;
         let sent = Timestamp::now();
+        let sent_at = Instant::now();
         let result = request(&client, target, count);
+        let received_at = Instant::now();
         let received = Timestamp::now();
         let ok = result.is_ok();
+        if let Ok(ids) = &result {
+            stream.ids.fetch_add(ids.len() as u64, Ordering::Relaxed);
+        }
         lock(&stream.replies).push(Reply {
             stream: idx,
             node: target.node.clone(),
             key: target.key.clone(),
             sent,
             received,
+            sent_at,
+            received_at,
             offset_ms: target.node.offset_ms(),
             result,
         });
@@ -390,6 +468,8 @@ pub struct Record {
     pub streams: Vec<Vec<Reply>>,
     /// When it was finished.
     pub finished: Timestamp,
+    /// When each stream ended: retired ([`Load::retire`]), or finished.
+    pub ends: Vec<Timestamp>,
 }
 
 impl Record {
@@ -417,7 +497,7 @@ impl Record {
     pub fn layout(&self) -> Option<Layout> {
         self.kinds.iter().find_map(|k| match k {
             KeyKind::Snowflake(l) => Some(*l),
-            KeyKind::Segment => None,
+            KeyKind::Segment | KeyKind::Monotonic(_) => None,
         })
     }
 }

@@ -34,6 +34,16 @@ impl NodeInfo {
         self.addr.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// A node known by name only (no process): for records made up to test
+    /// the checker.
+    pub fn detached(name: &str) -> Arc<NodeInfo> {
+        Arc::new(NodeInfo {
+            name: name.to_owned(),
+            addr: RwLock::new(String::new()),
+            offset_ms: AtomicI64::new(0),
+        })
+    }
+
     /// The node's clock offset from real time (ms) when it last started:
     /// the server reads the wall clock once, then runs on the monotonic clock.
     pub fn offset_ms(&self) -> i64 {
