@@ -76,6 +76,13 @@ const DEFAULT_MAX_BATCH: u64 = 100_000;
 ///   that call) and is owned by the client: it stops when the last clone of
 ///   the client is dropped. Prefetched snowflake IDs carry the time they were
 ///   made, not the time they are handed out.
+/// - **Monotonic keys** (`strategy = "monotonic"`, the cluster's timestamp
+///   oracle) are never prefetched: IDs held in a buffer would come out below
+///   IDs the oracle issued after them. Each call's IDs are above every ID any
+///   client got before the call began, through any server and across
+///   fail-over. The client learns which keys are monotonic from the servers'
+///   answers (`X-Idmint-Strategy`), so a key's first call always goes to a
+///   server; [`ClientBuilder::monotonic_keys`] names them up front.
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: Arc<Inner>,
@@ -112,6 +119,7 @@ pub struct ClientBuilder {
     backoff: Duration,
     max_batch: u64,
     tls: TlsOptions,
+    monotonic_keys: Vec<String>,
 }
 
 impl Default for ClientBuilder {
@@ -135,6 +143,7 @@ impl ClientBuilder {
                 ca_pem: None,
                 identity_pem: None,
             },
+            monotonic_keys: Vec::new(),
         }
     }
 
@@ -259,6 +268,9 @@ impl ClientBuilder {
             self.max_batch,
             &self.tls,
         )?;
+        for key in &self.monotonic_keys {
+            transport.set_monotonic(key);
+        }
         Ok(Client {
             inner: Arc::new(Inner {
                 transport: Arc::new(transport),
@@ -268,6 +280,18 @@ impl ClientBuilder {
                 tasks: Mutex::new(Vec::new()),
             }),
         })
+    }
+
+    /// Keys that are `monotonic` on the servers: never prefetched, from the
+    /// first call on. (Without this the client learns it from the first
+    /// answer, and prefetches nothing for them either.)
+    pub fn monotonic_keys<I, S>(mut self, keys: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.monotonic_keys.extend(keys.into_iter().map(Into::into));
+        self
     }
 
     /// Builds a [`BlockingClient`], with a runtime of its own.
@@ -323,7 +347,18 @@ impl Client {
         if key.is_empty() {
             return Err(Error::invalid("the key is empty"));
         }
-        if self.inner.prefetch > 0 {
+        let transport = &self.inner.transport;
+        if self.inner.prefetch > 0 && !transport.is_monotonic(key) {
+            if !self.has_buffer(key) {
+                // The first call of a key goes straight to a server, which
+                // says whether the key is monotonic before anything is
+                // prefetched for it.
+                let ids = self.fetch_direct(key, n_ids).await?;
+                if !transport.is_monotonic(key) {
+                    self.buffer(key)?;
+                }
+                return Ok(ids);
+            }
             let buffer = self.buffer(key)?;
             if n_ids <= buffer.low_water() {
                 return buffer.take(n_ids).await;
@@ -339,6 +374,11 @@ impl Client {
     pub fn buffered(&self, key: &str) -> usize {
         let buffers = self.inner.buffers.lock().expect("not poisoned");
         buffers.get(key).map_or(0, |b| b.len())
+    }
+
+    fn has_buffer(&self, key: &str) -> bool {
+        let buffers = self.inner.buffers.lock().expect("not poisoned");
+        buffers.contains_key(key)
     }
 
     async fn fetch_direct(&self, key: &str, n_ids: u64) -> Result<Vec<u64>, Error> {
@@ -434,13 +474,21 @@ mod tests {
 
     /// IDs `base + n_request * 1000 + i`.
     fn ids(base: u64) -> impl Fn(u64, u64) -> Vec<u8> + Send + Sync + 'static {
+        ids_of(base, "snowflake")
+    }
+
+    /// [`ids`] of a key of `strategy` (`X-Idmint-Strategy`).
+    fn ids_of(base: u64, strategy: &'static str) -> impl Fn(u64, u64) -> Vec<u8> + Send + Sync {
         move |count, n_request| {
             let body: Vec<u8> = (0..count)
                 .flat_map(|i| (base + n_request * 1000 + i).to_le_bytes())
                 .collect();
             response(
                 "200 OK",
-                &format!("content-type: application/octet-stream\r\nx-idmint-count: {count}\r\n"),
+                &format!(
+                    "content-type: application/octet-stream\r\nx-idmint-count: {count}\r\n\
+                     x-idmint-strategy: {strategy}\r\n"
+                ),
                 &body,
             )
         }
@@ -512,6 +560,33 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn monotonic_keys_are_never_prefetched() {
+        let (server, hits) = fake(ids_of(1, "monotonic")).await;
+        let client = Client::builder()
+            .servers([server.clone()])
+            .prefetch(100)
+            .build()
+            .unwrap();
+        for i in 0..20 {
+            assert_eq!(client.next_id("seq").await.unwrap(), 1 + i * 1000);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(client.buffered("seq"), 0);
+        assert_eq!(hits.load(Ordering::SeqCst), 20);
+        // Named up front: not even the first call could prefetch.
+        let (server, hits) = fake(ids_of(1, "monotonic")).await;
+        let client = Client::builder()
+            .servers([server])
+            .prefetch(100)
+            .monotonic_keys(["seq"])
+            .build()
+            .unwrap();
+        assert_eq!(client.next_ids("seq", 3).await.unwrap(), [1, 2, 3]);
+        assert_eq!(client.buffered("seq"), 0);
+        assert_eq!(hits.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn prefetch_refills_in_the_background_and_keeps_order() {
         let (good, hits) = fake(ids(1)).await;
         let client = Client::builder()
@@ -524,17 +599,19 @@ mod tests {
         for _ in 0..250 {
             got.push(client.next_id("k").await.unwrap());
         }
-        // Three batches were needed, in order; the refill ran ahead of the calls.
-        let expected: Vec<u64> = (0..3)
-            .flat_map(|r| (0..100).map(move |i| 1 + r * 1000 + i))
+        // The key's first call went to the server (which said the key is no
+        // monotonic one); then three batches, in order, the refill running
+        // ahead of the calls.
+        let expected: Vec<u64> = std::iter::once(1)
+            .chain((1..4).flat_map(|r| (0..100).map(move |i| 1 + r * 1000 + i)))
             .collect();
         assert_eq!(got, expected[..250]);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(client.buffered("k"), 50);
-        assert_eq!(hits.load(Ordering::SeqCst), 3);
+        assert_eq!(client.buffered("k"), 51);
+        assert_eq!(hits.load(Ordering::SeqCst), 4);
         // A big call goes straight to the server, leaving the buffer as it was.
         assert_eq!(client.next_ids("k", 500).await.unwrap().len(), 500);
-        assert_eq!(client.buffered("k"), 50);
+        assert_eq!(client.buffered("k"), 51);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

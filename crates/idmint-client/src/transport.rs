@@ -12,6 +12,7 @@
 //! that issued it once. A request whose answer was lost (timeout, broken
 //! body) loses those IDs (a gap), and the next server issues others.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,6 +44,9 @@ pub(crate) struct Transport {
     preferred: AtomicUsize,
     backoff: Duration,
     max_batch: u64,
+    /// Keys the servers said are `monotonic` (`X-Idmint-Strategy`), or the
+    /// builder named: never prefetched.
+    monotonic: Mutex<HashSet<String>>,
 }
 
 /// Parses a server address: `http://host:port[/prefix]` or `host:port`.
@@ -221,7 +225,21 @@ impl Transport {
             preferred: AtomicUsize::new(0),
             backoff,
             max_batch,
+            monotonic: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// Records `key` as monotonic: its IDs are never prefetched.
+    pub(crate) fn set_monotonic(&self, key: &str) {
+        self.monotonic
+            .lock()
+            .expect("not poisoned")
+            .insert(key.to_owned());
+    }
+
+    /// Whether `key` is monotonic, as a server said or the builder named.
+    pub(crate) fn is_monotonic(&self, key: &str) -> bool {
+        self.monotonic.lock().expect("not poisoned").contains(key)
     }
 
     pub(crate) fn max_batch(&self) -> u64 {
@@ -312,6 +330,12 @@ impl Transport {
                     server: server.name.clone(),
                     message: format!("expected {OCTET_STREAM}, got {content_type:?}"),
                 });
+            }
+            if headers
+                .get("x-idmint-strategy")
+                .is_some_and(|v| v.as_bytes() == b"monotonic")
+            {
+                self.set_monotonic(key);
             }
             let count = headers.get("x-idmint-count").and_then(|v| v.to_str().ok());
             return match decode_ids(&body, count, n) {

@@ -28,6 +28,9 @@
 //!   back, in issue order; UUIDs are 16 bytes each in RFC 9562 byte order. The
 //!   count is the body length divided by 8 (or 16), also sent as
 //!   `X-Idmint-Count`.
+//! - Every body's key strategy is sent as `X-Idmint-Strategy` (`snowflake`,
+//!   `segment`, `monotonic`, ...), so a client knows which keys it must not
+//!   prefetch (monotonic ones).
 //! - `application/json`: `{"key": ..., "strategy": ..., "ids": ["...", ...]}`,
 //!   IDs as strings (JavaScript loses integers above 2^53).
 //! - anything else (`text/plain`, `*/*`, none): one ID per line.
@@ -312,6 +315,10 @@ fn render(
         Issued::Ints { values, .. } => values.len(),
         Issued::Uuids(u) => u.len(),
     };
+    let strategy = meta
+        .get("strategy")
+        .and_then(Value::as_str)
+        .and_then(|s| HeaderValue::from_str(s).ok());
     let mut response = match (format, issued) {
         (Format::Binary, Issued::Ints { values, .. }) => {
             let mut body = Vec::with_capacity(values.len() * 8);
@@ -364,9 +371,11 @@ fn render(
             ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
         }
     };
-    response
-        .headers_mut()
-        .insert("x-idmint-count", HeaderValue::from(count));
+    let headers = response.headers_mut();
+    headers.insert("x-idmint-count", HeaderValue::from(count));
+    if let Some(strategy) = strategy {
+        headers.insert("x-idmint-strategy", strategy);
+    }
     Ok(response)
 }
 

@@ -332,6 +332,22 @@ strategy = "monotonic"
         .unwrap_or_else(|| panic!("{text:?}"));
     assert!(id > highest, "RESP {id} after {highest}");
 
+    // The Rust client, prefetch on, over every node: it learns the key is
+    // monotonic and never buffers it; each call above the last.
+    let urls: Vec<String> = refs.iter().map(|n| n.url("")).collect();
+    let rust_client = idmint_client::Client::builder()
+        .servers(urls)
+        .prefetch(1000)
+        .build_blocking()
+        .unwrap();
+    let mut last = id;
+    for _ in 0..100 {
+        let next = rust_client.next_id("seq").unwrap();
+        assert!(next > last, "client {next} after {last}");
+        last = next;
+    }
+    assert_eq!(rust_client.buffered("seq"), 0);
+
     // Metrics: the leader says so; the follower counts what it forwarded.
     let metrics = |node: &Served| c.get(node.url("/metrics")).send().unwrap().text().unwrap();
     assert!(metrics(refs[new_leader]).contains("idmint_oracle_leader 1"));
