@@ -524,15 +524,30 @@ async fn ids(
 }
 
 /// `GET /v1/decode/{id}`.
+///
+/// `?key=NAME` reads the ID with that key's layout: `monotonic.layout` for a
+/// monotonic key, the snowflake layout otherwise.
 async fn decode(
     State(state): Shared,
     id: Result<Path<String>, PathRejection>,
+    query: Params,
 ) -> Result<Response, ApiError> {
     let Path(text) = id.map_err(path_error)?;
-    let d = decode_text(&state.layout, &text)?;
+    let Params(params) = query;
+    let (layout, layout_text) = match params.get("key") {
+        Some(key) => {
+            check_key(key)?;
+            match (&state.monotonic, state.spec(key).strategy) {
+                (Some(m), Strategy::Monotonic) => (&m.layout, m.layout_text.as_str()),
+                _ => (&state.layout, state.layout_text.as_str()),
+            }
+        }
+        None => (&state.layout, state.layout_text.as_str()),
+    };
+    let d = decode_text(layout, &text)?;
     Ok(axum::Json(json!({
         "id": d.id.get().to_string(),
-        "layout": state.layout_text,
+        "layout": layout_text,
         "time": d.time.to_string(),
         "unix_ms": d.time.as_millisecond(),
         "tick": d.tick,

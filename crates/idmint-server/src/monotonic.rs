@@ -26,7 +26,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use idmint_core::{Id, IdBatch, IdRun};
+use idmint_core::{Id, IdBatch, IdRun, Layout};
 use idmint_registry::{Oracle, RegistryError};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -51,6 +51,10 @@ pub(crate) struct Monotonic {
     /// file registry).
     forwarder: Option<Forwarder>,
     leader_wait: Duration,
+    /// `monotonic.layout`, and its name: what `/v1/decode/{id}?key=` reads
+    /// a monotonic key's IDs with.
+    pub layout: Layout,
+    pub layout_text: String,
     /// Counts, for metrics: IDs reserved here as leader, and forwarded.
     pub reserved_here: AtomicU64,
     pub forwarded: AtomicU64,
@@ -61,11 +65,16 @@ impl Monotonic {
         oracle: Oracle,
         forwarder: Option<Forwarder>,
         leader_wait: Duration,
+        layout: Layout,
     ) -> Monotonic {
         Monotonic {
             oracle,
             forwarder,
             leader_wait,
+            layout,
+            layout_text: layout
+                .preset_name()
+                .map_or_else(|| layout.to_string(), str::to_owned),
             reserved_here: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
         }

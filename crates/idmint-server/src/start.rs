@@ -500,6 +500,7 @@ async fn start_oracle(
         campaign.oracle().clone(),
         forwarder,
         config.monotonic.leader_wait,
+        layout,
     );
     Ok(Some((campaign, Arc::new(monotonic))))
 }

@@ -171,6 +171,14 @@ fn serve_monotonic_on_one_node_increases_across_a_restart() {
             .unwrap()
             .as_millis() as i64;
         assert!((now - millis).abs() < 60_000, "{millis} vs {now}");
+        let decoded: Value = c
+            .get(node.url(&format!("/v1/decode/{last}?key=seq")))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(decoded["layout"], "tso", "{decoded}");
+        assert_eq!(decoded["unix_ms"], millis, "{decoded}");
         let view = snapshot(&c, &node).unwrap();
         assert_eq!(view["role"], "leader", "{view}");
         // Killed without a chance to release: the restart starts above the mark.
