@@ -94,6 +94,8 @@ struct Inner {
     prefetch: u64,
     low_water: f64,
     buffers: Mutex<HashMap<String, Arc<KeyBuffer>>>,
+    /// Per key, held by its first call (see [`Client::next_ids`]).
+    probes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The refill tasks, aborted when the client drops.
     tasks: Mutex<Vec<AbortHandle>>,
 }
@@ -277,6 +279,7 @@ impl ClientBuilder {
                 prefetch: self.prefetch,
                 low_water: self.low_water,
                 buffers: Mutex::new(HashMap::new()),
+                probes: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(Vec::new()),
             }),
         })
@@ -352,12 +355,20 @@ impl Client {
             if !self.has_buffer(key) {
                 // The first call of a key goes straight to a server, which
                 // says whether the key is monotonic before anything is
-                // prefetched for it.
-                let ids = self.fetch_direct(key, n_ids).await?;
-                if !transport.is_monotonic(key) {
-                    self.buffer(key)?;
+                // prefetched for it. Calls that come meanwhile wait for it,
+                // so none gets IDs from before the buffer's.
+                let probe = self.probe(key);
+                let _first = probe.lock().await;
+                if !self.has_buffer(key) {
+                    let ids = self.fetch_direct(key, n_ids).await?;
+                    if !transport.is_monotonic(key) {
+                        self.buffer(key)?;
+                    }
+                    return Ok(ids);
                 }
-                return Ok(ids);
+            }
+            if transport.is_monotonic(key) {
+                return self.fetch_direct(key, n_ids).await;
             }
             let buffer = self.buffer(key)?;
             if n_ids <= buffer.low_water() {
@@ -374,6 +385,13 @@ impl Client {
     pub fn buffered(&self, key: &str) -> usize {
         let buffers = self.inner.buffers.lock().expect("not poisoned");
         buffers.get(key).map_or(0, |b| b.len())
+    }
+
+    /// The lock a key's first call holds while it finds out whether the key
+    /// may be prefetched.
+    fn probe(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut probes = self.inner.probes.lock().expect("not poisoned");
+        Arc::clone(probes.entry(key.to_owned()).or_default())
     }
 
     fn has_buffer(&self, key: &str) -> bool {
