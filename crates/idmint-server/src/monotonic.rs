@@ -31,7 +31,7 @@ use idmint_registry::{Oracle, RegistryError};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::config::Secret;
 use crate::error::IssueError;
@@ -266,14 +266,20 @@ impl Drop for Forwarder {
 impl Forwarder {
     /// Starts the forwarding task. `max_count` caps one call's sum (the
     /// leader's `server.max_count`); `token` is sent as the bearer token when
-    /// the cluster has an admin token.
-    pub(crate) fn spawn(max_count: u64, token: Option<Secret>) -> Forwarder {
+    /// the cluster has an admin token; with `tls`, calls go over TLS
+    /// (`https://`), trusting its CA and presenting its identity.
+    pub(crate) fn spawn(
+        max_count: u64,
+        token: Option<Secret>,
+        tls: Option<ClientTlsConfig>,
+    ) -> Forwarder {
         let (queue, requests) = mpsc::unbounded_channel();
         let task = tokio::spawn(
             Batcher {
                 requests,
                 max_count,
                 token,
+                tls,
                 client: None,
                 held: None,
             }
@@ -308,6 +314,7 @@ struct Batcher {
     requests: mpsc::UnboundedReceiver<Pending>,
     max_count: u64,
     token: Option<Secret>,
+    tls: Option<ClientTlsConfig>,
     /// The client of the leader last forwarded to, by address.
     client: Option<(String, IdServiceClient<Channel>)>,
     /// A request taken from the queue that did not fit the last call.
@@ -377,10 +384,17 @@ impl Batcher {
         let client = match &self.client {
             Some((addr, client)) if addr == leader => client.clone(),
             _ => {
-                let endpoint = Endpoint::from_shared(format!("http://{leader}"))
-                    .map_err(|e| Forward::NoLeader(format!("leader address {leader:?}: {e}")))?
+                let scheme = if self.tls.is_some() { "https" } else { "http" };
+                let bad = |e: tonic::transport::Error| {
+                    Forward::NoLeader(format!("leader address {leader:?}: {e}"))
+                };
+                let mut endpoint = Endpoint::from_shared(format!("{scheme}://{leader}"))
+                    .map_err(bad)?
                     .tcp_nodelay(true)
                     .connect_timeout(Duration::from_secs(1));
+                if let Some(tls) = &self.tls {
+                    endpoint = endpoint.tls_config(tls.clone()).map_err(bad)?;
+                }
                 let client = IdServiceClient::new(endpoint.connect_lazy());
                 self.client = Some((leader.to_owned(), client.clone()));
                 client

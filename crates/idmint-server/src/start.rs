@@ -17,6 +17,7 @@ use idmint_registry::{
 use idmint_segment::{PreloaderGuard, SegmentAllocator, SegmentError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use crate::backends::{
     CountingRegistry, StoreSettings, etcd_config, generator_settings, keeper_config, key_table,
@@ -487,8 +488,15 @@ async fn start_oracle(
         CampaignConfig::new().with_poll(config.monotonic.poll),
     )
     .map_err(registry_error)?;
-    let forwarder = shared
-        .then(|| Forwarder::spawn(config.server.max_count, config.server.admin_token.clone()));
+    let forwarder = if shared {
+        Some(Forwarder::spawn(
+            config.server.max_count,
+            config.server.admin_token.clone(),
+            forwarding_tls(config)?,
+        ))
+    } else {
+        None
+    };
     if !shared {
         tracing::warn!(
             "monotonic keys on the file registry: this node is its own oracle; \
@@ -503,6 +511,38 @@ async fn start_oracle(
         layout,
     );
     Ok(Some((campaign, Arc::new(monotonic))))
+}
+
+/// The TLS followers forward with when gRPC speaks TLS: the CA of
+/// `monotonic.forward_ca`, and the identity of `monotonic.forward_cert` and
+/// `forward_key` when set. Read once at start (not on `SIGHUP`).
+fn forwarding_tls(config: &Config) -> Result<Option<ClientTlsConfig>, ServerError> {
+    if !config.tls.as_ref().is_some_and(|t| t.grpc) {
+        return Ok(None);
+    }
+    let m = &config.monotonic;
+    let read = |key: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            ServerError::Config(ConfigError::Invalid {
+                key: key.to_owned(),
+                origin: crate::config::CHECKED.to_owned(),
+                message: format!("cannot read {}: {e}", path.display()),
+            })
+        })
+    };
+    let Some(ca) = &m.forward_ca else {
+        // Config::validate requires it with tls.grpc on.
+        return Ok(None);
+    };
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read("monotonic.forward_ca", ca)?));
+    if let (Some(cert), Some(key)) = (&m.forward_cert, &m.forward_key) {
+        tls = tls.identity(Identity::from_pem(
+            read("monotonic.forward_cert", cert)?,
+            read("monotonic.forward_key", key)?,
+        ));
+    }
+    Ok(Some(tls))
 }
 
 /// The segment allocator, running: its preloader, and Tinyid's tokens with

@@ -117,6 +117,9 @@ fn full() -> Config {
             max_lead: secs(3600),
             leader_wait: secs(2),
             poll: Duration::from_millis(250),
+            forward_ca: Some(PathBuf::from("ca.pem")),
+            forward_cert: Some(PathBuf::from("client.pem")),
+            forward_key: Some(PathBuf::from("client.key")),
         },
         keys: BTreeMap::from([(
             "order".to_owned(),

@@ -239,7 +239,8 @@ impl Default for SnowflakeConfig {
 ///
 /// Its leader is elected through the worker registry of `[snowflake]` (a
 /// shared one: `sql`, `redis` or `etcd`; or `file` for one node alone), in a
-/// namespace of its own (cluster `<cluster>.monotonic`).
+/// namespace of its own (cluster `<cluster>.monotonic`). Followers forward to
+/// it over gRPC, over TLS when `tls.grpc` is on.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MonotonicSection {
@@ -266,6 +267,14 @@ pub struct MonotonicSection {
     /// (default `250ms`).
     #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub poll: Duration,
+    /// With `tls.grpc` on: the CA certificates (PEM) the leader's gRPC
+    /// certificate chains to, which followers trust when they forward.
+    pub forward_ca: Option<PathBuf>,
+    /// With `tls.client_ca` set: the client certificate (PEM) followers
+    /// present to the leader.
+    pub forward_cert: Option<PathBuf>,
+    /// The private key (PEM) of `forward_cert`.
+    pub forward_key: Option<PathBuf>,
 }
 
 impl Default for MonotonicSection {
@@ -277,6 +286,9 @@ impl Default for MonotonicSection {
             max_lead: Duration::from_secs(24 * 3600),
             leader_wait: Duration::from_secs(2),
             poll: Duration::from_millis(250),
+            forward_ca: None,
+            forward_cert: None,
+            forward_key: None,
         }
     }
 }

@@ -75,6 +75,38 @@ impl Config {
         Ok(layout)
     }
 
+    /// What followers need to forward over TLS: with `tls.grpc` on, the CA
+    /// they trust; with `tls.client_ca` set, a client certificate and key.
+    fn check_forwarding_tls(&self) -> Result<(), ConfigError> {
+        let m = &self.monotonic;
+        let Some(tls) = self.tls.as_ref().filter(|t| t.grpc) else {
+            return Ok(());
+        };
+        if m.forward_ca.is_none() {
+            return Err(invalid(
+                "monotonic.forward_ca",
+                "gRPC speaks TLS (tls.grpc), so followers forward to the leader over TLS: \
+                 set the CA (PEM) its certificate chains to",
+            ));
+        }
+        match (&m.forward_cert, &m.forward_key) {
+            (Some(_), None) => Err(invalid(
+                "monotonic.forward_key",
+                "monotonic.forward_cert is set without its key",
+            )),
+            (None, Some(_)) => Err(invalid(
+                "monotonic.forward_cert",
+                "monotonic.forward_key is set without its certificate",
+            )),
+            (None, None) if tls.client_ca.is_some() => Err(invalid(
+                "monotonic.forward_cert",
+                "the leader requires client certificates (tls.client_ca): set the certificate \
+                 and key followers present when they forward",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// `[monotonic]`, and, when a key is declared monotonic, that the worker
     /// registry can elect its leader and followers can reach it.
     fn check_monotonic(&self) -> Result<(), ConfigError> {
@@ -145,14 +177,7 @@ impl Config {
                         ),
                     ));
                 }
-                if self.tls.as_ref().is_some_and(|t| t.grpc) {
-                    return Err(invalid(
-                        "tls.grpc",
-                        "monotonic keys forward to the leader over plain gRPC: set \
-                         tls.grpc = false (and keep the gRPC port on a private network)",
-                    ));
-                }
-                Ok(())
+                self.check_forwarding_tls()
             }
             RegistryKind::Zookeeper => Err(invalid(
                 "snowflake.registry",

@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use idmint_testkit::tls::TestCa;
 use idmint_testkit::{POSTGRES_URL, PrivateService, Service};
 use reqwest::StatusCode;
 use reqwest::blocking::Client;
@@ -411,4 +412,95 @@ fn serve_monotonic_three_nodes_on_postgres_keep_order_through_a_leader_kill() {
         "registry = \"sql\"\n[snowflake.sql]\nurl = \"{POSTGRES_URL}\"\ncluster = \"mono-{unique}\"\ntable = \"idmint_worker_mono_{unique}\"\n"
     );
     three_nodes(dir.path(), &registry);
+}
+
+#[test]
+fn serve_monotonic_forwards_over_mutual_tls_and_refuses_a_leader_it_cannot_verify() {
+    let up = std::net::TcpStream::connect_timeout(
+        &"127.0.0.1:5432".parse().unwrap(),
+        Duration::from_secs(2),
+    )
+    .is_ok();
+    if !idmint_testkit::require_service("PostgreSQL", up) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    std::fs::create_dir_all(&pki).unwrap();
+    let ca = TestCa::new("idmint oracle test CA");
+    let ca_file = ca.write(&pki, "ca");
+    let (server_cert, server_key) = ca.server(21).write(&pki, "server");
+    let (client_cert, client_key) = ca.client(22).write(&pki, "client");
+    let stranger = TestCa::new("a CA nobody trusts").write(&pki, "stranger");
+    let unique = format!(
+        "{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+    );
+    // gRPC alone speaks (mutual) TLS; HTTP stays plain for the test's client.
+    let config = |forward_ca: &Path, leader_wait: &str| {
+        format!(
+            r#"
+[server]
+grpc_addr = "127.0.0.1:0"
+
+[snowflake]
+registry = "sql"
+[snowflake.sql]
+url = "{POSTGRES_URL}"
+cluster = "mono-tls-{unique}"
+table = "idmint_worker_mtls_{unique}"
+
+[monotonic]
+leader_wait = "{leader_wait}"
+forward_ca = {forward_ca:?}
+forward_cert = {client_cert:?}
+forward_key = {client_key:?}
+
+[keys.seq]
+strategy = "monotonic"
+
+[tls]
+cert = {server_cert:?}
+key = {server_key:?}
+client_ca = {ca_file:?}
+http = false
+resp = false
+"#
+        )
+    };
+    let c = client();
+    let leader = Served::start(&dir.path().join("a"), Some(&config(&ca_file, "2s")), &[]);
+    wait_for_leader(&c, &[&leader]);
+    let follower = Served::start(&dir.path().join("b"), Some(&config(&ca_file, "2s")), &[]);
+    let doubter = Served::start(
+        &dir.path().join("c"),
+        Some(&config(&stranger, "500ms")),
+        &[],
+    );
+    let mut last = 0;
+    for _ in 0..50 {
+        let got = ids(&c, &follower, "seq", 3).expect("forwarded over mutual TLS");
+        assert!(got[0] > last);
+        last = got[2];
+    }
+    assert_eq!(snapshot(&c, &follower).unwrap()["forwarded"], "150");
+    // A follower that does not trust the leader's certificate forwards nothing.
+    let r = c.get(doubter.url("/v1/ids/seq")).send().unwrap();
+    let message = expect_error(r, StatusCode::SERVICE_UNAVAILABLE, "no_leader");
+    assert!(message.contains("does not answer"), "{message}");
+    // A leader without TLS settings for forwarding is refused at start.
+    let path = dir.path().join("no-ca.toml");
+    std::fs::write(
+        &path,
+        config(&ca_file, "2s").replace(&format!("forward_ca = {ca_file:?}\n"), ""),
+    )
+    .unwrap();
+    let out = crate::idmint(&["config", "check", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("monotonic.forward_ca"), "{stderr}");
 }
