@@ -76,8 +76,8 @@ pub(crate) async fn open_registry(
 /// The registry the oracle's leader is elected in: the worker registry's
 /// backend, in a namespace of its own (cluster `<cluster>.monotonic`; for the
 /// file registry, the data directory's `monotonic/`), with
-/// `monotonic.lease_ttl`. SQL always uses lease mode there: the leadership
-/// is one row that changes holders.
+/// `monotonic.lease_ttl`. SQL always uses lease mode there and ZooKeeper
+/// ephemeral mode: the leadership is one lease that changes holders.
 pub(crate) async fn open_leader_registry(
     config: &Config,
 ) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
@@ -97,10 +97,11 @@ pub(crate) async fn open_leader_registry(
         RegistryKind::Etcd => {
             Arc::new(EtcdRegistry::connect(&sf.etcd.endpoints, leader_etcd_config(config)).await?)
         }
-        kind @ (RegistryKind::Static
-        | RegistryKind::Host
-        | RegistryKind::K8s
-        | RegistryKind::Zookeeper) => {
+        RegistryKind::Zookeeper => Arc::new(
+            ZooKeeperRegistry::connect(&sf.zookeeper.connect, leader_zookeeper_config(config))
+                .await?,
+        ),
+        kind @ (RegistryKind::Static | RegistryKind::Host | RegistryKind::K8s) => {
             // Config::validate refuses these with monotonic keys.
             return Err(RegistryError::Unsupported {
                 registry: kind.name(),
@@ -132,6 +133,15 @@ pub(crate) fn leader_redis_config(config: &Config) -> RedisConfig {
     RedisConfig::new()
         .with_cluster(&leader_cluster(&config.snowflake.redis.cluster))
         .with_lease_ttl(config.monotonic.lease_ttl)
+}
+
+/// Ephemeral mode whatever `snowflake.zookeeper.mode` says: the session is
+/// the leader's lease (`monotonic.lease_ttl` asked as its timeout; the
+/// server's negotiated one is what the leader fences on).
+pub(crate) fn leader_zookeeper_config(config: &Config) -> ZooKeeperConfig {
+    ZooKeeperConfig::new(ZooKeeperMode::Ephemeral)
+        .with_cluster(leader_cluster(&config.snowflake.zookeeper.cluster))
+        .with_session_timeout(config.monotonic.lease_ttl)
 }
 
 pub(crate) fn leader_etcd_config(config: &Config) -> EtcdConfig {

@@ -21,9 +21,9 @@ use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use crate::backends::{
     CountingRegistry, StoreSettings, etcd_config, generator_settings, keeper_config, key_table,
-    leader_etcd_config, leader_redis_config, leader_sql_config, open_leader_registry,
-    open_registry, open_segments, oracle_keeper_config, oracle_settings, redis_registry_config,
-    segment_config, sql_registry_config, store_settings, zookeeper_config,
+    leader_etcd_config, leader_redis_config, leader_sql_config, leader_zookeeper_config,
+    open_leader_registry, open_registry, open_segments, oracle_keeper_config, oracle_settings,
+    redis_registry_config, segment_config, sql_registry_config, store_settings, zookeeper_config,
 };
 use crate::clock::IdClock;
 use crate::config::{Config, ConfigError, RegistryKind};
@@ -210,6 +210,7 @@ impl Server {
                 RegistryKind::Sql => leader_sql_config(config).validate(),
                 RegistryKind::Redis => leader_redis_config(config).validate(),
                 RegistryKind::Etcd => leader_etcd_config(config).validate(),
+                RegistryKind::Zookeeper => leader_zookeeper_config(config).validate(),
                 _ => Ok(()),
             }
             .map_err(registry("monotonic.lease_ttl"))?;

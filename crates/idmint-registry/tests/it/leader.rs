@@ -4,7 +4,8 @@
 //! even when the keeper's task is late.
 //!
 //! First against the in-memory registry on tokio's paused clock (every step
-//! deterministic), then on the real etcd, PostgreSQL and Redis.
+//! deterministic), then on the real etcd, PostgreSQL, Redis and ZooKeeper
+//! (ephemeral: the session is the lease).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -293,6 +294,14 @@ async fn fails_over_on_etcd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_over_on_postgres() {
     if let Some(b) = crate::sql::SqlBackend::new(crate::sql::Database::Postgres, "leader") {
+        fails_over_on(b).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_over_on_zookeeper() {
+    let mode = idmint_registry::zookeeper::ZooKeeperMode::Ephemeral;
+    if let Some(b) = crate::zookeeper::ZooKeeperBackend::new(mode, "leader") {
         fails_over_on(b).await;
     }
 }

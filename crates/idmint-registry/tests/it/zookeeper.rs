@@ -71,7 +71,7 @@ pub struct ZooKeeperBackend {
 }
 
 impl ZooKeeperBackend {
-    fn new(mode: ZooKeeperMode, test: &str) -> Option<ZooKeeperBackend> {
+    pub fn new(mode: ZooKeeperMode, test: &str) -> Option<ZooKeeperBackend> {
         Some(ZooKeeperBackend {
             addr: zk_addr()?,
             cluster: format!("test-{}", unique_name(test)),

@@ -238,7 +238,7 @@ impl Default for SnowflakeConfig {
 /// `[monotonic]`: the timestamp oracle behind `strategy = "monotonic"` keys.
 ///
 /// Its leader is elected through the worker registry of `[snowflake]` (a
-/// shared one: `sql`, `redis` or `etcd`; or `file` for one node alone), in a
+/// shared one: `sql`, `redis`, `etcd` or `zookeeper`; or `file` for one node alone), in a
 /// namespace of its own (cluster `<cluster>.monotonic`). Followers forward to
 /// it over gRPC, over TLS when `tls.grpc` is on.
 #[derive(Debug, Clone, Deserialize, Serialize)]

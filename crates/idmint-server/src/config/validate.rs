@@ -166,7 +166,10 @@ impl Config {
         let registry = self.snowflake.registry;
         match registry {
             RegistryKind::File => Ok(()),
-            RegistryKind::Sql | RegistryKind::Redis | RegistryKind::Etcd => {
+            RegistryKind::Sql
+            | RegistryKind::Redis
+            | RegistryKind::Etcd
+            | RegistryKind::Zookeeper => {
                 if self.server.grpc_addr.is_none() {
                     return Err(invalid(
                         "server.grpc_addr",
@@ -179,17 +182,11 @@ impl Config {
                 }
                 self.check_forwarding_tls()
             }
-            RegistryKind::Zookeeper => Err(invalid(
-                "snowflake.registry",
-                "monotonic keys need a registry with timed leases (sql, redis, etcd, or file \
-                 for one node): a ZooKeeper ephemeral node gives the leader no lease end to \
-                 stop issuing at before another node can take over",
-            )),
             RegistryKind::Static | RegistryKind::Host | RegistryKind::K8s => Err(invalid(
                 "snowflake.registry",
                 format!(
                     "monotonic keys need a registry that can elect one leader (sql, redis, \
-                     etcd, or file for one node); the {} registry has no shared state",
+                     etcd, zookeeper, or file for one node); the {} registry has no shared state",
                     registry.name()
                 ),
             )),

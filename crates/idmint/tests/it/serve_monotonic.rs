@@ -3,7 +3,8 @@
 //!
 //! - One node on the embedded file registry is its own oracle: IDs strictly
 //!   increase, across a SIGKILL and restart too, and decode under `tso`.
-//! - Three nodes on a private etcd and on PostgreSQL: one leads, the others
+//! - Three nodes on a private etcd, on ZooKeeper and on PostgreSQL: one
+//!   leads, the others
 //!   forward; clients asking different nodes see IDs in real-time order
 //!   (every request's IDs above every ID returned before it began). The
 //!   leader is SIGKILLed; a new one takes over within the lease, above
@@ -204,7 +205,7 @@ fn serve_monotonic_refuses_what_it_cannot_order() {
             "monotonic.layout",
         ),
         (
-            "[snowflake]\nregistry = \"zookeeper\"\n[keys.seq]\nstrategy = \"monotonic\"\n",
+            "[snowflake]\nregistry = \"k8s\"\n[keys.seq]\nstrategy = \"monotonic\"\n",
             "snowflake.registry",
         ),
     ];
@@ -385,6 +386,30 @@ fn serve_monotonic_three_nodes_on_etcd_keep_order_through_a_leader_kill() {
     let registry = format!(
         "registry = \"etcd\"\n[snowflake.etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"3s\"\n",
         etcd.address()
+    );
+    three_nodes(dir.path(), &registry);
+}
+
+#[test]
+fn serve_monotonic_three_nodes_on_zookeeper_keep_order_through_a_leader_kill() {
+    let connect = std::env::var("IDMINT_TEST_ZOOKEEPER")
+        .ok()
+        .filter(|a| !a.is_empty());
+    if !idmint_testkit::require_service("ZooKeeper (IDMINT_TEST_ZOOKEEPER)", connect.is_some()) {
+        return;
+    }
+    let connect = connect.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = format!(
+        "mono-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+    );
+    let registry = format!(
+        "registry = \"zookeeper\"\n[snowflake.zookeeper]\nconnect = \"{connect}\"\ncluster = \"{cluster}\"\n"
     );
     three_nodes(dir.path(), &registry);
 }
