@@ -416,7 +416,11 @@ impl Service {
             .map_or(0, |t| t.as_millisecond());
         // The wire form is runs of consecutive integers: the oracle's layout
         // has no node bits, so its sequence is the lowest field (stride 1).
-        if let Some(run) = batch.runs().iter().find(|r| r.stride() != 1 && r.count() > 1) {
+        if let Some(run) = batch
+            .runs()
+            .iter()
+            .find(|r| r.stride() != 1 && r.count() > 1)
+        {
             return Err(IssueError::internal(format!(
                 "the oracle's IDs step by {}, which Reserve can't send as runs",
                 run.stride()
