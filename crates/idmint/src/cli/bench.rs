@@ -4,6 +4,13 @@
 //! p99.9, max) and checks that no ID came twice. A duplicate is reported on
 //! stdout with examples, and the command exits 1; so does any failed call.
 //!
+//! `--check-order` also checks that the IDs came in real-time order, as a
+//! `monotonic` key promises (see [`check_order`]): each connection's IDs
+//! strictly increase, and a call that began after another call ended got IDs
+//! above that call's. `--target` may be given several times (the nodes of a
+//! cluster): connections are spread over the targets in turn, so the order is
+//! checked across nodes, e.g. the oracle's leader and its followers.
+//!
 //! Targets (each a [`Conn`] variant; a new protocol is one more variant, one
 //! more arm in [`Conn::connect`] and [`Conn::next_ids`], and its scheme in
 //! [`Target::parse`]):
@@ -46,9 +53,16 @@ use super::bad_input;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// The server to load: http://ADDR (HTTP API), resp://ADDR (Redis
-    /// protocol) or grpc://ADDR (gRPC).
-    #[arg(long, value_name = "URL", required_unless_present = "in_process")]
-    target: Option<String>,
+    /// protocol) or grpc://ADDR (gRPC). Repeat it (or separate with commas)
+    /// to spread the connections over several servers in turn, e.g. the
+    /// nodes of a cluster.
+    #[arg(
+        long,
+        value_name = "URL",
+        required_unless_present = "in_process",
+        value_delimiter = ','
+    )]
+    target: Vec<String>,
 
     /// Generate in this process instead of asking a server.
     #[arg(long, conflicts_with_all = ["target", "prefetch"])]
@@ -83,6 +97,13 @@ pub struct BenchArgs {
     /// HTTP only: let the client prefetch up to N IDs per key (0: off).
     #[arg(long, default_value_t = 0)]
     prefetch: u64,
+
+    /// Check that IDs come in real-time order, as a `monotonic` key
+    /// promises: each connection's IDs strictly increase, and a call that
+    /// began after another ended got IDs above that call's, across all
+    /// connections and targets. Any violation fails the run.
+    #[arg(long, conflicts_with = "prefetch")]
+    check_order: bool,
 
     /// TLS targets (https://, rediss://, grpcs://): the CA certificate (PEM)
     /// to trust for the server's certificate.
@@ -355,22 +376,29 @@ pub fn run(args: BenchArgs) -> Result<()> {
             reports.push(report);
         }
     } else {
-        let target = Target::parse(args.target.as_deref().unwrap_or_default())?;
-        if args.prefetch > 0 && !matches!(target, Target::Http(_)) {
+        let targets = args
+            .target
+            .iter()
+            .map(|t| Target::parse(t))
+            .collect::<Result<Vec<_>>>()?;
+        if targets.is_empty() {
+            return Err(bad_input("no --target given"));
+        }
+        if args.prefetch > 0 && !targets.iter().all(|t| matches!(t, Target::Http(_))) {
             return Err(bad_input("--prefetch works with http:// targets only"));
         }
         let tls = TlsFiles::read(&args)?;
-        if tls.any() && !target.is_tls() {
+        if tls.any() && !targets.iter().any(Target::is_tls) {
             return Err(bad_input(
                 "--tls-ca, --tls-cert and --tls-key need a TLS target: https://, rediss:// or grpcs://",
             ));
         }
-        if target.is_tls() {
+        if targets.iter().any(Target::is_tls) {
             // The Redis and gRPC clients take rustls's process-wide provider:
             // ring, as everywhere in idmint. Already set is fine.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        reports.push(runtime.block_on(bench_target(&args, target, &tls))?);
+        reports.push(runtime.block_on(bench_targets(&args, &targets, &tls))?);
     }
     let mut out = String::new();
     for (i, report) in reports.iter().enumerate() {
@@ -390,53 +418,75 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
 }
 
-async fn bench_target(args: &BenchArgs, target: Target, tls: &TlsFiles) -> Result<Report> {
-    let shared = match &target {
-        Target::Http(url) => {
-            let mut builder = idmint_client::Client::builder()
-                .servers([url.as_str()])
-                .prefetch(args.prefetch)
-                .timeout(Duration::from_secs(30));
-            if let Some(ca) = &tls.ca {
-                builder = builder.tls_ca_pem(ca.clone());
-            }
-            if let Some((cert, key)) = &tls.identity {
-                builder = builder.tls_client_pem(cert.clone(), key.clone());
-            }
-            Some(
-                builder
-                    .build()
-                    .map_err(|e| bad_input(format!("target: {e}")))?,
-            )
-        }
-        Target::Resp { .. } | Target::Grpc { .. } => None,
+/// The shared HTTP client of one HTTP target (its pool opens a connection
+/// per worker in flight); `None` for the other protocols.
+fn http_client(
+    args: &BenchArgs,
+    target: &Target,
+    tls: &TlsFiles,
+) -> Result<Option<idmint_client::Client>> {
+    let Target::Http(url) = target else {
+        return Ok(None);
     };
-    let mut conns = Vec::with_capacity(args.concurrency as usize);
-    for _ in 0..args.concurrency {
-        conns.push(Conn::connect(&target, shared.as_ref(), tls).await?);
+    let mut builder = idmint_client::Client::builder()
+        .servers([url.as_str()])
+        .prefetch(args.prefetch)
+        .timeout(Duration::from_secs(30));
+    if let Some(ca) = &tls.ca {
+        builder = builder.tls_ca_pem(ca.clone());
     }
-    let prefetch = match (&target, args.prefetch) {
+    if let Some((cert, key)) = &tls.identity {
+        builder = builder.tls_client_pem(cert.clone(), key.clone());
+    }
+    Ok(Some(
+        builder
+            .build()
+            .map_err(|e| bad_input(format!("target: {e}")))?,
+    ))
+}
+
+async fn bench_targets(args: &BenchArgs, targets: &[Target], tls: &TlsFiles) -> Result<Report> {
+    let shared = targets
+        .iter()
+        .map(|t| http_client(args, t, tls))
+        .collect::<Result<Vec<_>>>()?;
+    // Worker i talks to target i mod n.
+    let mut conns = Vec::with_capacity(args.concurrency as usize);
+    for i in 0..args.concurrency as usize {
+        let t = i % targets.len();
+        conns.push(Conn::connect(&targets[t], shared[t].as_ref(), tls).await?);
+    }
+    let prefetch = match (&targets[0], args.prefetch) {
         (Target::Http(_), 0) => ", prefetch off".to_owned(),
         (Target::Http(_), n) => format!(", prefetch {n}"),
         _ => String::new(),
     };
+    let names: Vec<String> = targets.iter().map(Target::to_string).collect();
+    let spread = if targets.len() > 1 {
+        format!(", connections spread over {} targets", targets.len())
+    } else {
+        String::new()
+    };
     let label = format!(
-        "{target} (key {}, batch {}{prefetch})",
-        args.key, args.batch
+        "{} (key {}, batch {}{prefetch}{spread})",
+        names.join(", "),
+        args.key,
+        args.batch
     );
     let started = Instant::now();
     let deadline = started + args.duration;
+    let check_order = args.check_order;
     let tasks: Vec<_> = conns
         .into_iter()
         .map(|mut conn| {
             let key = args.key.clone();
             let batch = args.batch;
             tokio::spawn(async move {
-                let mut w = Worker::default();
+                let mut w = Worker::new(check_order);
                 while Instant::now() < deadline {
                     let t = Instant::now();
                     let result = conn.next_ids(&key, batch).await;
-                    w.record(t.elapsed(), result.map_err(|e| format!("{e:#}")));
+                    w.record(t, result.map_err(|e| format!("{e:#}")));
                 }
                 w
             })
@@ -460,6 +510,7 @@ fn bench_snowflake(args: &BenchArgs) -> Result<Report> {
         .with_sequence_exhausted(SequenceExhausted::Wait)
         .build()?;
     let batch = args.batch;
+    let check_order = args.check_order;
     let started = Instant::now();
     let deadline = started + args.duration;
     let workers = std::thread::scope(|s| {
@@ -467,7 +518,7 @@ fn bench_snowflake(args: &BenchArgs) -> Result<Report> {
             .map(|_| {
                 let generator = &generator;
                 s.spawn(move || {
-                    let mut w = Worker::default();
+                    let mut w = Worker::new(check_order);
                     while Instant::now() < deadline {
                         let t = Instant::now();
                         let result = if batch == 1 {
@@ -475,7 +526,7 @@ fn bench_snowflake(args: &BenchArgs) -> Result<Report> {
                         } else {
                             generator.next_ids(batch).map(|b| expand(&b))
                         };
-                        w.record(t.elapsed(), result.map_err(|e| e.to_string()));
+                        w.record(t, result.map_err(|e| e.to_string()));
                     }
                     w
                 })
@@ -507,6 +558,7 @@ async fn bench_segment(args: &BenchArgs) -> Result<Report> {
         .create_key(NewKey::new(args.key.clone(), 1000))
         .await?;
     let _preloader = allocator.spawn_preloader();
+    let check_order = args.check_order;
     let started = Instant::now();
     let deadline = started + args.duration;
     let tasks: Vec<_> = (0..args.concurrency)
@@ -515,7 +567,7 @@ async fn bench_segment(args: &BenchArgs) -> Result<Report> {
             let key = args.key.clone();
             let batch = args.batch;
             tokio::spawn(async move {
-                let mut w = Worker::default();
+                let mut w = Worker::new(check_order);
                 while Instant::now() < deadline {
                     let t = Instant::now();
                     let result = if batch == 1 {
@@ -523,7 +575,7 @@ async fn bench_segment(args: &BenchArgs) -> Result<Report> {
                     } else {
                         allocator.next_ids(&key, batch).await.map(|b| expand(&b))
                     };
-                    w.record(t.elapsed(), result.map_err(|e| e.to_string()));
+                    w.record(t, result.map_err(|e| e.to_string()));
                     // Let the preloader and the other tasks in on a busy runtime.
                     if w.calls % 256 == 0 {
                         tokio::task::yield_now().await;
@@ -561,21 +613,165 @@ struct Worker {
     first_error: Option<String>,
     latency: Histogram,
     ids: Vec<u64>,
+    /// With `--check-order`: every successful call, in the order made.
+    spans: Option<Vec<Span>>,
+}
+
+/// One successful call as the worker saw it, for the order check: when it
+/// began (before the request was sent) and ended (after the answer came),
+/// and its IDs' range.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    began: Instant,
+    ended: Instant,
+    /// The lowest and highest ID of the call.
+    min: u64,
+    max: u64,
+    /// Whether the call's IDs strictly increased, in the order received.
+    increasing: bool,
 }
 
 impl Worker {
-    fn record(&mut self, elapsed: Duration, result: Result<Vec<u64>, String>) {
+    fn new(check_order: bool) -> Worker {
+        Worker {
+            spans: check_order.then(Vec::new),
+            ..Worker::default()
+        }
+    }
+
+    /// A call that began at `began` and ends now.
+    fn record(&mut self, began: Instant, result: Result<Vec<u64>, String>) {
+        let ended = Instant::now();
         self.calls += 1;
         self.latency
-            .record(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+            .record(u64::try_from(ended.duration_since(began).as_nanos()).unwrap_or(u64::MAX));
         match result {
-            Ok(ids) => self.ids.extend(ids),
+            Ok(ids) => {
+                if let (Some(spans), Some(&min), Some(&max)) =
+                    (&mut self.spans, ids.iter().min(), ids.iter().max())
+                {
+                    spans.push(Span {
+                        began,
+                        ended,
+                        min,
+                        max,
+                        increasing: ids.windows(2).all(|w| w[0] < w[1]),
+                    });
+                }
+                self.ids.extend(ids);
+            }
             Err(e) => {
                 self.errors += 1;
                 self.first_error.get_or_insert(e);
             }
         }
     }
+}
+
+/// What the order check found.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct OrderCheck {
+    /// Successful calls checked.
+    calls: u64,
+    /// Calls whose IDs were not above every ID of a call that ended before
+    /// they began, or not increasing among themselves.
+    violations: u64,
+    /// Of those, calls below their own connection's previous call.
+    within_connection: u64,
+    /// Calls that had a call of another connection ended before they began
+    /// (the cross-connection constraints actually checked).
+    ordered_across: u64,
+    /// Up to five violations, described.
+    examples: Vec<String>,
+}
+
+/// Checks real-time order: a call's IDs strictly increase, and every call
+/// that began after another call ended (on any connection) got IDs above
+/// that call's. Sound with timestamps taken on the client: a call's end is
+/// read after its answer came and the next call's start before its request
+/// is sent, on one monotonic clock, so `ended <= began` means the first
+/// answer was in before the second request left. Calls that overlap in time
+/// may come back in any order. `connections[i]` is connection `i`'s calls in
+/// the order made.
+fn check_order(connections: &[Vec<Span>]) -> OrderCheck {
+    let mut check = OrderCheck::default();
+    let example = |check: &mut OrderCheck, text: String| {
+        if check.examples.len() < 5 {
+            check.examples.push(text);
+        }
+    };
+    // All calls by end, with their highest ID and connection.
+    let mut by_end: Vec<(Instant, u64, usize)> = connections
+        .iter()
+        .enumerate()
+        .flat_map(|(c, spans)| spans.iter().map(move |s| (s.ended, s.max, c)))
+        .collect();
+    by_end.sort_unstable_by_key(|&(ended, _, _)| ended);
+    // For each prefix of that order: the highest ID in it, and its first two
+    // distinct connections (enough to tell whether it holds a call of a
+    // connection other than a given one).
+    let mut prefix_max = Vec::with_capacity(by_end.len());
+    let mut firsts: Vec<(usize, Option<usize>)> = Vec::with_capacity(by_end.len());
+    let mut max = 0u64;
+    let mut two: (usize, Option<usize>) = (usize::MAX, None);
+    for &(_, m, c) in &by_end {
+        max = max.max(m);
+        prefix_max.push(max);
+        if two.0 == usize::MAX {
+            two.0 = c;
+        } else if two.1.is_none() && c != two.0 {
+            two.1 = Some(c);
+        }
+        firsts.push(two);
+    }
+    for (c, spans) in connections.iter().enumerate() {
+        let mut previous: Option<&Span> = None;
+        for s in spans {
+            check.calls += 1;
+            let before = by_end.partition_point(|&(ended, _, _)| ended <= s.began);
+            if before > 0 {
+                let (a, b) = firsts[before - 1];
+                if a != c || b.is_some() {
+                    check.ordered_across += 1;
+                }
+            }
+            let floor = (before > 0).then(|| prefix_max[before - 1]);
+            let mut bad = false;
+            if !s.increasing {
+                bad = true;
+                example(
+                    &mut check,
+                    format!("connection {c}: a call's IDs did not strictly increase"),
+                );
+            }
+            if let Some(p) = previous.filter(|p| s.min <= p.max) {
+                bad = true;
+                check.within_connection += 1;
+                example(
+                    &mut check,
+                    format!(
+                        "connection {c}: a call got {} after its previous call got up to {}",
+                        s.min, p.max
+                    ),
+                );
+            } else if let Some(floor) = floor.filter(|&f| s.min <= f) {
+                bad = true;
+                example(
+                    &mut check,
+                    format!(
+                        "connection {c}: a call got {} though a call that returned {floor} \
+                         had ended before it began",
+                        s.min
+                    ),
+                );
+            }
+            if bad {
+                check.violations += 1;
+            }
+            previous = Some(s);
+        }
+    }
+    check
 }
 
 /// The figures of one run.
@@ -591,6 +787,8 @@ struct Report {
     latency: Histogram,
     n_duplicates: u64,
     duplicate_examples: Vec<u64>,
+    /// With `--check-order`.
+    order: Option<OrderCheck>,
 }
 
 impl Report {
@@ -598,6 +796,7 @@ impl Report {
         let mut latency = Histogram::default();
         let (mut calls, mut errors, mut first_error) = (0, 0, None);
         let mut ids = Vec::with_capacity(workers.iter().map(|w| w.ids.len()).sum());
+        let mut spans = Vec::new();
         for w in workers {
             calls += w.calls;
             errors += w.errors;
@@ -606,7 +805,9 @@ impl Report {
             }
             latency.merge(&w.latency);
             ids.extend(w.ids);
+            spans.extend(w.spans);
         }
+        let order = (!spans.is_empty()).then(|| check_order(&spans));
         let n_ids = ids.len() as u64;
         let (n_duplicates, duplicate_examples) = duplicates(ids);
         Report {
@@ -620,6 +821,7 @@ impl Report {
             latency,
             n_duplicates,
             duplicate_examples,
+            order,
         }
     }
 
@@ -661,6 +863,27 @@ impl Report {
                 examples.join(", ")
             );
         }
+        if let Some(order) = &self.order {
+            if order.violations == 0 {
+                let _ = writeln!(
+                    out,
+                    "order         0 violations (all {} calls in real-time order; {} of them \
+                     began after a call of another connection ended)",
+                    order.calls, order.ordered_across
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "order         {} violations !!! IDS OUT OF REAL-TIME ORDER in {} of {} calls \
+                     ({} within a connection), e.g. {}",
+                    order.violations,
+                    order.violations,
+                    order.calls,
+                    order.within_connection,
+                    order.examples.join("; ")
+                );
+            }
+        }
     }
 
     /// Why this run counts as failed, if it does.
@@ -670,6 +893,12 @@ impl Report {
             why.push(format!(
                 "{} duplicate IDs from {}",
                 self.n_duplicates, self.label
+            ));
+        }
+        if let Some(order) = self.order.as_ref().filter(|o| o.violations > 0) {
+            why.push(format!(
+                "{} of {} calls to {} got IDs out of real-time order",
+                order.violations, order.calls, self.label
             ));
         }
         if self.errors > 0 {
@@ -860,6 +1089,40 @@ mod tests {
             assert_eq!(Histogram::index(Histogram::high(idx)), idx, "{v}");
         }
         assert_eq!(Histogram::default().quantile(0.5), 0);
+    }
+
+    #[test]
+    fn the_order_check_allows_overlap_and_catches_inversions() {
+        let t0 = Instant::now();
+        let span = |began: u64, ended: u64, ids: &[u64]| Span {
+            began: t0 + Duration::from_millis(began),
+            ended: t0 + Duration::from_millis(ended),
+            min: *ids.iter().min().unwrap(),
+            max: *ids.iter().max().unwrap(),
+            increasing: ids.windows(2).all(|w| w[0] < w[1]),
+        };
+        // Two connections; calls that overlap may come back in any order,
+        // and one that began after another ended is above it.
+        let ok = check_order(&[
+            vec![span(0, 10, &[5]), span(10, 20, &[8, 9])],
+            vec![span(1, 9, &[4]), span(12, 15, &[6])],
+        ]);
+        assert_eq!(ok.calls, 4);
+        assert_eq!(ok.violations, 0, "{ok:?}");
+        // (12, 15) began after (1, 9) ended; (10, 20) after (1, 9) too.
+        assert_eq!(ok.ordered_across, 2, "{ok:?}");
+
+        // Across connections: a call that began after another ended got less.
+        let bad = check_order(&[vec![span(0, 5, &[5])], vec![span(6, 9, &[4])]]);
+        assert_eq!((bad.violations, bad.within_connection), (1, 0), "{bad:?}");
+        assert!(bad.examples[0].contains("returned 5"), "{bad:?}");
+        // Within a connection, and within a call.
+        let bad = check_order(&[vec![span(0, 5, &[5, 6]), span(5, 9, &[6, 7])]]);
+        assert_eq!((bad.violations, bad.within_connection), (1, 1), "{bad:?}");
+        let bad = check_order(&[vec![span(0, 5, &[7, 6])]]);
+        assert_eq!(bad.violations, 1, "{bad:?}");
+        assert!(bad.examples[0].contains("strictly increase"), "{bad:?}");
+        assert_eq!(check_order(&[vec![], vec![]]), OrderCheck::default());
     }
 
     #[test]

@@ -169,3 +169,90 @@ fn bench_failures_exit_non_zero() {
         assert_eq!(crate::idmint(args).status.code(), Some(2), "{args:?}");
     }
 }
+
+#[test]
+fn bench_check_order_passes_on_a_monotonic_key_and_catches_disorder() {
+    // One node on the file registry is its own oracle: every connection's
+    // IDs, single and in batches, come in real-time order.
+    let dir = tempfile::tempdir().unwrap();
+    let server = Served::start(
+        &dir.path().join("mono"),
+        Some("[keys.seq]\nstrategy = \"monotonic\"\n"),
+        &[],
+    );
+    let target = server.url("");
+    for batch in ["1", "100"] {
+        let out = ok(&[
+            "bench",
+            "--target",
+            &target,
+            "--key",
+            "seq",
+            "--check-order",
+            "--batch",
+            batch,
+            "--concurrency",
+            "4",
+            "--duration",
+            "600ms",
+        ]);
+        check_report(&out);
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("order         0 violations")),
+            "{out}"
+        );
+    }
+
+    // Two nodes sharing one segment store, one connection each: each node
+    // hands out its own segment, so a call to the node on the lower segment
+    // that begins after a call to the other ended gets a lower ID. Unique
+    // IDs, but not in real-time order.
+    let store = dir.path().join("shared-segments.db");
+    let config = format!(
+        "[segment]\nurl = \"sqlite://{}\"\n[segment.keys.order]\nstep = 1000\n[keys.order]\nstrategy = \"segment\"\n",
+        store.display()
+    );
+    let nodes: Vec<Served> = ["a", "b"]
+        .iter()
+        .map(|name| Served::start(&dir.path().join(name), Some(&config), &[]))
+        .collect();
+    let targets = format!("{},{}", nodes[0].url(""), nodes[1].url(""));
+    let args = [
+        "bench",
+        "--target",
+        &targets,
+        "--key",
+        "order",
+        "--check-order",
+        "--concurrency",
+        "2",
+        "--duration",
+        "700ms",
+    ];
+    let out = crate::idmint(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("connections spread over 2 targets"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("duplicates    0 (all "), "{stdout}");
+    assert!(
+        stdout.contains("violations !!! IDS OUT OF REAL-TIME ORDER"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("out of real-time order"), "{stderr}");
+
+    // Order can't be checked on prefetched IDs.
+    let args = [
+        "bench",
+        "--target",
+        &target,
+        "--check-order",
+        "--prefetch",
+        "10",
+    ];
+    assert_eq!(crate::idmint(&args).status.code(), Some(2));
+}
