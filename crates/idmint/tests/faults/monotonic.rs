@@ -440,18 +440,38 @@ fn leader_sigstop(ctx: &Ctx, registry: Registry) -> Result<Outcome> {
     let rejoined = cluster.leader_among(&[0, 1, 2], WAIT);
     let rejoin_took = continued.elapsed();
     let after = view(&cluster.nodes[old]).unwrap_or(Value::Null);
+    cluster.wait_ok_on(&[0, 1, 2], phase(ctx))?;
+    let after_following = view(&cluster.nodes[old]).unwrap_or(Value::Null);
+
+    // The deposed leader leads again: its keeper, which lost the claim,
+    // claims it again by itself once the leaders after it are gone.
+    let mut live = vec![0, 1, 2];
+    let mut leader = new;
+    while leader != old {
+        let at = Instant::now();
+        cluster.kill(leader)?;
+        live.retain(|&i| i != leader);
+        leader = cluster.failover(&format!("{} SIGKILLed", NAMES[leader]), &live, at)?;
+    }
     cluster.settle(ctx)?;
-    let after_settle = view(&cluster.nodes[old]).unwrap_or(Value::Null);
+    let leading_again = view(&cluster.nodes[old]).unwrap_or(Value::Null);
     let layout = cluster.layout;
     let (mut out, record) = cluster.finish(&Checker::new(format!(
         "leader frozen (SIGSTOP) {}s, past its {}s lease: a follower takes over; continued \
          (SIGCONT), the old leader's fence refuses on its own generator at once, it forwards \
-         to the new leader; its clients wait or get 503 no_leader meanwhile; no ID twice, \
-         real-time order across all clients",
+         to the new leader; its clients wait (or time out) or get 503 no_leader meanwhile; \
+         then the leaders after it are SIGKILLed and it leads again, above every ID; no ID \
+         twice, real-time order across all clients",
         hold.as_secs(),
         TTL.as_secs()
     )));
-    require_codes(&mut out, &["no_leader"]);
+    // timeout: a client of the frozen node gives up after 10 s; io, connect:
+    // the clients of the nodes killed at the end.
+    require_codes(&mut out, &["no_leader", "timeout", "io", "connect"]);
+    out.require(
+        leading_again["role"] == "leader",
+        format!("{} at the end: {leading_again}", NAMES[old]),
+    );
     match rejoined {
         Ok(agreed) => out.require(
             agreed == new,
@@ -465,22 +485,24 @@ fn leader_sigstop(ctx: &Ctx, registry: Registry) -> Result<Outcome> {
     );
     // What the old node reserved as leader: nothing more once continued
     // (requests in flight when it froze aside, which its fence refuses).
-    let (r0, r1, r2) = (
+    let (r0, r1, r2, r3) = (
         figure(&before, "reserved_here"),
         figure(&after, "reserved_here"),
-        figure(&after_settle, "reserved_here"),
+        figure(&after_following, "reserved_here"),
+        figure(&leading_again, "reserved_here"),
     );
     out.require(
         r2 == r1,
         format!(
             "{} reserved {} IDs as a follower after SIGCONT",
             NAMES[old],
-            r2 - r1
+            r2.saturating_sub(r1)
         ),
     );
     out.note(format!(
         "{} frozen {:.1}s; agreed on {} again {:.1}s after SIGCONT; reserved_here {r0} before \
-         the freeze (read just before), {r1} after, {r2} at the end",
+         the freeze (read just before), {r1} after, {r2} after a phase as follower, {r3} \
+         leading again",
         NAMES[old],
         stopped_for.as_secs_f64(),
         NAMES[new],
