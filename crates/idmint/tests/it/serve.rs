@@ -167,6 +167,30 @@ impl Drop for Served {
     }
 }
 
+/// Whether the machine's PostgreSQL answers: `false` after a loud SKIPPED
+/// line (a failure under `CI=true`, through `require_service`).
+pub fn postgres_up() -> bool {
+    let up = std::net::TcpStream::connect_timeout(
+        &"127.0.0.1:5432".parse().unwrap(),
+        Duration::from_secs(2),
+    )
+    .is_ok();
+    idmint_testkit::require_service("PostgreSQL", up)
+}
+
+/// A name part no other test run shares (process and microsecond), for the
+/// tables and clusters a test makes on a shared database or coordinator.
+pub fn unique_suffix() -> String {
+    format!(
+        "{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+    )
+}
+
 /// An HTTP client with a generous timeout (debug builds on a shared machine).
 pub fn client() -> Client {
     Client::builder()

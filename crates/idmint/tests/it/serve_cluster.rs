@@ -6,49 +6,22 @@
 //! fails under `CI=true`.
 
 use std::collections::HashSet;
-use std::io::Write;
-use std::net::TcpStream;
-use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::serve::{Served, binary_ids, client};
+use crate::serve::{Served, binary_ids, client, postgres_up, unique_suffix};
 
 fn postgres_url() -> String {
     std::env::var("IDMINT_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
-/// Whether PostgreSQL answers; under `CI=true` a missing one fails the test.
-fn postgres_reachable() -> bool {
-    let up = TcpStream::connect_timeout(&"127.0.0.1:5432".parse().unwrap(), Duration::from_secs(2))
-        .is_ok();
-    if !up {
-        assert!(
-            std::env::var("CI").map_or(true, |v| v != "true"),
-            "PostgreSQL is not reachable and CI=true"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: PostgreSQL is not reachable; serve_cluster did not run"
-        );
-    }
-    up
-}
-
 #[test]
 fn serve_three_servers_share_a_postgres_registry_and_segment_table() {
-    if !postgres_reachable() {
+    if !postgres_up() {
         return;
     }
-    let unique = format!(
-        "{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-    );
+    let unique = unique_suffix();
     let url = postgres_url();
     let config = format!(
         r#"

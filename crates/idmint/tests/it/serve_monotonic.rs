@@ -22,7 +22,7 @@ use reqwest::StatusCode;
 use reqwest::blocking::Client;
 use serde_json::Value;
 
-use crate::serve::{Served, client, expect_error};
+use crate::serve::{Served, client, expect_error, postgres_up, unique_suffix};
 
 /// One request as a client saw it: when it began and ended, and its IDs.
 #[derive(Debug, Clone)]
@@ -400,14 +400,7 @@ fn serve_monotonic_three_nodes_on_zookeeper_keep_order_through_a_leader_kill() {
     }
     let connect = connect.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let cluster = format!(
-        "mono-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-    );
+    let cluster = format!("mono-{}", unique_suffix());
     let registry = format!(
         "registry = \"zookeeper\"\n[snowflake.zookeeper]\nconnect = \"{connect}\"\ncluster = \"{cluster}\"\n"
     );
@@ -416,22 +409,10 @@ fn serve_monotonic_three_nodes_on_zookeeper_keep_order_through_a_leader_kill() {
 
 #[test]
 fn serve_monotonic_three_nodes_on_postgres_keep_order_through_a_leader_kill() {
-    let up = std::net::TcpStream::connect_timeout(
-        &"127.0.0.1:5432".parse().unwrap(),
-        Duration::from_secs(2),
-    )
-    .is_ok();
-    if !idmint_testkit::require_service("PostgreSQL", up) {
+    if !postgres_up() {
         return;
     }
-    let unique = format!(
-        "{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-    );
+    let unique = unique_suffix();
     let dir = tempfile::tempdir().unwrap();
     let registry = format!(
         "registry = \"sql\"\n[snowflake.sql]\nurl = \"{POSTGRES_URL}\"\ncluster = \"mono-{unique}\"\ntable = \"idmint_worker_mono_{unique}\"\n"
@@ -441,12 +422,7 @@ fn serve_monotonic_three_nodes_on_postgres_keep_order_through_a_leader_kill() {
 
 #[test]
 fn serve_monotonic_forwards_over_mutual_tls_and_refuses_a_leader_it_cannot_verify() {
-    let up = std::net::TcpStream::connect_timeout(
-        &"127.0.0.1:5432".parse().unwrap(),
-        Duration::from_secs(2),
-    )
-    .is_ok();
-    if !idmint_testkit::require_service("PostgreSQL", up) {
+    if !postgres_up() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -457,14 +433,7 @@ fn serve_monotonic_forwards_over_mutual_tls_and_refuses_a_leader_it_cannot_verif
     let (server_cert, server_key) = ca.server(21).write(&pki, "server");
     let (client_cert, client_key) = ca.client(22).write(&pki, "client");
     let stranger = TestCa::new("a CA nobody trusts").write(&pki, "stranger");
-    let unique = format!(
-        "{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-    );
+    let unique = unique_suffix();
     // gRPC alone speaks (mutual) TLS; HTTP stays plain for the test's client.
     let config = |forward_ca: &Path, leader_wait: &str| {
         format!(

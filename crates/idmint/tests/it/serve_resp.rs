@@ -681,19 +681,10 @@ fn serve_resp_transaction_of_large_batches_answers_every_id() {
 
 #[test]
 fn serve_resp_incrby_never_answers_a_run_split_by_another_nodes_segment() {
-    let up = TcpStream::connect_timeout(&"127.0.0.1:5432".parse().unwrap(), Duration::from_secs(2))
-        .is_ok();
-    if !idmint_testkit::require_service("PostgreSQL", up) {
+    if !crate::serve::postgres_up() {
         return;
     }
-    let unique = format!(
-        "{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-    );
+    let unique = crate::serve::unique_suffix();
     let url = idmint_testkit::POSTGRES_URL;
     let config = format!(
         r#"
