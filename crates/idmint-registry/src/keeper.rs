@@ -885,9 +885,19 @@ impl Task {
         wake.max(now)
     }
 
+    /// Records the last registry failure; logs it at WARN when it differs
+    /// from the one before (a retry failing the same way every interval, as
+    /// a deposed oracle leader's re-claim does while another node leads,
+    /// logs at DEBUG instead of a line four times a second).
     fn set_error(&self, e: &RegistryError) {
-        tracing::warn!(registry = self.ctx.kind(), error = %e, "worker keeper");
-        self.shared.status().last_error = Some(e.to_string());
+        let text = e.to_string();
+        let mut status = self.shared.status();
+        if status.last_error.as_deref() == Some(text.as_str()) {
+            tracing::debug!(registry = self.ctx.kind(), error = %text, "worker keeper (again)");
+        } else {
+            tracing::warn!(registry = self.ctx.kind(), error = %text, "worker keeper");
+        }
+        status.last_error = Some(text);
     }
 
     fn set_state(&self, state: LeaseState) {
