@@ -488,9 +488,15 @@ impl Request {
                 return Ok(Expect::Error(404, "not_found"));
             }
             Route::Decode(raw) => {
-                return Ok(decoded(
-                    &path_param(raw).ok_or(Expect::Error(400, "invalid_path"))?,
-                ));
+                // The query (`?key=`, which picks the layout) is read first,
+                // then the path; the key must be well formed.
+                let params = query_params(self.query.as_deref().unwrap_or(""))?;
+                let text = path_param(raw).ok_or(Expect::Error(400, "invalid_path"))?;
+                if let Some(key) = params.get("key") {
+                    idmint_segment::validate_key(key)
+                        .map_err(|_| Expect::Error(400, "invalid_key"))?;
+                }
+                return Ok(decoded(&text));
             }
             Route::Other(_) => return Ok(Expect::NoServerError),
             // The other handlers read the query before anything else.
