@@ -369,11 +369,7 @@ impl Service {
     ) -> Result<ReserveResponse, IssueError> {
         let (metadata, _, request) = request.into_parts();
         if let Some(token) = &self.state.admin_token {
-            let given = metadata
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::trim);
+            let given = bearer(&metadata);
             if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.expose().as_bytes())) {
                 return Err(IssueError::new(
                     ErrorClass::Unauthorized,
@@ -519,17 +515,21 @@ impl Service {
     }
 }
 
+/// The token of `authorization: Bearer <token>` metadata, if any.
+fn bearer(metadata: &MetadataMap) -> Option<&str> {
+    metadata
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
 /// Checks `key`'s token, when it has one: `authorization: Bearer <token>`.
 fn check_token(state: &AppState, key: &str, metadata: &MetadataMap) -> Result<(), IssueError> {
     let Some(token) = state.token_for(key) else {
         return Ok(());
     };
-    let given = metadata
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match given {
+    match bearer(metadata) {
         Some(given) if constant_time_eq(given.as_bytes(), token.expose().as_bytes()) => Ok(()),
         Some(_) => Err(IssueError::new(
             ErrorClass::Unauthorized,
