@@ -227,6 +227,8 @@ fn three_nodes(dir: &Path, registry: &str) {
 [server]
 grpc_addr = "127.0.0.1:0"
 resp_addr = "127.0.0.1:0"
+# Reserve wants the admin token: followers send it when they forward.
+admin_token = "cluster-secret"
 
 [snowflake]
 {registry}
@@ -368,6 +370,31 @@ strategy = "monotonic"
     );
     assert!(follower_metrics.contains("idmint_oracle_leader_known 1"));
     assert!(follower_metrics.contains("idmint_oracle_ids_total{path=\"forwarded\"}"));
+
+    // Reserve, the followers' RPC, wants the cluster's admin token.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let leader_grpc = format!("http://{}", crate::serve_grpc::grpc_addr(refs[new_leader]));
+    let (refused, reserved) = rt.block_on(async {
+        use idmint_server::grpc::proto::ReserveRequest;
+        use idmint_server::grpc::proto::id_service_client::IdServiceClient;
+        let mut grpc = IdServiceClient::connect(leader_grpc).await.unwrap();
+        let refused = grpc.reserve(ReserveRequest { count: 5 }).await.unwrap_err();
+        let mut request = tonic::Request::new(ReserveRequest { count: 5 });
+        request
+            .metadata_mut()
+            .insert("authorization", "Bearer cluster-secret".parse().unwrap());
+        (refused, grpc.reserve(request).await.unwrap().into_inner())
+    });
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    assert_eq!(reserved.counts.iter().sum::<u64>(), 5);
+    assert!(
+        reserved.firsts[0] > id,
+        "Reserve {:?} after {id}",
+        reserved.firsts
+    );
 
     // Bad input changes nothing and says what was wrong.
     let r = c
