@@ -39,7 +39,7 @@
 //! call that fails with `Exhausted` while someone leads, so every node
 //! campaigning every poll interval costs the registry little.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -163,8 +163,6 @@ struct Shared {
     shutdown: Notify,
     stopping: AtomicBool,
     stats: Mutex<Stats>,
-    /// Requests refused on this node because it does not lead.
-    refused: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -207,7 +205,6 @@ impl Oracle {
     pub fn reserve(&self, n: u64) -> Result<IdBatch> {
         let keeper = self.shared.keeper.load();
         let Some(keeper) = keeper.as_deref().filter(|k| k.holds_lease()) else {
-            self.shared.refused.fetch_add(1, Ordering::Relaxed);
             return Err(self.not_leader());
         };
         if n == 1 {
@@ -264,11 +261,6 @@ impl Oracle {
     /// a new leader (with a bound of the caller's).
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.shared.changed.subscribe()
-    }
-
-    /// How many calls this node refused because it did not lead.
-    pub fn refused(&self) -> u64 {
-        self.shared.refused.load(Ordering::Relaxed)
     }
 
     /// A snapshot of the oracle.
@@ -388,7 +380,6 @@ impl Campaign {
                 leaderless_since: Some(Instant::now()),
                 ..Stats::default()
             }),
-            refused: AtomicU64::new(0),
         });
         let task = Task {
             registry,
