@@ -19,6 +19,10 @@ use arc_swap::ArcSwap;
 use redis::RedisResult;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+mod facts;
+
+pub use facts::ServerFacts;
+
 /// Why a call on a [`RedisConnection`] failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

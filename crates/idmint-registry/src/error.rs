@@ -22,6 +22,24 @@ pub enum RegistryError {
         range: u64,
     },
 
+    /// The registry's store lost, or may have lost, what it was told
+    /// (leases, marks): a Redis restarted without persistence, failed over,
+    /// or came back from an older snapshot. No claim is granted until every
+    /// earlier holder has stopped issuing and every clock has passed what
+    /// they persisted; retry after `retry_after`.
+    #[error(
+        "{registry} registry: claims are held for {retry_after:?} more, until no earlier \
+         holder can still issue: {reason}"
+    )]
+    Held {
+        /// The registry kind.
+        registry: &'static str,
+        /// How long the hold still lasts.
+        retry_after: Duration,
+        /// What the registry found.
+        reason: String,
+    },
+
     /// A remote call did not answer in time.
     #[error("{registry} registry: {operation} timed out after {after:?}")]
     Timeout {
@@ -179,6 +197,7 @@ impl RegistryError {
     pub fn code(&self) -> &'static str {
         match self {
             RegistryError::Exhausted { .. } => "workers_exhausted",
+            RegistryError::Held { .. } => "registry_held",
             RegistryError::Timeout { .. } => "registry_timeout",
             RegistryError::Backend { .. } => "registry_backend",
             RegistryError::LeaseLost { .. } => "lease_lost",

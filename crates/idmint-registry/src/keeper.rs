@@ -82,6 +82,7 @@ pub struct KeeperConfig {
     lease_margin: Duration,
     call_timeout: Duration,
     max_start_wait: Duration,
+    max_claim_wait: Duration,
     retry_interval: Duration,
 }
 
@@ -94,7 +95,8 @@ impl Default for KeeperConfig {
 impl KeeperConfig {
     /// The defaults: window 3 s, report every 3 s (as Leaf), check every 250 ms,
     /// peer skew threshold 10 s (as Twitter's server), lease safety margin 1 s,
-    /// registry call timeout 2 s, start wait up to 3 s, retry every 1 s.
+    /// registry call timeout 2 s, start wait up to 3 s, claim wait up to 60 s,
+    /// retry every 1 s.
     pub const fn new() -> KeeperConfig {
         KeeperConfig {
             window: Duration::from_secs(3),
@@ -104,6 +106,7 @@ impl KeeperConfig {
             lease_margin: Duration::from_secs(1),
             call_timeout: Duration::from_secs(2),
             max_start_wait: Duration::from_secs(3),
+            max_claim_wait: Duration::from_secs(60),
             retry_interval: Duration::from_secs(1),
         }
     }
@@ -160,6 +163,16 @@ impl KeeperConfig {
     /// behind, it refuses with [`RegistryError::ClockBehindMark`].
     pub const fn with_max_start_wait(mut self, wait: Duration) -> KeeperConfig {
         self.max_start_wait = wait;
+        self
+    }
+
+    /// How long a start waits while the registry holds claims
+    /// ([`RegistryError::Held`]: its store forgot, and no claim is safe until
+    /// every earlier holder has stopped), default 60 s. Past it, the start
+    /// fails with that error. A re-claim while running retries for as long as
+    /// it takes, not ready in the meantime.
+    pub const fn with_max_claim_wait(mut self, wait: Duration) -> KeeperConfig {
+        self.max_claim_wait = wait;
         self
     }
 
@@ -574,7 +587,8 @@ impl WorkerKeeper {
     /// # Errors
     ///
     /// - The registry's errors (exhausted, timeout, backend, config), each call
-    ///   bounded by the call timeout.
+    ///   bounded by the call timeout; [`RegistryError::Held`] once the claim
+    ///   wait has run out.
     /// - [`RegistryError::ClockBehindMark`] when the clock is behind the worker's
     ///   stored mark by more than the clock policy absorbs plus the start wait.
     /// - [`RegistryError::ClockSkew`] when the clock is off from the mean of live
@@ -595,7 +609,7 @@ impl WorkerKeeper {
             settings,
             config,
         };
-        let claim = ctx.claim().await?;
+        let claim = ctx.claim_at_start().await?;
         let established = ctx.establish(&claim, None).await;
         let est = match established {
             Ok(est) => est,
@@ -726,6 +740,44 @@ impl Ctx {
         let range = self.settings.range();
         self.call("claim", self.registry.claim(&self.node, range))
             .await
+    }
+
+    /// A start's claim: waits out the registry's holds
+    /// ([`RegistryError::Held`]) for up to the claim wait, saying once what
+    /// it waits for.
+    async fn claim_at_start(&self) -> Result<Claim> {
+        let deadline = tokio::time::Instant::now() + self.config.max_claim_wait;
+        let mut said = false;
+        loop {
+            match self.claim().await {
+                Err(RegistryError::Held {
+                    registry,
+                    retry_after,
+                    reason,
+                }) => {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(RegistryError::Held {
+                            registry,
+                            retry_after,
+                            reason,
+                        });
+                    }
+                    if !said {
+                        tracing::warn!(
+                            registry,
+                            wait = ?retry_after,
+                            "waiting to claim a worker ID: {reason}"
+                        );
+                        said = true;
+                    }
+                    // Just past the hold's end, as Redis's clock reckons it.
+                    let pause = (retry_after + Duration::from_millis(20)).min(left);
+                    tokio::time::sleep(pause).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn release_quietly(&self, claim: &Claim) {
@@ -1061,7 +1113,14 @@ impl Task {
             Ok(claim) => claim,
             Err(e) => {
                 self.set_error(&e);
-                self.retry_at = mono_now() + self.retry_after();
+                let wait = match &e {
+                    // Held: try again just as the hold ends, not before.
+                    RegistryError::Held { retry_after, .. } => {
+                        (*retry_after + Duration::from_millis(20)).max(self.retry_after())
+                    }
+                    _ => self.retry_after(),
+                };
+                self.retry_at = mono_now() + wait;
                 return;
             }
         };

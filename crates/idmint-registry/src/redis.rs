@@ -1,6 +1,7 @@
-// Size: about 800 lines before the tests, some 190 of them docs: one backend
+// Size: about 1,150 lines before the tests, some 260 of them docs: one backend
 // with one protocol, whose Lua scripts sit beside the steps that run them
-// (as in the segment crate's `redis/`), so the file is kept whole.
+// (as in the segment crate's `redis/`), and the epoch check that every step relies on, so
+// the file is kept whole.
 //! The `redis` worker registry: worker-ID leases as `SET NX PX` keys, fenced
 //! high-water marks, and peers' reported times, all on one Redis.
 //!
@@ -33,6 +34,11 @@
 //!   once they report (their first mark follows their claim at once). Who
 //!   holds a worker is read from its lease token, which has always begun
 //!   with `host@address:port/`.
+//! - `epoch`: a hash naming the cluster's current epoch (`id`), the server it
+//!   was last seen on (`server`, Redis's `run_id`), when claims may resume
+//!   (`hold_until`, Redis time in ms), the longest hold any node asked for
+//!   (`hold_ms`) and the floor every claim's mark is raised to (`floor`).
+//!   Every lease token names the epoch it was claimed in.
 //!
 //! # Scripts, and why each is atomic
 //!
@@ -59,28 +65,62 @@
 //!   (one moment). Only live holdings are listed: Redis deletes an expired
 //!   lease key, so it remembers no recent ones.
 //!
-//! # Limits: what a Redis lease can and cannot promise
+//! - **epoch** (module section "When Redis forgets"): records the server,
+//!   starts a new epoch with a hold when the server may have forgotten, and
+//!   raises the floor. Claim, renew and persist check their token's epoch
+//!   first and refuse in another one.
 //!
-//! - **Failover can lose a lease.** Redis replicates asynchronously: if the
-//!   primary fails after granting or renewing a lease but before a replica got
-//!   it, the promoted replica does not know the lease and can grant the worker ID
-//!   to a second node while the first still issues. A Redis restart without
-//!   persistence loses every lease the same way.
-//! - **The mark protects only if it survives.** A new holder starts above the
-//!   stored mark, which is what keeps its IDs apart from a previous holder's; if
-//!   the `mark:<id>` key is lost (no persistence, or a failover that drops recent
-//!   writes) that protection is gone too, and two holders of one worker ID can
-//!   issue the same IDs.
-//! - **Redis's clock decides expiry.** Redis expires keys by its own wall clock;
-//!   a step forward on the Redis host ends leases early, before the holder's
-//!   monotonic `valid_until`.
-//! - **Not for Redis Cluster.** The scripts build key names at run time instead
-//!   of declaring them, which Redis Cluster does not guarantee to support (all
-//!   keys do share one hash slot through the prefix's hash tag).
+//! # When Redis forgets
 //!
-//! For the usual deployments this is a good trade; for strict guarantees run Redis
-//! with `appendonly yes` and `appendfsync always` on a single primary, or use a
-//! CP store (the `etcd` registry, or ZooKeeper) where a lease survives failover.
+//! A Redis restarted without persistence comes back empty; one with RDB
+//! snapshots comes back as of its last snapshot; a failover promotes a
+//! replica that may lack the last writes (replication is asynchronous). Each
+//! loses leases and marks, and a node that claimed a "free" worker at once
+//! would issue beside its old holder, which goes on until its next renewal
+//! (two nodes issued thousands of the same IDs that way). So:
+//!
+//! - **The epoch check.** Before every claim and every renewal, the registry
+//!   asks `INFO` who the server is (`run_id`). When that differs from what it
+//!   saw last, the epoch script compares it with the `server` the epoch
+//!   records. A missing epoch, or a different server that can't show it keeps
+//!   every write (AOF with `appendfsync always`, not promoted, no eviction),
+//!   starts a **new epoch** with a **hold**: no claim until the longest lease
+//!   TTL plus the mark window has passed (Redis's own advice for locks,
+//!   "delayed restarts"). By then every earlier holder has fenced (its lease
+//!   ends no later than one TTL after its last renewal), and every clock has
+//!   passed what it persisted (a mark leads its node's clock by at most the
+//!   window, or what the lease has left).
+//! - **Holders fence at once.** A renewal that finds another server, or a
+//!   script that finds another epoch than its token's, fails with
+//!   `LeaseLost`: the keeper stops issuing at once and claims again (held).
+//! - **The floor.** Before it reports the loss, the holder raises the new
+//!   epoch's `floor` to the highest mark it ever persisted; every claim
+//!   returns the higher of the worker's mark and the floor. So the next
+//!   holder starts above everything an old holder issued, even one that ran
+//!   ahead of its clock (the oracle's leader borrowing), as long as it
+//!   reached Redis within the hold.
+//! - **A new cluster.** A missing epoch is taken for a new cluster, with no
+//!   hold, only when the server shows it can't have lost one: it has run
+//!   longer than a hold, was never promoted, evicts nothing, never ran
+//!   `FLUSHALL`/`FLUSHDB`, and no `holders` or `reported` key of the cluster
+//!   exists. Otherwise the first claim waits one hold (also the first start
+//!   after an upgrade from an idmint without epochs).
+//!
+//! What this cannot see: keys deleted by hand (`DEL` of the cluster's keys is
+//! like dropping a database's table), and a holder that could not reach Redis
+//! for the whole hold while running ahead of its clock (its floor is not
+//! raised; a holder that tracks its clock is covered by the hold itself).
+//! `WAIT` would not help: Redis does not promise that a failover promotes a
+//! replica that acknowledged, so idmint holds after every failover instead.
+//! Redis's clock decides expiry: a step forward on the Redis host ends
+//! leases early, before the holder's monotonic `valid_until`. Not for Redis
+//! Cluster: the scripts build key names at run time (all keys share one hash
+//! slot through the prefix's hash tag).
+//!
+//! Run Redis with `appendonly yes` and `appendfsync always`, on a single
+//! primary, and a restart costs nothing: the epoch goes on. Any other way
+//! costs a hold (lease TTL + window) at every restart or failover, never a
+//! duplicate. The start logs a warning when the server can forget.
 //!
 //! # References
 //! - Redis: [distributed locks](https://redis.io/docs/latest/develop/use/patterns/distributed-locks/)
@@ -91,10 +131,11 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use idmint_redis::{CallError, RedisConnection};
+use idmint_redis::{CallError, RedisConnection, ServerFacts};
 use jiff::Timestamp;
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
@@ -114,18 +155,31 @@ const KIND: &str = "redis";
 /// A range no larger than this is claimed in one atomic round trip.
 pub const CLAIM_WINDOW: u32 = 1024;
 
-/// Claim: `SET NX PX` over a window of IDs; on success read the mark and drop
-/// the previous holder's report. Returns `{1, id, mark or ''}` or `{0, held, ''}`.
+/// Claim: `SET NX PX` over a window of IDs; on success read the mark (raised
+/// to the epoch's floor) and drop the previous holder's report. Refuses while
+/// the epoch is not the one the caller checked (`{2, 0, ''}`) or its hold has
+/// not run out (`{3, ms left, ''}`). Returns `{1, id, mark or ''}` or
+/// `{0, held, ''}`.
 const CLAIM_LUA: &str = r"
 local prefix = ARGV[1]
 local start = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
 local range = tonumber(ARGV[4])
+local epoch = redis.call('HMGET', prefix .. 'epoch', 'id', 'hold_until', 'floor')
+if epoch[1] ~= ARGV[7] then return {2, 0, ''} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local hold_until = tonumber(epoch[2] or '0') or 0
+if hold_until > now then return {3, hold_until - now, ''} end
+local floor = epoch[3] or '0'
 local held = 0
 for i = 0, count - 1 do
   local id = (start + i) % range
   if redis.call('SET', prefix .. 'worker:' .. id, ARGV[5], 'NX', 'PX', ARGV[6]) then
     local mark = redis.call('GET', prefix .. 'mark:' .. id)
+    if tonumber(floor) > 0 and ((not mark) or tonumber(floor) > tonumber(mark)) then
+      mark = floor
+    end
     redis.call('HDEL', prefix .. 'reported', tostring(id))
     redis.call('SADD', prefix .. 'holders', tostring(id))
     return {1, id, mark or ''}
@@ -135,9 +189,48 @@ end
 return {0, held, ''}
 ";
 
-/// Renew: `PEXPIRE` only while the lease holds our token.
-/// Returns 1 renewed, 0 expired, -1 held by another token.
+/// The epoch check, run before claims and renewals and whenever a script
+/// finds the epoch changed: records the server the cluster runs on, and
+/// starts a new epoch, with a hold on claims, when the server may have
+/// forgotten what it was told (see the module docs, "When Redis forgets").
+/// KEYS: epoch hash, holders set, reported hash. ARGV: run_id, hold ms,
+/// fresh (1: the server shows it never held an epoch), keeps every write
+/// (1), this registry's highest persisted mark ms (the floor it raises),
+/// a new epoch ID. Returns `{id, hold ms left (may be < 0), why}`, `why`
+/// empty unless this call started a new epoch.
+const EPOCH_LUA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local e = redis.call('HMGET', KEYS[1], 'id', 'server', 'hold_until', 'hold_ms', 'floor')
+local id = e[1]
+local hold_until = tonumber(e[3] or '0') or 0
+local hold = math.max(tonumber(ARGV[2]), tonumber(e[4] or '0') or 0)
+local floor = math.max(tonumber(e[5] or '0') or 0, tonumber(ARGV[5]))
+local why = ''
+if not id then
+  id = ARGV[6]
+  if ARGV[3] ~= '1' or redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then
+    hold_until = now + hold
+    why = 'epoch_missing'
+  end
+elseif e[2] ~= ARGV[1] and ARGV[4] ~= '1' then
+  id = ARGV[6]
+  hold_until = math.max(hold_until, now + hold)
+  why = 'server_changed'
+end
+redis.call('HSET', KEYS[1], 'id', id, 'server', ARGV[1], 'hold_until', string.format('%d', hold_until),
+  'hold_ms', string.format('%d', hold), 'floor', string.format('%d', floor))
+if why ~= '' then
+  redis.call('HSET', KEYS[1], 'reset_at', string.format('%d', now), 'reset_why', why)
+end
+return {id, hold_until - now, why}
+";
+
+/// Renew: `PEXPIRE` only while the lease holds our token, in our epoch.
+/// KEYS: lease, epoch hash. ARGV: token, ttl ms, epoch ID.
+/// Returns 1 renewed, 0 expired, -1 held by another token, -2 a new epoch.
 const RENEW_LUA: &str = r"
+if redis.call('HGET', KEYS[2], 'id') ~= ARGV[3] then return -2 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -148,10 +241,12 @@ end
 return 0
 ";
 
-/// Persist: only while the lease holds our token; the mark only rises.
-/// KEYS: lease, mark, reported hash. ARGV: token, mark ms, reported ms, worker.
-/// Returns 1 done, 0 expired, -1 held by another token.
+/// Persist: only while the lease holds our token, in our epoch; the mark only
+/// rises. KEYS: lease, mark, reported hash, epoch hash. ARGV: token, mark ms,
+/// reported ms, worker, epoch ID.
+/// Returns 1 done, 0 expired, -1 held by another token, -2 a new epoch.
 const PERSIST_LUA: &str = r"
+if redis.call('HGET', KEYS[4], 'id') ~= ARGV[5] then return -2 end
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then
   if holder then return -1 end
@@ -232,6 +327,7 @@ pub struct RedisConfig {
     prefix: Cow<'static, str>,
     lease_ttl: Duration,
     timeout: Duration,
+    mark_window: Duration,
 }
 
 impl RedisConfig {
@@ -241,13 +337,17 @@ impl RedisConfig {
     pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
     /// The timeout of each remote call used unless set.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+    /// The keepers' mark window assumed unless set (the keeper's default).
+    pub const DEFAULT_MARK_WINDOW: Duration = Duration::from_secs(3);
 
-    /// The defaults: prefix [`Self::DEFAULT_PREFIX`], lease TTL 10 s, timeout 2 s.
+    /// The defaults: prefix [`Self::DEFAULT_PREFIX`], lease TTL 10 s, timeout
+    /// 2 s, mark window 3 s.
     pub const fn new() -> Self {
         RedisConfig {
             prefix: Cow::Borrowed(Self::DEFAULT_PREFIX),
             lease_ttl: Self::DEFAULT_LEASE_TTL,
             timeout: Self::DEFAULT_TIMEOUT,
+            mark_window: Self::DEFAULT_MARK_WINDOW,
         }
     }
 
@@ -279,6 +379,23 @@ impl RedisConfig {
     pub const fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
+    }
+
+    /// How far ahead of their time the keepers on this registry persist
+    /// their marks (`KeeperConfig::with_window`; default 3 s). After Redis
+    /// forgets, claims wait the lease TTL plus this window: by then no
+    /// earlier holder issues, and every clock has passed what they
+    /// persisted.
+    #[must_use]
+    pub const fn with_mark_window(mut self, window: Duration) -> Self {
+        self.mark_window = window;
+        self
+    }
+
+    /// How long claims wait after Redis forgot its state: the lease TTL plus
+    /// the mark window.
+    pub fn reset_hold(&self) -> Duration {
+        self.lease_ttl.saturating_add(self.mark_window)
     }
 
     /// The key prefix.
@@ -369,6 +486,37 @@ pub struct RedisRegistry {
     release_script: Script,
     peers_script: Script,
     fleet_script: Script,
+    epoch_script: Script,
+    /// What this registry knows of the server and the cluster's epoch.
+    known: Mutex<Known>,
+}
+
+/// What a [`RedisRegistry`] remembers between calls about the server it
+/// talks to; see the module docs, "When Redis forgets".
+#[derive(Debug, Default)]
+struct Known {
+    /// The epoch the last check found; claims made now are made in it.
+    epoch: Option<String>,
+    /// The server's `run_id` at the last check.
+    run_id: Option<String>,
+    /// The highest mark persisted (or attempted) through this registry, in
+    /// Unix ms: no holding of this registry issued past it. Raised into the
+    /// epoch's floor when a new epoch is found, so the next holders start
+    /// above it.
+    highest_mark: i64,
+    /// Why claims are held, for the error, as the last check found it.
+    hold_reason: String,
+    /// The persistence warning was logged for this `run_id`.
+    warned_for: Option<String>,
+}
+
+/// What an epoch check found.
+#[derive(Debug, Clone)]
+struct Epoch {
+    /// The epoch ID now.
+    id: String,
+    /// How long claims are still held.
+    hold_left: Duration,
 }
 
 impl fmt::Debug for RedisRegistry {
@@ -403,7 +551,171 @@ impl RedisRegistry {
             release_script: Script::new(RELEASE_LUA),
             peers_script: Script::new(PEERS_LUA),
             fleet_script: Script::new(FLEET_LUA),
+            epoch_script: Script::new(EPOCH_LUA),
+            known: Mutex::new(Known::default()),
         })
+    }
+
+    /// What the server says of its persistence, and a warning when a restart
+    /// or failover can lose what it was told (for `idmint config check` and
+    /// the start's log).
+    ///
+    /// # Errors
+    /// [`RegistryError::Timeout`] or [`RegistryError::Backend`] when Redis fails.
+    pub async fn server_facts(&self) -> Result<ServerFacts> {
+        let mut facts = ServerFacts::read(&self.conn, self.config.timeout)
+            .await
+            .map_err(|e| call_error("read server facts", e))?;
+        facts.read_config(&self.conn, self.config.timeout).await;
+        Ok(facts)
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The epoch check (module docs, "When Redis forgets"): asks the server
+    /// who it is, and when that differs from what this registry last saw
+    /// (or it has seen nothing yet), runs the epoch script, which records
+    /// the server and starts a new epoch with a hold when the server may
+    /// have forgotten. `force` runs the script even when the server is the
+    /// same (a script found the epoch changed).
+    async fn check_epoch(&self, operation: &'static str, force: bool) -> Result<Epoch> {
+        let mut facts = ServerFacts::read(&self.conn, self.config.timeout)
+            .await
+            .map_err(|e| call_error(operation, e))?;
+        {
+            let known = self.known();
+            if !force && known.run_id.as_deref() == Some(facts.run_id.as_str()) {
+                if let Some(id) = &known.epoch {
+                    return Ok(Epoch {
+                        id: id.clone(),
+                        hold_left: Duration::ZERO,
+                    });
+                }
+            }
+        }
+        facts.read_config(&self.conn, self.config.timeout).await;
+        let hold = self.config.reset_hold();
+        // A missing epoch is a new cluster only when the server shows it can
+        // never have held one that went: it has run longer than a hold, was
+        // never promoted, evicts nothing and was never flushed.
+        let fresh = facts.uptime >= hold
+            && !facts.promoted
+            && !facts.evicts()
+            && !ServerFacts::ever_flushed(&self.conn, self.config.timeout).await;
+        let keeps = facts.keeps_every_write() && !facts.evicts();
+        let floor = self.known().highest_mark;
+        let keys = [
+            format!("{}epoch", self.config.prefix),
+            format!("{}holders", self.config.prefix),
+            format!("{}reported", self.config.prefix),
+        ];
+        let new_id = format!("{:016x}", random_u64());
+        let (id, left_ms, why): (String, i64, String) = self
+            .call(operation, |mut conn| {
+                let mut invocation = self.epoch_script.key(&keys[0]);
+                invocation
+                    .key(&keys[1])
+                    .key(&keys[2])
+                    .arg(&facts.run_id)
+                    .arg(ttl_ms(hold))
+                    .arg(u8::from(fresh))
+                    .arg(u8::from(keeps))
+                    .arg(floor)
+                    .arg(&new_id);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        let hold_left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
+        let mut known = self.known();
+        if let Some(warning) = facts.persistence_warning() {
+            if known.warned_for.as_deref() != Some(facts.run_id.as_str()) {
+                tracing::warn!(
+                    addr = %self.conn.addr(),
+                    "the redis registry's server can forget leases and marks: {warning}; \
+                     idmint then holds claims for the lease TTL plus the mark window \
+                     (appendonly yes with appendfsync always avoids the wait)"
+                );
+                known.warned_for = Some(facts.run_id.clone());
+            }
+        }
+        if !why.is_empty() {
+            known.hold_reason = match why.as_str() {
+                "epoch_missing" => format!(
+                    "the registry's epoch key {} is missing: Redis (up {:?}) lost its data, \
+                     or this is a new cluster on a server that can't show it never had one",
+                    keys[0], facts.uptime
+                ),
+                _ => format!(
+                    "the redis server changed (run_id {}{}): it may have lost the last leases and marks",
+                    facts.run_id,
+                    if facts.promoted {
+                        ", promoted from a replica"
+                    } else {
+                        ""
+                    }
+                ),
+            };
+            tracing::warn!(
+                prefix = %self.config.prefix,
+                epoch = %id,
+                hold = ?hold_left,
+                "redis registry: a new epoch: {}; every claim waits until no earlier holder \
+                 can still issue",
+                known.hold_reason
+            );
+        }
+        known.run_id = Some(facts.run_id);
+        known.epoch = Some(id.clone());
+        Ok(Epoch { id, hold_left })
+    }
+
+    /// The epoch check before a claim: the epoch to claim in, or
+    /// [`RegistryError::Held`] while claims wait.
+    async fn epoch_for_claim(&self, force: bool) -> Result<String> {
+        let epoch = self.check_epoch("claim", force).await?;
+        if epoch.hold_left.is_zero() {
+            Ok(epoch.id)
+        } else {
+            Err(self.held(epoch.hold_left))
+        }
+    }
+
+    fn held(&self, left: Duration) -> RegistryError {
+        let reason = self.known().hold_reason.clone();
+        RegistryError::Held {
+            registry: KIND,
+            retry_after: left,
+            reason: if reason.is_empty() {
+                "the redis server may have lost its state".to_owned()
+            } else {
+                reason
+            },
+        }
+    }
+
+    /// A claim whose epoch is no longer the server's: Redis forgot (or may
+    /// have forgotten) it. Records this registry's highest mark in the new
+    /// epoch's floor first (best effort), so the next holder starts above
+    /// everything this node issued.
+    async fn epoch_lost(&self, claim: &Claim, doing: &str) -> RegistryError {
+        if let Err(e) = self.check_epoch("raise the floor", true).await {
+            tracing::warn!(error = %e, "redis registry: could not raise the new epoch's floor");
+        }
+        let reason = self.known().hold_reason.clone();
+        RegistryError::LeaseLost {
+            registry: KIND,
+            worker: claim.worker,
+            reason: format!(
+                "{doing}: the registry's epoch changed ({}): issuing stopped",
+                if reason.is_empty() {
+                    "redis may have lost its state"
+                } else {
+                    &reason
+                }
+            ),
+        }
     }
 
     /// The configuration.
@@ -445,13 +757,17 @@ impl RedisRegistry {
 
     /// Runs the claim script over `count` IDs from `start` (modulo `range`) and
     /// turns a win into a claim; `Ok(Err(held))` counts the held IDs it met.
+    ///
+    /// A claim in an epoch that is no longer the server's is
+    /// [`WindowError::Epoch`]; one refused while claims are held,
+    /// [`RegistryError::Held`].
     async fn claim_window(
         &self,
         token: &str,
         start: u64,
         count: u32,
         range: u32,
-    ) -> Result<std::result::Result<Claim, u64>> {
+    ) -> Result<std::result::Result<Claim, WindowMiss>> {
         let ttl_ms = ttl_ms(self.config.lease_ttl);
         // Taken before the request: the lease ends no later than Redis's expiry.
         let before = Instant::now();
@@ -464,12 +780,19 @@ impl RedisRegistry {
                     .arg(count)
                     .arg(range)
                     .arg(token)
-                    .arg(ttl_ms);
+                    .arg(ttl_ms)
+                    .arg(token_epoch(token));
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;
-        if won != 1 {
-            return Ok(Err(u64::try_from(value).unwrap_or(0)));
+        match won {
+            1 => {}
+            2 => return Ok(Err(WindowMiss::Epoch)),
+            3 => {
+                let left = Duration::from_millis(u64::try_from(value).unwrap_or(0));
+                return Err(self.held(left));
+            }
+            _ => return Ok(Err(WindowMiss::Held(u64::try_from(value).unwrap_or(0)))),
         }
         let worker = u32::try_from(value)
             .ok()
@@ -496,6 +819,18 @@ impl RedisRegistry {
         }))
     }
 
+    /// The epoch changed under two claims in a row: Redis restarting or
+    /// failing over again and again.
+    fn epoch_moving(&self) -> RegistryError {
+        RegistryError::Backend {
+            registry: KIND,
+            operation: "claim",
+            message: "the registry's epoch changed twice during one claim: is redis \
+                      restarting or failing over?"
+                .to_owned(),
+        }
+    }
+
     fn lease_lost(&self, worker: u32, code: i64, doing: &str) -> RegistryError {
         let reason = if code < 0 {
             format!("{doing}: worker {worker} is held by another node's lease")
@@ -518,41 +853,55 @@ impl WorkerRegistry for RedisRegistry {
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         check_range(KIND, range)?;
-        let token = new_token(node);
-        let start = random_u64() % u64::from(range);
-        let mut in_use = 0u64;
-        let mut covered = 0u32;
-        while covered < range {
-            let count = CLAIM_WINDOW.min(range - covered);
-            let window_start = (start + u64::from(covered)) % u64::from(range);
-            match self
-                .claim_window(&token, window_start, count, range)
-                .await?
-            {
-                Ok(claim) => return Ok(claim),
-                Err(held) => in_use += held,
+        // A new epoch found between the check and the claim: check once more.
+        let mut force = false;
+        'epoch: for _ in 0..2 {
+            let token = new_token(node, &self.epoch_for_claim(force).await?);
+            let start = random_u64() % u64::from(range);
+            let mut in_use = 0u64;
+            let mut covered = 0u32;
+            while covered < range {
+                let count = CLAIM_WINDOW.min(range - covered);
+                let window_start = (start + u64::from(covered)) % u64::from(range);
+                match self
+                    .claim_window(&token, window_start, count, range)
+                    .await?
+                {
+                    Ok(claim) => return Ok(claim),
+                    Err(WindowMiss::Held(held)) => in_use += held,
+                    Err(WindowMiss::Epoch) => {
+                        force = true;
+                        continue 'epoch;
+                    }
+                }
+                covered += count;
             }
-            covered += count;
+            return Err(RegistryError::Exhausted {
+                registry: KIND,
+                in_use,
+                range: u64::from(range),
+            });
         }
-        Err(RegistryError::Exhausted {
-            registry: KIND,
-            in_use,
-            range: u64::from(range),
-        })
+        Err(self.epoch_moving())
     }
 
     async fn claim_worker(&self, node: &NodeIdentity, worker: u32, range: u32) -> Result<Claim> {
         check_given_worker(KIND, worker, range)?;
-        let token = new_token(node);
+        let mut token = new_token(node, &self.epoch_for_claim(false).await?);
         let key = self.key("worker:", worker);
         // The holder is read after a failed claim; if its lease ended in between,
         // the worker is free and the claim is tried again.
         for _ in 0..3 {
-            if let Ok(claim) = self
+            match self
                 .claim_window(&token, u64::from(worker), 1, range)
                 .await?
             {
-                return Ok(claim);
+                Ok(claim) => return Ok(claim),
+                Err(WindowMiss::Epoch) => {
+                    token = new_token(node, &self.epoch_for_claim(true).await?);
+                    continue;
+                }
+                Err(WindowMiss::Held(_)) => {}
             }
             let holder: Option<String> = self
                 .call("claim", |mut conn| {
@@ -581,15 +930,29 @@ impl WorkerRegistry for RedisRegistry {
 
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
         let key = self.key("worker:", claim.worker);
+        let epoch_key = format!("{}epoch", self.config.prefix);
         let ttl_ms = ttl_ms(self.config.lease_ttl);
         let before = Instant::now();
+        // Who the server is, every renewal: a holder that sees it change
+        // fences at once (a new epoch), without waiting for its lease.
+        let epoch = self.check_epoch("renew", false).await?;
+        if epoch.id != token_epoch(&claim.token) {
+            return Err(self.epoch_lost(claim, "renew").await);
+        }
         let code: i64 = self
             .call("renew", |mut conn| {
                 let mut invocation = self.renew_script.key(&key);
-                invocation.arg(&claim.token).arg(ttl_ms);
+                invocation
+                    .key(&epoch_key)
+                    .arg(&claim.token)
+                    .arg(ttl_ms)
+                    .arg(token_epoch(&claim.token));
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;
+        if code == -2 {
+            return Err(self.epoch_lost(claim, "renew").await);
+        }
         if code != 1 {
             return Err(self.lease_lost(claim.worker, code, "renew"));
         }
@@ -608,19 +971,33 @@ impl WorkerRegistry for RedisRegistry {
         let lease_key = self.key("worker:", claim.worker);
         let mark_key = self.key("mark:", claim.worker);
         let reported_key = format!("{}reported", self.config.prefix);
+        let epoch_key = format!("{}epoch", self.config.prefix);
+        let mark_ms = ceil_ms(mark);
+        {
+            // Before the write: a write that lands but whose answer is lost
+            // still counts (persist, then allow: nothing past it is issued
+            // unless the write succeeded, so this bound is never low).
+            let mut known = self.known();
+            known.highest_mark = known.highest_mark.max(mark_ms);
+        }
         let code: i64 = self
             .call("persist mark", |mut conn| {
                 let mut invocation = self.persist_script.key(&lease_key);
                 invocation
                     .key(&mark_key)
                     .key(&reported_key)
+                    .key(&epoch_key)
                     .arg(&claim.token)
-                    .arg(ceil_ms(mark))
+                    .arg(mark_ms)
                     .arg(reported.as_millisecond())
-                    .arg(claim.worker);
+                    .arg(claim.worker)
+                    .arg(token_epoch(&claim.token));
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;
+        if code == -2 {
+            return Err(self.epoch_lost(claim, "persist mark").await);
+        }
         if code != 1 {
             return Err(self.lease_lost(claim.worker, code, "persist mark"));
         }
@@ -732,11 +1109,11 @@ impl WorkerRegistry for RedisRegistry {
 }
 
 /// A fresh lease token: who holds the worker (`host@address:port`, for the
-/// holder named in [`RegistryError::WorkerTaken`]), the process, and 128
-/// random bits that make it unique.
-fn new_token(node: &NodeIdentity) -> String {
+/// holder named in [`RegistryError::WorkerTaken`]), the process, the epoch
+/// the claim is made in, and 128 random bits that make it unique.
+fn new_token(node: &NodeIdentity, epoch: &str) -> String {
     format!(
-        "{}@{}:{}/{}/{:016x}{:016x}",
+        "{}@{}:{}/{}/{epoch}/{:016x}{:016x}",
         node.host,
         node.address,
         node.port,
@@ -744,6 +1121,19 @@ fn new_token(node: &NodeIdentity) -> String {
         random_u64(),
         random_u64()
     )
+}
+
+/// The epoch a token of [`new_token`] was made in.
+fn token_epoch(token: &str) -> &str {
+    token.split('/').nth(2).unwrap_or("")
+}
+
+/// Why a claim window won nothing.
+enum WindowMiss {
+    /// Every ID tried is held; how many.
+    Held(u64),
+    /// The epoch changed since the check: check again.
+    Epoch,
 }
 
 /// The host, address and port a lease token of [`new_token`] begins with;
@@ -839,18 +1229,22 @@ mod tests {
             address: "10.0.0.7".into(),
             port: 8080,
         };
-        let token = new_token(&node);
+        let token = new_token(&node, "e1");
         assert!(token.starts_with("web-1@10.0.0.7:8080/"), "{token}");
+        assert_eq!(token_epoch(&token), "e1");
         assert_eq!(describe_holder(&token), "web-1 (10.0.0.7:8080)");
         assert_eq!(
             holder_of(&token),
             Some(("web-1".to_owned(), "10.0.0.7".to_owned(), 8080))
         );
-        let v6 = new_token(&NodeIdentity {
-            host: "web-2".into(),
-            address: "::1".into(),
-            port: 9,
-        });
+        let v6 = new_token(
+            &NodeIdentity {
+                host: "web-2".into(),
+                address: "::1".into(),
+                port: 9,
+            },
+            "e2",
+        );
         assert_eq!(
             holder_of(&v6),
             Some(("web-2".to_owned(), "::1".to_owned(), 9))

@@ -133,6 +133,7 @@ pub(crate) fn leader_redis_config(config: &Config) -> RedisConfig {
     RedisConfig::new()
         .with_cluster(&leader_cluster(&config.snowflake.redis.cluster))
         .with_lease_ttl(config.monotonic.lease_ttl)
+        .with_mark_window(config.monotonic.window)
 }
 
 /// Ephemeral mode whatever `snowflake.zookeeper.mode` says: the session is
@@ -214,6 +215,7 @@ pub(crate) fn redis_registry_config(config: &Config) -> RedisConfig {
     RedisConfig::new()
         .with_cluster(&r.cluster)
         .with_lease_ttl(r.lease_ttl)
+        .with_mark_window(config.snowflake.window)
 }
 
 pub(crate) fn etcd_config(config: &Config) -> EtcdConfig {

@@ -379,3 +379,143 @@ async fn redis_stopped_mid_run_comes_back_empty() {
         .unwrap();
     assert!(leases.is_empty(), "{leases:?}");
 }
+
+/// The settings of the Redis-forgets tests: a 500 ms lease and a 500 ms
+/// mark window, so a hold lasts about a second.
+fn forgetful_redis_config() -> RedisConfig {
+    RedisConfig::new()
+        .with_cluster("forgets")
+        .with_lease_ttl(Duration::from_millis(500))
+        .with_mark_window(Duration::from_millis(500))
+        .with_timeout(Duration::from_millis(500))
+}
+
+/// Claims on `registry`, waiting out its holds (bounded); returns the claim
+/// and how many holds were met.
+async fn claim_through_holds(
+    registry: &RedisRegistry,
+    node: usize,
+) -> (idmint_registry::Claim, u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut holds = 0;
+    loop {
+        match registry.claim(&identity(node), 4).await {
+            Ok(claim) => return (claim, holds),
+            Err(idmint_registry::RegistryError::Held { retry_after, .. })
+                if Instant::now() < deadline =>
+            {
+                assert!(
+                    retry_after <= Duration::from_millis(1000),
+                    "{retry_after:?}"
+                );
+                holds += 1;
+                tokio::time::sleep(retry_after + Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("claim failed: {e}"),
+        }
+    }
+}
+
+/// Renews `claim`, retrying the failures of a connection that broke with the
+/// restart (the next call reconnects); the first other answer.
+async fn renew_across_reconnect(
+    registry: &RedisRegistry,
+    claim: &idmint_registry::Claim,
+) -> idmint_registry::RegistryError {
+    for _ in 0..10 {
+        match registry.renew(claim).await {
+            Err(e) if e.code() == "registry_backend" || e.code() == "registry_timeout" => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return e,
+            Ok(_) => panic!("renewed a lease the restarted redis should have fenced"),
+        }
+    }
+    panic!("the restarted redis never answered a renewal");
+}
+
+/// Redis restarts empty under a holder (issue: two nodes issued the same IDs
+/// when a third claimed the freed worker at once). A node that comes after
+/// finds the epoch gone and is held for the lease plus the mark window; the
+/// holder finds the epoch changed at its next renewal and fences, raising
+/// the new epoch's floor to the highest mark it persisted, so the next
+/// holder starts above everything it could have issued, even a mark far
+/// ahead of the clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_empty_holds_claims_and_fences_holders() {
+    let Some(redis) = PrivateService::start(Service::Redis) else {
+        return;
+    };
+    let holder = RedisRegistry::connect(redis.address(), forgetful_redis_config())
+        .await
+        .unwrap();
+    // A server that started just now can't show it never held an epoch.
+    let (claim, holds) = claim_through_holds(&holder, 1).await;
+    assert!(
+        holds >= 1,
+        "a Redis up for less than a hold holds the first claim"
+    );
+    let far = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600);
+    holder
+        .persist_mark(&claim, far, jiff::Timestamp::now())
+        .await
+        .unwrap();
+
+    redis.restart();
+    let newcomer = RedisRegistry::connect(redis.address(), forgetful_redis_config())
+        .await
+        .unwrap();
+    let err = newcomer.claim(&identity(2), 4).await.unwrap_err();
+    assert_eq!(err.code(), "registry_held", "{err}");
+    assert!(err.to_string().contains("epoch key"), "{err}");
+
+    let err = renew_across_reconnect(&holder, &claim).await;
+    assert_eq!(err.code(), "lease_lost", "{err}");
+    assert!(err.to_string().contains("epoch changed"), "{err}");
+    let err = holder
+        .persist_mark(&claim, far, jiff::Timestamp::now())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        "lease_lost",
+        "a fenced holder persists nothing: {err}"
+    );
+
+    let (taken, _) = claim_through_holds(&newcomer, 2).await;
+    let floor = taken.stored_mark.expect("the new epoch's floor");
+    assert!(
+        floor >= far.round(jiff::Unit::Millisecond).unwrap() - jiff::SignedDuration::from_millis(1),
+        "the next holder starts above the old holder's mark: {floor} < {far}"
+    );
+}
+
+/// Redis restarts from a snapshot (here `SHUTDOWN SAVE`, then a start that
+/// loads it): the lease survived, but the server changed and a snapshot can
+/// be behind, so a new epoch begins, the holder fences at its next renewal
+/// and claims are held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_from_a_snapshot_starts_a_new_epoch() {
+    let Some(redis) = PrivateService::start(Service::Redis) else {
+        return;
+    };
+    let holder = RedisRegistry::connect(redis.address(), forgetful_redis_config())
+        .await
+        .unwrap();
+    let (claim, _) = claim_through_holds(&holder, 1).await;
+    let mut conn = redis::Client::open(redis.address())
+        .and_then(|c| c.get_connection())
+        .unwrap();
+    let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg("SAVE").query(&mut conn);
+    redis.restart();
+    let err = renew_across_reconnect(&holder, &claim).await;
+    assert!(err.to_string().contains("epoch changed"), "{err}");
+    assert!(err.to_string().contains("server changed"), "{err}");
+    let newcomer = RedisRegistry::connect(redis.address(), forgetful_redis_config())
+        .await
+        .unwrap();
+    let err = newcomer.claim(&identity(2), 4).await.unwrap_err();
+    assert_eq!(err.code(), "registry_held", "{err}");
+    let (claim, _) = claim_through_holds(&newcomer, 2).await;
+    newcomer.release(&claim).await.unwrap();
+}

@@ -24,6 +24,7 @@
 mod clock;
 mod coordinator;
 mod faketime;
+mod forgets;
 mod harness;
 mod monotonic;
 mod process;
@@ -43,6 +44,7 @@ fn all_scenarios() -> Vec<Scenario> {
     let mut all = Vec::new();
     all.extend(process::scenarios());
     all.extend(coordinator::scenarios());
+    all.extend(forgets::scenarios());
     all.extend(clock::scenarios());
     all.extend(monotonic::scenarios());
     all

@@ -91,6 +91,7 @@ fn refusal_code(line: &str) -> &'static str {
         ("stored high-water mark", "clock_behind_mark"),
         ("clock is off by", "clock_skew"),
         ("worker IDs of the", "workers_exhausted"),
+        ("claims are held", "registry_held"),
         ("is already held by node", "worker_taken"),
         ("timed out after", "registry_timeout"),
         ("cannot listen on", "bind"),
