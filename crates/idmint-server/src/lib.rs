@@ -40,6 +40,7 @@
 mod backends;
 mod clock;
 pub mod config;
+mod durability;
 mod error;
 mod fleet;
 pub mod grpc;
@@ -60,6 +61,7 @@ mod tls;
 mod tokens;
 
 pub use config::{Config, ConfigError};
+pub use durability::{DurabilityWarning, coordinator_warnings};
 pub use error::ServerError;
 pub use start::{Server, run};
 pub use tls::{TlsError, TlsReload, check_files as check_tls_files};

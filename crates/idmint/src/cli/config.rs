@@ -6,7 +6,10 @@
 //!   prints the resolved config as TOML with every secret hidden (tokens and
 //!   keys as `***`, passwords inside URLs too). A config that passes can still
 //!   fail at start only for what needs a connection, the data directory or
-//!   the clock.
+//!   the clock. Then, unless `--offline`, it asks each Redis the config uses
+//!   about its persistence (read-only, 2 s each) and prints a `warning:` line
+//!   on stderr for each that can forget what idmint stores; warnings never
+//!   change the exit code.
 //! - `default` prints the embedded default config, the one an empty file gives.
 //!
 //! Every key, with its default and meaning, is listed in `idmint.example.toml`
@@ -36,10 +39,17 @@ enum ConfigCommand {
     ///
     /// Exits 0 when the config is good, 2 with one line naming the bad key
     /// and the file or environment variable it came from.
+    ///
+    /// Then asks each Redis the config uses whether it keeps what it is told
+    /// (appendonly, appendfsync, eviction) and warns on stderr where a
+    /// restart can lose leases, marks or counters.
     Check {
         /// The TOML config file (`/dev/stdin` reads standard input).
         #[arg(value_name = "FILE")]
         file: PathBuf,
+        /// Don't connect to any coordinator (skip the persistence warnings).
+        #[arg(long)]
+        offline: bool,
     },
     /// Print the default config (what no file at all gives) as TOML.
     Default,
@@ -48,7 +58,13 @@ enum ConfigCommand {
 /// Runs `idmint config check` or `idmint config default`.
 pub fn run(args: ConfigArgs) -> Result<()> {
     let config = match args.command {
-        ConfigCommand::Check { file } => serve::checked_config(Some(&file), |_| {})?,
+        ConfigCommand::Check { file, offline } => {
+            let config = serve::checked_config(Some(&file), |_| {})?;
+            if !offline {
+                warn_about_coordinators(&config)?;
+            }
+            config
+        }
         ConfigCommand::Default => Config::default(),
     };
     let text = config
@@ -58,4 +74,19 @@ pub fn run(args: ConfigArgs) -> Result<()> {
         .lock()
         .write_all(text.as_bytes())
         .context("writing the config to stdout")
+}
+
+/// Prints a `warning:` line on stderr for each coordinator that can forget
+/// what idmint stores in it.
+fn warn_about_coordinators(config: &Config) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime that asks the coordinators")?;
+    let warnings = runtime.block_on(idmint_server::coordinator_warnings(config));
+    let mut stderr = std::io::stderr().lock();
+    for warning in warnings {
+        writeln!(stderr, "warning: {warning}").context("writing to stderr")?;
+    }
+    Ok(())
 }

@@ -294,3 +294,63 @@ fn config_default_passes_config_check_and_loads_back_the_same() {
     let piped = expect_ok(&args, run(&args, &[], &default));
     assert_eq!(piped, default);
 }
+
+/// `config check` asks each Redis the config uses whether it keeps what it
+/// is told, and warns on stderr (exit 0) when a restart can lose it: here a
+/// private Redis started with persistence off, then the same server with
+/// `appendonly yes` and `appendfsync always`, which draws no warning.
+/// `--offline` asks nothing.
+#[test]
+fn config_check_warns_when_redis_can_forget() {
+    let Some(redis) = idmint_testkit::PrivateService::start(idmint_testkit::Service::Redis) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "idmint.toml",
+        &format!(
+            "[snowflake]\nregistry = \"redis\"\n[snowflake.redis]\nurl = {:?}\n\
+             [segment]\nurl = {:?}\n",
+            redis.address(),
+            redis.address()
+        ),
+    );
+    let out = check(&file, &[]);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: redis at 127.0.0.1:")
+            && stderr.contains("(the worker registry and the segment store)")
+            && stderr.contains("persistence is off")
+            && stderr.contains("appendfsync always"),
+        "{stderr}"
+    );
+
+    let offline = run(
+        &["config", "check", "--offline", file.to_str().unwrap()],
+        &[],
+        "",
+    );
+    assert!(offline.status.success(), "{offline:?}");
+    assert!(offline.stderr.is_empty(), "{offline:?}");
+
+    let mut conn = redis::Client::open(redis.address())
+        .and_then(|c| c.get_connection())
+        .unwrap();
+    for (name, value) in [("appendonly", "yes"), ("appendfsync", "always")] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(&mut conn)
+            .unwrap();
+    }
+    let out = check(&file, &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
