@@ -99,6 +99,12 @@ impl ServerError {
 
 // ---- Errors ----
 
+/// The gRPC metadata key of the stable error code of a failed call (public
+/// as `grpc::ERROR_CODE_METADATA`). Here, below both the gRPC surface that
+/// writes it and the oracle's forwarder that reads it, so neither imports
+/// the other.
+pub const ERROR_CODE_METADATA: &str = "idmint-error-code";
+
 /// What kind of failure an [`IssueError`] is; each surface picks its status from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ErrorClass {

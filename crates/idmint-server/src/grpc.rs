@@ -79,10 +79,8 @@ use proto::{
 
 mod health;
 
+pub use crate::error::ERROR_CODE_METADATA;
 pub use crate::proto;
-
-/// The metadata key of the stable error code of a failed call.
-pub const ERROR_CODE_METADATA: &str = "idmint-error-code";
 
 /// The metadata key of an `UNAVAILABLE` call's retry hint, in milliseconds.
 pub const RETRY_AFTER_METADATA: &str = "retry-after-ms";

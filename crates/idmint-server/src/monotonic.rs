@@ -435,7 +435,7 @@ impl Batcher {
 fn status_to_forward(leader: &str, status: &tonic::Status) -> Forward {
     let code = status
         .metadata()
-        .get(crate::grpc::ERROR_CODE_METADATA)
+        .get(crate::error::ERROR_CODE_METADATA)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     match status.code() {
