@@ -104,7 +104,7 @@ pub struct TinyidLease {
 /// only makes Tinyid fail more, never overlap; this loop retries for real.)
 pub async fn tinyid_get_next_segment(pool: &MySqlPool, biz_type: &str) -> (TinyidLease, u32) {
     for lost in 0.. {
-        let (id, max_id, step, delta, remainder, version): (u64, i64, i32, i32, i32, i64) =
+        let (id, max_id, step, delta, remainder, version): (i64, i64, i32, i32, i32, i64) =
             sqlx::query_as(tinyid::QUERY_BY_BIZ_TYPE)
                 .bind(biz_type)
                 .fetch_one(pool)

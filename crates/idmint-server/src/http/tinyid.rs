@@ -37,9 +37,11 @@
 //! answers a failure, idmint answers the same body: a missing or wrong
 //! token is HTTP 200 with `{"data":null,"code":5,"message":"token is error"}`,
 //! anything else `"code":6` with a message naming what failed; the `Simple`
-//! routes answer an empty body. idmint then differs in the status: 400 for a
-//! bad `batchSize` (Tinyid answers 400 only for one that is not a number,
-//! and clamps one above its `batch.size.max` or returns nothing for 0), 409
+//! routes answer an empty body. A `batchSize` above Tinyid's shipped
+//! `batch.size.max` (100,000), or above `server.max_count`, is clamped to it,
+//! as Tinyid's `checkBatchSize` does. idmint then differs in the status: 400
+//! for a `batchSize` of 0 or below, or one that is not a number (Tinyid
+//! answers 400 only for the latter, and returns nothing for 0), 409
 //! for a key declared with another strategy or public, 503 with
 //! `Retry-After` when the store can't serve; an unknown key is 200 with code
 //! 6, as in Tinyid.
@@ -48,7 +50,8 @@
 //! Didi Tinyid: `IdContronller`, `vo/Response`, `vo/ErrorCode`,
 //! `base/entity/SegmentId`, `DbSegmentIdServiceImpl.convert`,
 //! `TinyIdTokenServiceImpl.canVisit`, `HttpSegmentIdServiceImpl`,
-//! `offline/application.properties` (`batch.size.max=10000`).
+//! `IdContronller.checkBatchSize`, `offline/application.properties`
+//! (`batch.size.max=100000`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,8 +69,9 @@ use crate::keys::{KeySource, KeySpec};
 use crate::state::AppState;
 use crate::tokens::constant_time_eq;
 
-/// Tinyid's `batch.size.max` default: the most IDs one `nextId` hands out.
-pub(crate) const MAX_BATCH: u64 = 10_000;
+/// Tinyid's `batch.size.max` as shipped: the most IDs one `nextId` hands
+/// out; a larger `batchSize` is clamped to it.
+pub(crate) const MAX_BATCH: u64 = 100_000;
 
 /// Tinyid's `ErrorCode.TOKEN_ERR`.
 const TOKEN_ERR: (u32, &str) = (5, "token is error");
@@ -243,13 +247,15 @@ fn parse_batch_size(text: Option<&str>) -> Result<i64, Failure> {
     })
 }
 
-/// A batch size from 1 to [`MAX_BATCH`] (and `server.max_count`).
+/// A batch size of at least 1, clamped to [`MAX_BATCH`] and
+/// `server.max_count` as Tinyid's `checkBatchSize` clamps to its
+/// `batch.size.max`.
 fn check_batch_size(state: &AppState, n: i64) -> Result<u64, Failure> {
     let max = MAX_BATCH.min(state.max_count);
     match u64::try_from(n) {
-        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        Ok(n) if n >= 1 => Ok(n.min(max)),
         _ => Err(Failure::bad_request(format!(
-            "batchSize {n} is out of range: ask for 1..={max} IDs"
+            "batchSize {n} is out of range: ask for at least 1 ID (at most {max} are handed out)"
         ))),
     }
 }

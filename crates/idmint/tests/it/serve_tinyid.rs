@@ -215,7 +215,6 @@ fn serve_tinyid_routes_answer_as_tinyid() {
         ),
     );
     assert_eq!(body, "9");
-
     // test_odd: delta 2, remainder 1.
     let (_, _, body) = call(
         &c,
@@ -306,7 +305,7 @@ fn serve_tinyid_routes_answer_as_tinyid() {
     }
 
     // Bad batch sizes: code 6, 400, an empty Simple body; nothing issued.
-    for size in ["0", "-1", "10001", "99999999999999999999", "abc", "1.5"] {
+    for size in ["0", "-1", "99999999999999999999", "abc", "1.5"] {
         let params = format!("bizType=test&token={TOKEN}&batchSize={size}");
         let (status, _, body) = call(&c, &server, false, &q("nextId", &params));
         assert_eq!(status, StatusCode::BAD_REQUEST, "{size}: {body}");
@@ -419,7 +418,7 @@ impl Lease {
 async fn tinyid_next_segment(pool: &MySqlPool, key: &'static str) -> (Lease, u32) {
     let mut lost = 0;
     loop {
-        let (id, max_id, step, delta, remainder, version): (u64, i64, i32, i32, i32, i64) =
+        let (id, max_id, step, delta, remainder, version): (i64, i64, i32, i32, i32, i64) =
             sqlx::query_as(tinyid::QUERY_BY_BIZ_TYPE)
                 .bind(key)
                 .fetch_one(pool)
@@ -448,6 +447,54 @@ async fn tinyid_next_segment(pool: &MySqlPool, key: &'static str) -> (Lease, u32
         }
         lost += 1;
     }
+}
+
+/// Tinyid's own clients ask for its shipped `batch.size.max` (100000) and
+/// more: idmint serves up to it and clamps a larger `batchSize` to it, as
+/// Tinyid's `checkBatchSize` does (its `/v1` routes still refuse).
+#[test]
+fn serve_tinyid_clamps_batch_size_as_tinyid() {
+    let Some(db) = TinyidDb::new(&[]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Served::start(&dir.path().join("data"), Some(&db.config("")), &[]);
+    let c = client();
+    let q = |route: &str, params: &str| format!("/tinyid/id/{route}?{params}");
+    let mut last = 1;
+    for size in ["100000", "150000"] {
+        let (status, _, body) = call(
+            &c,
+            &server,
+            false,
+            &q(
+                "nextId",
+                &format!("bizType=test&token={TOKEN}&batchSize={size}"),
+            ),
+        );
+        assert_eq!(status, StatusCode::OK, "{size}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let ids: Vec<u64> = v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|id| id.as_u64().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 100_000, "batchSize={size}");
+        assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "batchSize={size}");
+        assert_eq!(ids[0], last + 1, "batchSize={size}");
+        last = *ids.last().unwrap();
+    }
+    let (_, _, body) = call(
+        &c,
+        &server,
+        true,
+        &q(
+            "nextIdSimple",
+            &format!("bizType=test&token={TOKEN}&batchSize=150000"),
+        ),
+    );
+    assert_eq!(simple_ids(&body).len(), 100_000);
 }
 
 /// A simulated Tinyid server and idmint (over HTTP, `nextId` and
