@@ -63,14 +63,27 @@ pub(crate) fn clock_not_ready(state: &AppState) -> Option<String> {
 }
 
 /// Why the node should take no traffic, or `None` when it is ready: the
-/// worker lease's verdict, then the clock's ([`clock_not_ready`]). `/readyz`
+/// layout's ([`layout_not_ready`]), the worker lease's verdict, then the
+/// clock's ([`clock_not_ready`]). `/readyz`
 /// answers from it, and the gRPC health service follows it.
 pub(crate) fn not_ready_reason(state: &AppState) -> Option<String> {
-    state
-        .worker
-        .status()
-        .not_ready_reason()
+    layout_not_ready(state)
+        .or_else(|| state.worker.status().not_ready_reason())
         .or_else(|| clock_not_ready(state))
+}
+
+/// Why the layout keeps the node out of rotation: it has run out, so every
+/// snowflake ID fails (`layout_exhausted`). The start refuses such a layout;
+/// this catches one that runs out while the node runs.
+pub(crate) fn layout_not_ready(state: &AppState) -> Option<String> {
+    let end = state.layout.runs_out_at()?;
+    let now = jiff::Timestamp::from_nanosecond(i128::from(state.clock.now_nanos())).ok()?;
+    (now >= end).then(|| {
+        format!(
+            "the snowflake layout ran out at {end}: no snowflake ID can be issued; move to a \
+             later epoch or more time bits"
+        )
+    })
 }
 
 /// Records until when snowflake IDs fail after a clock error (`error`'s own

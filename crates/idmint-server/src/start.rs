@@ -78,6 +78,14 @@ impl Server {
     pub async fn start(config: Config) -> Result<Server, ServerError> {
         Server::check(&config)?;
         let layout = config.layout()?;
+        warn_if_running_out("snowflake.layout", &config.snowflake.layout, layout);
+        if config.has_monotonic_keys() {
+            warn_if_running_out(
+                "monotonic.layout",
+                &config.monotonic.layout,
+                config.monotonic_layout()?,
+            );
+        }
         // Read before anything is bound or claimed: bad files stop the start.
         let tls = load_tls(&config)?;
         create_data_dir(&config)?;
@@ -159,6 +167,16 @@ impl Server {
         let sf = &config.snowflake;
         let kind = sf.registry;
         let layout = config.layout()?;
+        let now = jiff::Timestamp::now();
+        check_not_run_out("snowflake.layout", &sf.layout, layout, now)?;
+        if config.has_monotonic_keys() {
+            check_not_run_out(
+                "monotonic.layout",
+                &config.monotonic.layout,
+                config.monotonic_layout()?,
+                now,
+            )?;
+        }
         if let Some(dc) = sf.datacenter {
             // The core's own check, as the keeper meets it when building the generator.
             Snowflake::builder(layout)
@@ -343,6 +361,49 @@ fn load_tls(config: &Config) -> Result<Option<Arc<Tls>>, ServerError> {
     let cert = tls.cert();
     tracing::info!(subject = %cert.subject, serial = %cert.serial, "TLS certificate loaded");
     Ok(Some(tls))
+}
+
+/// How long before a layout runs out the start warns (the alert rule
+/// `IdmintLayoutRunningOut` fires at the same distance).
+const RUN_OUT_WARNING: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Refuses a layout that has run out at `now`: every ID it could make would
+/// overflow its time bits (uid-generator's default layout ran out on
+/// 2024-11-20 and went on issuing negative IDs).
+fn check_not_run_out(
+    key: &str,
+    text: &str,
+    layout: Layout,
+    now: jiff::Timestamp,
+) -> Result<(), ConfigError> {
+    match layout.runs_out_at() {
+        Some(end) if end <= now => Err(ConfigError::Invalid {
+            key: key.to_owned(),
+            origin: crate::config::CHECKED.to_owned(),
+            message: format!(
+                "layout {text:?} ran out at {end}: it can't issue an ID; use a later epoch \
+                 or more time bits (`idmint layout` shows when a layout runs out)"
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Logs a warning at start when the layout runs out within a year.
+fn warn_if_running_out(key: &str, text: &str, layout: Layout) {
+    let now = jiff::Timestamp::now();
+    if let (Some(end), Some(left)) = (layout.runs_out_at(), layout.time_left(now)) {
+        if left < RUN_OUT_WARNING {
+            tracing::warn!(
+                key,
+                layout = text,
+                runs_out_at = %end,
+                days_left = left.as_secs() / 86_400,
+                "the layout runs out within a year: after {end} no ID can be issued and the \
+                 node leaves /readyz; move to a later epoch or more time bits before then"
+            );
+        }
+    }
 }
 
 /// Creates `server.data_dir`.

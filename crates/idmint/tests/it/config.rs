@@ -354,3 +354,43 @@ fn config_check_warns_when_redis_can_forget() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// docs/design.md: the server refuses to issue past a layout's end. A layout
+/// that has run out (uid-generator's `baidu` preset, on 2024-11-20) is
+/// refused by `config check` and `serve` alike, naming the instant.
+#[test]
+fn a_layout_that_ran_out_is_refused_naming_when() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "baidu.toml",
+        "[snowflake]\nlayout = \"baidu\"\n",
+    );
+    let path = file.to_str().unwrap();
+    let (code, line) = expect_failure(&["config", "check", path], check(&file, &[]));
+    assert_eq!(code, 2, "{line}");
+    assert!(
+        line.contains("config key snowflake.layout ")
+            && line.contains("ran out at 2024-11-20T13:24:16Z"),
+        "{line}"
+    );
+    let data = dir.path().join("data");
+    let serve_args = [
+        "serve",
+        "--config",
+        path,
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--http-addr",
+        "127.0.0.1:0",
+    ];
+    let (serve_code, serve_line) = expect_failure(&serve_args, run(&serve_args, &[], ""));
+    assert_eq!((serve_code, &serve_line), (2, &line));
+    // The same preset with a later epoch is fine.
+    let file = write(
+        dir.path(),
+        "later.toml",
+        "[snowflake]\nlayout = \"baidu,epoch=2024-01-01\"\n",
+    );
+    assert!(check(&file, &[]).status.success());
+}

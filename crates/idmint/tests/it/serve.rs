@@ -269,6 +269,41 @@ strategy = "uuid4"
 strategy = "uuid7"
 "#;
 
+/// A node whose layout runs out while it runs leaves `/readyz` (a load
+/// balancer stops sending it traffic), and said at start that the end was
+/// near: here a 12-bit millisecond layout that ends 4 s after its epoch.
+#[test]
+fn serve_leaves_readyz_when_its_layout_runs_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let epoch = jiff::Timestamp::now() - jiff::SignedDuration::from_millis(1500);
+    let config = format!(
+        "[snowflake]\nlayout = \"time=12,unit=1ms,epoch={},worker=10,sequence=12\"\n",
+        epoch.round(jiff::Unit::Millisecond).unwrap()
+    );
+    let server = Served::start(&dir.path().join("data"), Some(&config), &[]);
+    let c = client();
+    let (status, body) = get(&c, &server.url("/readyz"));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        server.log().contains("runs out within a year"),
+        "{}",
+        server.log()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = get(&c, &server.url("/readyz"));
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(body.contains("layout ran out at"), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "still ready: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, body) = get(&c, &server.url("/api/snowflake/get/sf"));
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert!(body.contains("layout_exhausted"), "{body}");
+}
+
 #[test]
 fn serve_answers_the_leaf_endpoints_health_and_decode() {
     let dir = tempfile::tempdir().unwrap();
