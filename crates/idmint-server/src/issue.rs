@@ -19,49 +19,27 @@ use idmint_core::{Id, IdBatch, PublicId, TextFormat};
 use idmint_registry::LeaseState;
 use smallvec::{SmallVec, smallvec};
 
-use crate::config::{Strategy, UndeclaredKeys};
+use crate::config::Strategy;
 use crate::error::{ErrorClass, IssueError};
 use crate::keys::{KeySource, KeySpec};
 use crate::ready::note_clock_failure;
 use crate::state::AppState;
 
 /// The spec of `key` on a route that names its `strategy` (Leaf's
-/// `/api/{snowflake,segment}/get/{key}`, Tinyid's segment routes): that
-/// strategy for any name (refused under `undeclared_keys = "refuse"` when
-/// unknown), public only when declared public with it.
+/// `/api/{snowflake,segment}/get/{key}`, Tinyid's segment routes): a name
+/// not known yet is served with that strategy and keeps it for the run
+/// (refused under `undeclared_keys = "refuse"`); see
+/// [`KeyTable::route_spec`](crate::keys::KeyTable::route_spec).
 ///
 /// # Errors
 /// `wrong_strategy` (409) naming the key and its strategy when the key is
-/// declared with another one.
+/// known with another one (declared, a store key, or served before).
 pub(crate) fn route_spec(
     state: &AppState,
     key: &str,
     strategy: Strategy,
 ) -> Result<KeySpec, IssueError> {
-    match state.keys.peek(key) {
-        Some(spec) if spec.source == KeySource::Declared && spec.strategy != strategy => {
-            Err(IssueError::new(
-                ErrorClass::Conflict,
-                "wrong_strategy",
-                format!(
-                    "key {key:?} is declared {}, not {}: ask /v1/ids/{key}, or the route of its \
-                     strategy",
-                    spec.strategy.name(),
-                    strategy.name()
-                ),
-            ))
-        }
-        Some(spec) => Ok(KeySpec {
-            strategy,
-            public: spec.public && spec.strategy == strategy,
-            source: spec.source,
-        }),
-        // "refuse" means only known keys, on these routes too.
-        None if state.keys.undeclared() == UndeclaredKeys::Refuse => {
-            Ok(KeySpec::new(strategy, KeySource::Refused))
-        }
-        None => Ok(KeySpec::new(strategy, KeySource::Undeclared)),
-    }
+    state.keys.route_spec(key, strategy)
 }
 
 // ---- Issuing ----

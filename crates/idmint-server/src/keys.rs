@@ -119,19 +119,69 @@ impl KeyTable {
 
     #[cold]
     fn first_use(&self, key: &str) -> KeySpec {
-        let spec = match self.undeclared.strategy() {
-            None => return KeySpec::new(Strategy::Segment, KeySource::Refused),
-            Some(strategy) => KeySpec::new(strategy, KeySource::Undeclared),
+        match self.undeclared.strategy() {
+            None => KeySpec::new(Strategy::Segment, KeySource::Refused),
+            Some(strategy) => self.remember(key, strategy),
+        }
+    }
+
+    /// `key`'s spec on a route that names its strategy (Leaf's
+    /// `/api/{snowflake,segment}/get`, Tinyid's): a name not known yet is
+    /// served with `strategy` and remembered with it, like a first use on
+    /// `/v1/ids` ([`KeyTable::spec`]); a name known with another strategy
+    /// (declared, a segment key of the store or the admin API, or answered
+    /// before) is refused.
+    ///
+    /// # Errors
+    /// `wrong_strategy` (409) for a name known with another strategy.
+    pub(crate) fn route_spec(&self, key: &str, strategy: Strategy) -> Result<KeySpec, IssueError> {
+        let spec = match self.peek(key) {
+            Some(spec) => spec,
+            None if self.undeclared == UndeclaredKeys::Refuse => {
+                return Ok(KeySpec::new(strategy, KeySource::Refused));
+            }
+            None => self.remember(key, strategy),
         };
-        // An undeclared segment name needs no memory: created later, it is
-        // a segment key still.
-        if spec.strategy == Strategy::Segment || self.full.load(Ordering::Relaxed) {
+        if spec.strategy == strategy {
+            Ok(spec)
+        } else {
+            Err(self.conflict(key, spec, strategy))
+        }
+    }
+
+    /// Why `key`, known as `spec`, can't be served as `asked`.
+    fn conflict(&self, key: &str, spec: KeySpec, asked: Strategy) -> IssueError {
+        let why = match spec.source {
+            KeySource::Declared => format!("is declared {}", spec.strategy.name()),
+            KeySource::Store => "is a segment key of the segment store".to_owned(),
+            KeySource::Undeclared | KeySource::Refused => {
+                format!("has been served as {} by this server", spec.strategy.name())
+            }
+        };
+        IssueError::new(
+            ErrorClass::Conflict,
+            "wrong_strategy",
+            format!(
+                "key {key:?} {why}, not {}: a key keeps one strategy on every surface; ask \
+                 /v1/ids/{key}, or the route of its strategy",
+                asked.name()
+            ),
+        )
+    }
+
+    /// Remembers an undeclared `key` with `strategy` for the rest of the
+    /// run (every strategy: a name served on any surface keeps its strategy
+    /// on all of them), unless it became known meanwhile; returns its spec.
+    #[cold]
+    fn remember(&self, key: &str, strategy: Strategy) -> KeySpec {
+        let spec = KeySpec::new(strategy, KeySource::Undeclared);
+        if self.full.load(Ordering::Relaxed) {
             return spec;
         }
         let _one_writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let known = self.known.load_full();
         if let Some(existing) = known.get(key) {
-            // Claimed as a segment key since the lookup above: that wins.
+            // Known since the lookup above (claimed, or served): that wins.
             return *existing;
         }
         if known.len() >= MAX_REMEMBERED {
@@ -196,19 +246,14 @@ impl KeyTable {
             }
             None => {}
         }
-        let answered_otherwise = self
-            .undeclared
-            .strategy()
-            .is_some_and(|s| s != Strategy::Segment);
-        if answered_otherwise && self.full.load(Ordering::Relaxed) {
+        if self.full.load(Ordering::Relaxed) {
             return Err(IssueError::new(
                 ErrorClass::Conflict,
                 "wrong_strategy",
                 format!(
-                    "key {key:?} may have been served as {} (this server answered more than \
-                     {MAX_REMEMBERED} undeclared names and stopped remembering them): declare it \
-                     in [segment.keys.{key}] and restart",
-                    self.undeclared.name()
+                    "key {key:?} may have been served with another strategy (this server \
+                     answered more than {MAX_REMEMBERED} undeclared names and stopped \
+                     remembering them): declare it in [segment.keys.{key}] and restart"
                 ),
             ));
         }
@@ -280,21 +325,92 @@ mod tests {
     }
 
     #[test]
-    fn refused_and_segment_rules_remember_nothing() {
+    fn refused_names_are_not_remembered_and_segment_names_stay_segment() {
         let keys = table(UndeclaredKeys::Refuse);
         assert_eq!(keys.spec("nope").source, KeySource::Refused);
+        assert_eq!(keys.peek("nope"), None);
+        assert_eq!(
+            keys.route_spec("nope", Strategy::Snowflake).unwrap().source,
+            KeySource::Refused
+        );
         assert_eq!(keys.peek("nope"), None);
         assert!(keys.claim_segment("nope").unwrap());
         assert_eq!(keys.spec("nope").strategy, Strategy::Segment);
 
+        // Served as a segment name, it stays one: the admin API then only
+        // makes its row.
         let keys = table(UndeclaredKeys::Segment);
         let spec = keys.spec("later");
         assert_eq!(
             (spec.strategy, spec.source),
             (Strategy::Segment, KeySource::Undeclared)
         );
-        assert_eq!(keys.peek("later"), None);
-        assert!(keys.claim_segment("later").unwrap());
+        assert_eq!(keys.peek("later"), Some(spec));
+        assert!(!keys.claim_segment("later").unwrap());
+        assert_eq!(
+            keys.route_spec("later", Strategy::Snowflake)
+                .unwrap_err()
+                .code,
+            "wrong_strategy"
+        );
+    }
+
+    /// One name, one strategy, in every order across the surfaces: a route
+    /// that names a strategy (Leaf's, Tinyid's), `/v1` (and gRPC, RESP)
+    /// through `spec`, and the admin API through `claim_segment`.
+    #[test]
+    fn a_name_keeps_one_strategy_on_every_surface_in_every_order() {
+        let keys = table(UndeclaredKeys::Snowflake);
+        // Leaf's snowflake route first: the admin API can't make it a
+        // segment key, Leaf's segment route refuses it, /v1 serves snowflake.
+        assert_eq!(
+            keys.route_spec("foo", Strategy::Snowflake)
+                .unwrap()
+                .strategy,
+            Strategy::Snowflake
+        );
+        assert_eq!(
+            keys.claim_segment("foo").unwrap_err().code,
+            "wrong_strategy"
+        );
+        let err = keys.route_spec("foo", Strategy::Segment).unwrap_err();
+        assert!(err.message.contains("served as snowflake"), "{err:?}");
+        assert_eq!(keys.spec("foo").strategy, Strategy::Snowflake);
+
+        // A segment key of the store or the admin API: Leaf's snowflake
+        // route refuses it.
+        assert!(keys.claim_segment("bar").unwrap());
+        let err = keys.route_spec("bar", Strategy::Snowflake).unwrap_err();
+        assert!(
+            err.message.contains("segment key of the segment store"),
+            "{err:?}"
+        );
+        let err = keys.route_spec("row", Strategy::Snowflake).unwrap_err();
+        assert_eq!(err.code, "wrong_strategy");
+        assert_eq!(
+            keys.route_spec("row", Strategy::Segment).unwrap().strategy,
+            Strategy::Segment
+        );
+
+        // /v1 first (undeclared names are snowflake here): the segment
+        // route refuses it.
+        assert_eq!(keys.spec("baz").strategy, Strategy::Snowflake);
+        assert_eq!(
+            keys.route_spec("baz", Strategy::Segment).unwrap_err().code,
+            "wrong_strategy"
+        );
+
+        // Leaf's segment route first: /v1 serves it as segment, not as the
+        // undeclared rule's snowflake.
+        assert_eq!(
+            keys.route_spec("qux", Strategy::Segment).unwrap().strategy,
+            Strategy::Segment
+        );
+        assert_eq!(keys.spec("qux").strategy, Strategy::Segment);
+
+        // Declared keys: refused on the other strategy's route, as before.
+        let err = keys.route_spec("sf", Strategy::Segment).unwrap_err();
+        assert!(err.message.contains("is declared snowflake"), "{err:?}");
     }
 
     #[test]

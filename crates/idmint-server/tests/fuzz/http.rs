@@ -471,12 +471,15 @@ impl Request {
         }
     }
 
-    /// What the server should answer, following each handler's order of checks.
-    fn expect(&self) -> Expect {
-        self.outcome().unwrap_or_else(|e| e)
+    /// What the server should answer, following each handler's order of
+    /// checks. `names` is the strategy each undeclared name was first
+    /// answered with in this run (a name keeps it on every route); a request
+    /// that reaches the strategy step adds its name.
+    fn expect(&self, names: &mut Names) -> Expect {
+        self.outcome(names).unwrap_or_else(|e| e)
     }
 
-    fn outcome(&self) -> Result<Expect, Expect> {
+    fn outcome(&self, names: &mut Names) -> Result<Expect, Expect> {
         let format = format_of(self.accept);
         let params = match &self.route {
             Route::Ids(raw)
@@ -506,8 +509,15 @@ impl Request {
             Route::Ids(raw) => {
                 let key = key_of(raw, &params)?;
                 let n = count(&params)?;
-                // An undeclared name is a snowflake key (`server.undeclared_keys`'s default).
-                let stream = configured(&key).unwrap_or(Stream::Snowflake);
+                // An undeclared name is a snowflake key (`server.undeclared_keys`'s
+                // default), unless Leaf's segment route answered it first.
+                let stream = match configured(&key) {
+                    Some(stream) => stream,
+                    None => match names.first_answer(&key, Kind::Snowflake) {
+                        Kind::Snowflake => Stream::Snowflake,
+                        Kind::Segment => return Err(Expect::Error(404, "key_not_found")),
+                    },
+                };
                 Expect::Ids(stream, n, format)
             }
             Route::LeafSegment(raw) => {
@@ -516,8 +526,12 @@ impl Request {
                     Some(Stream::Segment(_)) => {}
                     // Declared with another strategy.
                     Some(_) => return Err(Expect::Error(409, "wrong_strategy")),
-                    // Served as a segment key, which the store doesn't have.
-                    None => return Err(Expect::Error(404, "key_not_found")),
+                    None => match names.first_answer(&key, Kind::Segment) {
+                        // Served as a segment key, which the store doesn't have.
+                        Kind::Segment => return Err(Expect::Error(404, "key_not_found")),
+                        // Answered as snowflake before.
+                        Kind::Snowflake => return Err(Expect::Error(409, "wrong_strategy")),
+                    },
                 }
                 Expect::Ids(Stream::Segment(key), 1, Format::Text)
             }
@@ -528,7 +542,11 @@ impl Request {
                     Some(Stream::Segment(_) | Stream::Uuid(_)) => {
                         return Err(Expect::Error(409, "wrong_strategy"));
                     }
-                    Some(Stream::Snowflake) | None => Stream::Snowflake,
+                    Some(Stream::Snowflake) => Stream::Snowflake,
+                    None => match names.first_answer(&key, Kind::Snowflake) {
+                        Kind::Snowflake => Stream::Snowflake,
+                        Kind::Segment => return Err(Expect::Error(409, "wrong_strategy")),
+                    },
                 };
                 Expect::Ids(stream, 1, Format::Text)
             }
@@ -758,6 +776,26 @@ struct Seen {
     last: HashMap<Stream, u128>,
 }
 
+/// The strategy an undeclared name was first answered with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Snowflake,
+    Segment,
+}
+
+/// What the server remembers of undeclared names in this run: a name keeps
+/// the strategy it was first answered with, on every route.
+#[derive(Debug, Default)]
+struct Names(HashMap<String, Kind>);
+
+impl Names {
+    /// The strategy `key` is answered with when asked as `asked`: the first
+    /// one it was answered with, which this answer fixes if it is the first.
+    fn first_answer(&mut self, key: &str, asked: Kind) -> Kind {
+        *self.0.entry(key.to_owned()).or_insert(asked)
+    }
+}
+
 impl Seen {
     fn record(&mut self, stream: &Stream, ids: &[u128]) -> Result<(), TestCaseError> {
         let seen = self.ids.entry(stream.clone()).or_default();
@@ -901,7 +939,12 @@ fn check_decoded(response: &Response, id: Id, leaf: bool) -> Result<(), TestCase
 }
 
 /// Sends `request` and checks the answer against the model.
-fn check(conn: &mut Conn, seen: &mut Seen, request: &Request) -> Result<(), TestCaseError> {
+fn check(
+    conn: &mut Conn,
+    seen: &mut Seen,
+    names: &mut Names,
+    request: &Request,
+) -> Result<(), TestCaseError> {
     let target = request.target();
     let response = timed(BOUND, &format!("GET {target}"), || {
         conn.get(&target, request.accept)
@@ -925,7 +968,7 @@ fn check(conn: &mut Conn, seen: &mut Seen, request: &Request) -> Result<(), Test
     } else {
         None
     };
-    match request.expect() {
+    match request.expect(names) {
         Expect::Error(status, expected) => {
             prop_assert_eq!(
                 (response.status, code),
@@ -961,9 +1004,15 @@ fn fuzz_http_requests() {
     let served = Served::start();
     let conn = RefCell::new(Conn::open(served.addr));
     let seen = RefCell::new(Seen::default());
+    let names = RefCell::new(Names::default());
     let mut runner = TestRunner::new(cases(500));
     let result = runner.run(&request(), |request| {
-        check(&mut conn.borrow_mut(), &mut seen.borrow_mut(), &request)
+        check(
+            &mut conn.borrow_mut(),
+            &mut seen.borrow_mut(),
+            &mut names.borrow_mut(),
+            &request,
+        )
     });
     if let Err(e) = result {
         panic!("{e}");

@@ -219,6 +219,80 @@ fn serve_keys_one_rule_on_every_surface_by_default() {
     assert!(s.resp("fresh").unwrap() < 1000);
 }
 
+/// One name, one strategy per run, in every order across the surfaces
+/// (issue: a name served as snowflake on Leaf's route could then be made a
+/// segment key through the admin API, and an admin-made segment key was
+/// served as snowflake on Leaf's route). Whichever surface answers a name
+/// first fixes its strategy: Leaf's and Tinyid's routes (which name one),
+/// `/v1`, gRPC and RESP (by `server.undeclared_keys`), and the admin API.
+#[test]
+fn serve_keys_one_name_one_strategy_in_every_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir.path().join("data"), "");
+    let mut s = Surfaces::new(&server);
+    let c = client();
+    let conflict = |path: &str| {
+        let r = c.get(server.url(path)).send().unwrap();
+        let status = r.status();
+        let body = r.text().unwrap();
+        assert_eq!(status, StatusCode::CONFLICT, "{path}: {body}");
+        body
+    };
+    let tinyid = |key: &str| format!("/tinyid/id/nextId?bizType={key}&batchSize=2");
+
+    // Leaf's snowflake route first: never a segment key after.
+    let (status, body) = get(&c, &server.url("/api/snowflake/get/foo"));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = create_key(&c, &server, "foo");
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "wrong_strategy", "{body}");
+    assert!(conflict("/api/segment/get/foo").contains("wrong_strategy"));
+    assert!(conflict(&tinyid("foo")).contains("served as snowflake"));
+    assert_eq!(s.http(&server, "foo").as_deref(), Ok("snowflake"));
+    assert_eq!(s.grpc("foo").as_deref(), Ok("snowflake"));
+
+    // The admin API first: Leaf's snowflake route refuses the segment key.
+    let (status, body) = create_key(&c, &server, "bar");
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(conflict("/api/snowflake/get/bar").contains("wrong_strategy"));
+    assert_eq!(s.http(&server, "bar").as_deref(), Ok("segment"));
+    let (status, body) = get(&c, &server.url("/api/segment/get/bar"));
+    assert_eq!(
+        (status, body.parse::<u64>().ok()),
+        (StatusCode::OK, Some(2))
+    );
+
+    // /v1, gRPC and RESP first (undeclared names are snowflake): the
+    // segment routes refuse them.
+    assert_eq!(s.http(&server, "v1-first").as_deref(), Ok("snowflake"));
+    assert_eq!(s.grpc("grpc-first").as_deref(), Ok("snowflake"));
+    assert!(s.resp("resp-first").unwrap() > SNOWFLAKE_FLOOR);
+    for key in ["v1-first", "grpc-first", "resp-first"] {
+        assert!(conflict(&format!("/api/segment/get/{key}")).contains("wrong_strategy"));
+        assert!(conflict(&tinyid(key)).contains("served as snowflake"));
+        let (status, _) = create_key(&c, &server, key);
+        assert_eq!(status, StatusCode::CONFLICT, "{key}");
+    }
+
+    // Leaf's segment route first, for a name with no row yet: it stays a
+    // segment name on /v1, gRPC and RESP (not the undeclared rule's
+    // snowflake), and the admin API makes its row.
+    let r = c
+        .get(server.url("/api/segment/get/seg-first"))
+        .send()
+        .unwrap();
+    expect_error(r, StatusCode::NOT_FOUND, "key_not_found");
+    assert_eq!(
+        s.http(&server, "seg-first"),
+        Err("key_not_found".to_owned())
+    );
+    assert_eq!(s.resp("seg-first"), Err("KEY_NOT_FOUND".to_owned()));
+    assert!(conflict("/api/snowflake/get/seg-first").contains("wrong_strategy"));
+    let (status, body) = create_key(&c, &server, "seg-first");
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(s.grpc("seg-first").as_deref(), Ok("segment"));
+}
+
 fn get_json(c: &Client, server: &Served, path: &str) -> (StatusCode, Value) {
     let r = c.get(server.url(path)).bearer_auth(ADMIN).send().unwrap();
     (r.status(), r.json().unwrap())
