@@ -24,7 +24,7 @@ use idmint_registry::{
 use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
 use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
 use idmint_segment::{
-    KeyInfo, NewKey, SegmentAllocator, SegmentConfig, SegmentGrant, SegmentStore,
+    KeyInfo, NewKey, SegmentAllocator, SegmentConfig, SegmentGrant, SegmentStore, StoreEpoch,
 };
 use jiff::Timestamp;
 
@@ -501,10 +501,15 @@ impl SegmentStore for CountingStore {
         self.inner.kind()
     }
 
-    async fn fetch(&self, key: &str, step: Option<u64>) -> SegmentResult<SegmentGrant> {
+    async fn fetch_above(
+        &self,
+        key: &str,
+        step: Option<u64>,
+        floor: u64,
+    ) -> SegmentResult<SegmentGrant> {
         let store = self.inner.kind();
         let guard = FailureGuard::new(|| self.metrics.lease_failure(store, key));
-        guard.finish(self.inner.fetch(key, step).await)
+        guard.finish(self.inner.fetch_above(key, step, floor).await)
     }
 
     async fn describe(&self, key: &str) -> SegmentResult<Option<KeyInfo>> {
@@ -517,6 +522,22 @@ impl SegmentStore for CountingStore {
 
     async fn list(&self) -> SegmentResult<Vec<KeyInfo>> {
         self.inner.list().await
+    }
+
+    async fn raise(&self, key: &NewKey) -> SegmentResult<KeyInfo> {
+        self.inner.raise(key).await
+    }
+
+    fn keeps_epoch(&self) -> bool {
+        self.inner.keeps_epoch()
+    }
+
+    async fn epoch(&self) -> SegmentResult<Option<StoreEpoch>> {
+        self.inner.epoch().await
+    }
+
+    async fn init_epoch(&self, epoch: &StoreEpoch) -> SegmentResult<StoreEpoch> {
+        self.inner.init_epoch(epoch).await
     }
 }
 

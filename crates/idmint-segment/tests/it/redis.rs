@@ -15,7 +15,10 @@ use idmint_segment::redis::{
     DailySerial, DailySerialConfig, RedisConnection, RedisCounter, RedisCounterConfig,
     RedisSegmentStore, RedisSnowflake, RedisSnowflakeConfig, RedisStoreConfig,
 };
-use idmint_segment::{MAX_ID, NewKey, SegmentError, SegmentStore};
+use idmint_segment::{
+    FloorFile, MAX_ID, NewKey, SegmentAllocator, SegmentConfig, SegmentError, SegmentStore,
+    StoreEpoch,
+};
 use jiff::Timestamp;
 use jiff::tz::Offset;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,6 +50,14 @@ impl TestKeys {
 
 impl Drop for TestKeys {
     fn drop(&mut self) {
+        self.forget();
+    }
+}
+
+impl TestKeys {
+    /// Deletes every key under the prefix: for this test, what a Redis
+    /// restarted without persistence holds (nothing).
+    fn forget(&self) {
         // Synchronous on purpose: it also runs while a failing test unwinds.
         let Ok(client) = redis::Client::open(REDIS_URL) else {
             return;
@@ -346,6 +357,133 @@ async fn store_creates_describes_lists_and_fetches() {
         (grant.start(), grant.max_id, grant.delta, grant.remainder),
         (7, 12, 1, 0)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_leases_above_floors_raises_and_keeps_an_epoch() {
+    let Some(conn) = connect().await else { return };
+    let keys = TestKeys::new("store-floors");
+    let store = RedisSegmentStore::new(conn, RedisStoreConfig::new().with_key_prefix(&keys.prefix))
+        .unwrap();
+    store.create(&NewKey::new("k", 10)).await.unwrap();
+    assert_eq!(store.fetch_above("k", None, 1).await.unwrap().start(), 1);
+    // Compared as numbers, not as text or doubles: "11" < "9" as text,
+    // and 2^53 + 1 is not a double.
+    for floor in [12, 100, (1 << 53) + 1] {
+        let err = store.fetch_above("k", None, floor).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SegmentError::KeyBelowFloor {
+                    found: Some(11),
+                    ..
+                }
+            ),
+            "{floor}: {err}"
+        );
+    }
+    assert_eq!(store.describe("k").await.unwrap().unwrap().max_id, 11);
+    let near = (1u64 << 53) + 1;
+    store
+        .raise(&NewKey::new("k", 10).with_start(near))
+        .await
+        .unwrap();
+    assert!(store.fetch_above("k", None, near + 1).await.is_err());
+    let g = store.fetch_above("k", None, near).await.unwrap();
+    assert_eq!((g.start(), g.max_id), (near, near + 10));
+    // Raise: create when missing, never lower, listed as any key.
+    let created = store
+        .raise(&NewKey::new("order", 100).with_start(251))
+        .await
+        .unwrap();
+    assert_eq!((created.max_id, created.step), (251, 100));
+    let kept = store
+        .raise(&NewKey::new("order", 100).with_start(9))
+        .await
+        .unwrap();
+    assert_eq!(kept.max_id, 251);
+    assert_eq!(store.list().await.unwrap().len(), 2);
+
+    // The epoch: written once, the first writer wins.
+    assert!(store.keeps_epoch());
+    assert_eq!(store.epoch().await.unwrap(), None);
+    let first = StoreEpoch::generate();
+    assert_eq!(store.init_epoch(&first).await.unwrap(), first);
+    assert_eq!(
+        store.init_epoch(&StoreEpoch::generate()).await.unwrap(),
+        first
+    );
+    assert_eq!(store.epoch().await.unwrap(), Some(first));
+    // Redis restarted without persistence: no keys, no epoch.
+    keys.forget();
+    assert_eq!(store.epoch().await.unwrap(), None);
+    assert_eq!(
+        store
+            .fetch_above("order", None, 251)
+            .await
+            .unwrap_err()
+            .code(),
+        "key_not_found"
+    );
+}
+
+/// The story on one node: IDs 1..250 taken, Redis restarted empty,
+/// the node restarted: it refuses instead of creating the key from 1; the
+/// operator raises the key and the node serves above 250.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_floors_refuses_a_redis_that_forgot_until_raised() {
+    let Some(conn) = connect().await else { return };
+    let keys = TestKeys::new("store-reset");
+    let dir = tempfile::tempdir().unwrap();
+    let declared = ["order".to_owned()];
+    let node = |conn: RedisConnection| {
+        let store =
+            RedisSegmentStore::new(conn, RedisStoreConfig::new().with_key_prefix(&keys.prefix))
+                .unwrap();
+        SegmentAllocator::new(store, SegmentConfig::new())
+            .unwrap()
+            .with_floors(Arc::new(FloorFile::open(dir.path()).unwrap()))
+            .unwrap()
+    };
+    let allocator = node(conn.clone());
+    allocator.check_floors(&declared).await.unwrap();
+    allocator
+        .create_key(NewKey::new("order", 100))
+        .await
+        .unwrap();
+    let taken = allocator.next_ids("order", 250).await.unwrap();
+    assert_eq!(taken.last().unwrap().get(), 250);
+    let floor = allocator.floors().unwrap().floor("order").unwrap();
+    drop(allocator);
+
+    keys.forget();
+    let allocator = node(conn.clone());
+    let err = allocator.check_floors(&declared).await.unwrap_err();
+    assert_eq!(err.code(), "store_reset", "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("\"order\" (floor {floor})")),
+        "{err}"
+    );
+    let store = allocator.store();
+    assert_eq!(store.epoch().await.unwrap(), None, "nothing written");
+    assert!(store.list().await.unwrap().is_empty(), "nothing created");
+
+    // The operator's fix, as `idmint segment raise order --above 250` does it.
+    let raised = idmint_segment::raise_key(
+        store.as_ref(),
+        allocator.floors().map(AsRef::as_ref),
+        NewKey::new("order", 100),
+        250,
+        &declared,
+    )
+    .await
+    .unwrap();
+    assert!(raised.info.max_id >= floor);
+    assert!(raised.epoch_adopted.is_some());
+    allocator.check_floors(&declared).await.unwrap();
+    let id = allocator.next_id("order").await.unwrap().get();
+    assert!(id > 250 && id >= floor, "{id}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
