@@ -504,7 +504,22 @@ impl SegmentAllocator {
         if let Some(floor) = self.inner.floor_of(key.key())
             && key.start() < floor
         {
-            return Err(self.inner.below_floor(key.key(), floor, Some(key.start())));
+            // Existing, it is not created (whatever its start); missing, it
+            // would start below what this node issued.
+            let found = self
+                .inner
+                .store_call(
+                    key.key(),
+                    "describe key",
+                    self.inner.store.describe(key.key()),
+                )
+                .await?;
+            return Err(match found {
+                Some(_) => SegmentError::KeyExists {
+                    key: key.key().to_owned(),
+                },
+                None => self.inner.below_floor(key.key(), floor, Some(key.start())),
+            });
         }
         let info = self
             .inner

@@ -59,6 +59,7 @@ mod status;
 mod tls;
 mod tokens;
 
+pub use backends::open_segment_store;
 pub use config::{Config, ConfigError};
 pub use error::ServerError;
 pub use start::{Server, run};

@@ -508,6 +508,17 @@ async fn a_restarted_node_refuses_a_reset_store_and_changes_nothing() {
         "{error}"
     );
     assert!(!error.is_transient() && !error.is_bad_input());
+    // Once the key is back above the floor, creating it is "exists", as
+    // for any key (what a server's start expects of its declared keys).
+    store
+        .raise(&NewKey::new("order", 100).with_start(floor))
+        .await
+        .unwrap();
+    let exists = allocator
+        .create_key(NewKey::new("order", 100))
+        .await
+        .unwrap_err();
+    assert_eq!(exists.code(), "key_exists", "{exists}");
 }
 
 #[tokio::test]
