@@ -805,8 +805,9 @@ impl SegmentStore for SqlSegmentStore {
         // validate() bounds the start by MAX_ID: the cast is exact.
         let target = key.start() as i64;
         // A raise that finds no row creates one; one that loses that race to
-        // another create raises the row the other made.
-        for _ in 0..3 {
+        // another create (or finds the row another process just made) raises
+        // that row. `max_id` only grows, so this ends.
+        for _ in 0..5 {
             self.retry
                 .run(|| async {
                     on_pool!(self.db.pool(), p => {
@@ -821,8 +822,12 @@ impl SegmentStore for SqlSegmentStore {
                 })
                 .await
                 .map_err(self.backend("raise"))?;
-            if let Some(info) = self.describe(key.key()).await? {
-                return Ok(info);
+            match self.describe(key.key()).await? {
+                Some(info) if info.max_id >= key.start() => return Ok(info),
+                // Created by another process after our update found nothing:
+                // raise that row.
+                Some(_) => continue,
+                None => {}
             }
             match self.create(key).await {
                 Err(SegmentError::KeyExists { .. }) => continue,
