@@ -591,7 +591,7 @@ impl SegmentAllocator {
                     if found.as_ref() != Some(remembered) {
                         return Err(SegmentError::StoreReset {
                             store: store.kind(),
-                            remembered: remembered.to_string(),
+                            remembered: Some(remembered.to_string()),
                             found: found.map(|e| e.to_string()),
                             floors: record.floor_list(),
                         });

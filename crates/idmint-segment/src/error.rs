@@ -101,9 +101,10 @@ pub enum SegmentError {
     /// repeat IDs, so nothing is issued or created, and the store is left as
     /// it was.
     #[error(
-        "segment key {key:?} is below this node's floor in the {store} store: {}, but this node \
+        "key {key:?} is below this node's floor in the {store} store: {}, but this node \
          may have issued IDs up to {} (floor {floor}); nothing was issued. The store was reset or \
-         restored: raise the key above every ID issued (idmint segment raise {key} --above {})",
+         restored: raise the key above every ID issued (for a segment key: idmint segment raise \
+         {key} --above {})",
         found_text(*.found),
         .floor.saturating_sub(1),
         .floor.saturating_sub(1)
@@ -124,18 +125,20 @@ pub enum SegmentError {
     /// remembers, while the node's floor file names keys it issued: the store
     /// was reset (or is another store). Nothing is issued or created.
     #[error(
-        "the {store} segment store was reset: its epoch marker is {}, but this node remembers \
-         epoch {remembered:?} and issued from {}; nothing was issued or created. Raise each key \
-         above every ID issued (idmint segment raise KEY --above N, with this node's data \
-         directory, which also adopts the store's epoch)",
+        "the {store} store was reset: its epoch marker is {}, but this node {}issued \
+         from {}; nothing was issued or created. Raise each key above every ID issued (for \
+         segment keys: idmint segment raise KEY --above N, with this node's data directory, \
+         which also adopts the store's epoch)",
         .found.as_deref().map_or_else(|| "missing".to_owned(), |e| format!("{e:?}")),
+        .remembered.as_deref().map_or_else(String::new, |e| format!("remembers epoch {e:?} and ")),
         floors_text(.floors)
     )]
     StoreReset {
         /// The store kind.
         store: &'static str,
-        /// The epoch this node's floor file remembers.
-        remembered: String,
+        /// The epoch this node remembers (its floor file's); `None` when it
+        /// remembers keys only.
+        remembered: Option<String>,
         /// The store's epoch now; `None` when it has none.
         found: Option<String>,
         /// The keys this node issued from, with their floors.

@@ -323,3 +323,19 @@ pub trait SegmentStore: Send + Sync + fmt::Debug + 'static {
     /// [`SegmentError::Backend`] when the store fails.
     async fn init_epoch(&self, epoch: &StoreEpoch) -> Result<StoreEpoch>;
 }
+
+/// A Lua function for scripts of stores that keep numbers as text (Redis):
+/// `below(a, b)` is `a < b` for decimal integers, compared as text (Lua's
+/// numbers are doubles, exact only below 2^53); a leading `-` is below, and
+/// leading zeros don't count.
+pub(crate) const BELOW_LUA: &str = r"
+local function below(a, b)
+  local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
+  if na ~= nb then return na end
+  if na then a, b = string.sub(b, 2), string.sub(a, 2) end
+  a = string.gsub(a, '^0+', '')
+  b = string.gsub(b, '^0+', '')
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+";

@@ -673,6 +673,6 @@ async fn check_floors_adopts_a_new_store_and_refuses_another_or_lowered_one() {
     else {
         panic!("{error}");
     };
-    assert_ne!(found.as_deref(), Some(remembered.as_str()));
+    assert_ne!(found, remembered);
     assert!(found.is_some());
 }

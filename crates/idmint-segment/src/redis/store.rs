@@ -14,22 +14,7 @@ use super::{
 };
 use crate::error::{Result, SegmentError};
 use crate::floor::StoreEpoch;
-use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore, validate_key};
-
-/// `below(a, b)`: `a < b` for decimal integers kept as text (Lua's numbers
-/// are doubles, exact only below 2^53); a leading `-` is below, leading
-/// zeros don't count.
-const BELOW_LUA: &str = r"
-local function below(a, b)
-  local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
-  if na ~= nb then return na end
-  if na then a, b = string.sub(b, 2), string.sub(a, 2) end
-  a = string.gsub(a, '^0+', '')
-  b = string.gsub(b, '^0+', '')
-  if #a ~= #b then return #a < #b end
-  return a < b
-end
-";
+use crate::store::{BELOW_LUA, KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore, validate_key};
 
 /// KEYS[1]: the key's hash. ARGV[1]: the step ('' for the key's own);
 /// ARGV[2]: now, in Unix ms; ARGV[3]: the floor `max_id` must be at.

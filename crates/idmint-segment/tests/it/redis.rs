@@ -292,6 +292,138 @@ async fn counter_refuses_foreign_values_and_runs_out_at_2_pow_63() {
     );
 }
 
+/// The keys under `prefix` (what a test's calls wrote).
+async fn keys_under(prefix: &str) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut raw().await)
+        .await
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+/// A counter refuses a Redis that forgot (restarted empty, or restored from
+/// an older snapshot) instead of counting again from its first ID, in the
+/// process and across a restart that hands its memory over; `raise` brings
+/// it back above everything it returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counter_refuses_a_redis_that_forgot_until_raised() {
+    let Some(conn) = connect().await else { return };
+    let keys = TestKeys::new("counter-reset");
+    let config = RedisCounterConfig::new(1, 3).with_key_prefix(&keys.prefix);
+    let counter = RedisCounter::new(conn.clone(), config.clone()).unwrap();
+    let mut issued: Vec<u64> = counter
+        .next_ids("order", 40)
+        .await
+        .unwrap()
+        .iter()
+        .map(Id::get)
+        .collect();
+    issued.push(counter.next_id("order").await.unwrap().get());
+    let last = *issued.last().unwrap();
+    let memory = counter.memory();
+    assert_eq!(memory.floor("order"), Some(last + 1));
+    let epoch = memory.epoch.clone().unwrap();
+    assert_eq!(
+        keys_under(&keys.prefix).await.len(),
+        2,
+        "the counter and the epoch"
+    );
+
+    // Redis restarted empty: refused in this process and in the next one.
+    keys.forget();
+    let restarted = RedisCounter::new(conn.clone(), config.clone())
+        .unwrap()
+        .with_memory(memory.clone());
+    for c in [&counter, &restarted] {
+        let err = c.next_id("order").await.unwrap_err();
+        assert_eq!(err.code(), "store_reset", "{err}");
+        assert!(err.to_string().contains("epoch marker is missing"), "{err}");
+        // Another key of the same reset Redis is refused too.
+        assert_eq!(c.next_id("other").await.unwrap_err().code(), "store_reset");
+    }
+    assert!(keys_under(&keys.prefix).await.is_empty(), "nothing written");
+
+    // Restored from an older snapshot: the marker is back, the counter behind.
+    set(&counter.epoch_key(), epoch.as_str()).await;
+    set(&counter.redis_key("order"), 10).await;
+    let err = restarted.next_id("order").await.unwrap_err();
+    assert!(
+        matches!(err, SegmentError::KeyBelowFloor { floor, found: Some(13), .. } if floor == last + 1),
+        "{err}"
+    );
+    let held: String = redis::cmd("GET")
+        .arg(counter.redis_key("order"))
+        .query_async(&mut raw().await)
+        .await
+        .unwrap();
+    assert_eq!(held, "10", "a refusal changes nothing");
+
+    // The way back: raised above what it returned, it carries on above.
+    restarted.raise("order", 0).await.unwrap();
+    let next = restarted.next_id("order").await.unwrap().get();
+    assert_eq!(next, last + 3, "the node's next ID after its last");
+    assert_eq!(next % 3, 1);
+    // After a reset, raise also writes a new marker that every counter adopts.
+    keys.forget();
+    restarted.raise("order", 1_000).await.unwrap();
+    let adopted = restarted.memory().epoch.unwrap();
+    assert_ne!(adopted, epoch);
+    let id = restarted.next_id("order").await.unwrap().get();
+    assert!(id > 1_000 && id % 3 == 1, "{id}");
+    let fresh = RedisCounter::new(conn, config).unwrap();
+    fresh.next_id("new").await.unwrap();
+    assert_eq!(fresh.memory().epoch, Some(adopted));
+    issued.extend([next, id]);
+    assert_no_duplicates(&issued);
+}
+
+/// Daily serials refuse a Redis that forgot the day's counter instead of
+/// counting the day from 1 again; `raise` brings them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serial_refuses_a_redis_that_forgot_until_raised() {
+    let Some(conn) = connect().await else { return };
+    let keys = TestKeys::new("serial-reset");
+    let config = DailySerialConfig::new(6).with_key_prefix(&keys.prefix);
+    let serials = DailySerial::new(conn.clone(), config.clone()).unwrap();
+    let batch = serials.next_batch("order", 10).await.unwrap();
+    let (day, last) = (batch.day(), batch.last().counter());
+    let memory = serials.memory();
+    assert_eq!(memory.last["order"], (day, last));
+    let epoch = memory.epoch.clone().unwrap();
+
+    keys.forget();
+    let restarted = DailySerial::new(conn.clone(), config.clone())
+        .unwrap()
+        .with_memory(memory);
+    for s in [&serials, &restarted] {
+        let err = s.next("order").await.unwrap_err();
+        assert_eq!(err.code(), "store_reset", "{err}");
+    }
+    assert!(keys_under(&keys.prefix).await.is_empty(), "nothing written");
+
+    // The marker back, the day's counter behind what was returned.
+    set(&serials.epoch_key(), epoch.as_str()).await;
+    set(&serials.redis_key("order", day), 3).await;
+    let err = restarted.next("order").await.unwrap_err();
+    if batch.day() == serials.next_batch("probe", 1).await.unwrap().day() {
+        assert!(
+            matches!(err, SegmentError::KeyBelowFloor { floor, found: Some(4), .. } if floor == last + 1),
+            "{err}"
+        );
+        let raw_counter: String = redis::cmd("GET")
+            .arg(serials.redis_key("order", day))
+            .query_async(&mut raw().await)
+            .await
+            .unwrap();
+        assert_eq!(raw_counter, "3", "a refusal changes nothing");
+        restarted.raise("order", day, 0).await.unwrap();
+        let next = restarted.next("order").await.unwrap();
+        assert_eq!((next.day(), next.counter()), (day, last + 1));
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Segment store
 // ---------------------------------------------------------------------------
