@@ -27,6 +27,7 @@ mod faketime;
 mod harness;
 mod monotonic;
 mod process;
+mod segment_reset;
 
 use std::fmt::Write as _;
 use std::panic::AssertUnwindSafe;
@@ -45,6 +46,7 @@ fn all_scenarios() -> Vec<Scenario> {
     all.extend(coordinator::scenarios());
     all.extend(clock::scenarios());
     all.extend(monotonic::scenarios());
+    all.extend(segment_reset::scenarios());
     all
 }
 
