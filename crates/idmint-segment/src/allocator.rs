@@ -1,8 +1,8 @@
-// Size: about 990 lines before the tests (which are in `allocator/tests.rs`),
-// some 220 of them docs. The allocator is one type whose loader, preloader
-// and failure back-off share a per-key lock and state; split up, the rule
-// that every lease starts above the previous one would span files, so the
-// file is kept whole.
+// Size: about 1,270 lines before the tests (which are in `allocator/tests.rs`),
+// some 300 of them docs. The allocator is one type whose loader, preloader,
+// failure back-off and floors share a per-key lock and state; split up, the
+// rule that every lease starts above the previous one (and above the
+// persisted floor) would span files, so the file is kept whole.
 //! [`SegmentAllocator`]: per-key double buffers filled from a [`SegmentStore`].
 //!
 //! The lock-free part (taking IDs, switching segments) is
@@ -1020,6 +1020,9 @@ impl Inner {
             return Err(error);
         }
         // The store promised as much; a store that breaks it is refused too.
+        // (The floor as read before the fetch: a floor raised since, by a
+        // whole-segment lease that the store ordered after this one, says
+        // nothing against this segment.)
         if let Some(floor) = floor
             && grant.start() < floor
         {
