@@ -67,8 +67,9 @@ struct RaiseArgs {
     config: Option<PathBuf>,
 
     /// The stopped node's data directory whose floors to raise above and
-    /// whose remembered store epoch to renew (default: server.data_dir, when
-    /// it holds a floor file).
+    /// whose remembered store epoch to renew, as `serve --data-dir` (it also
+    /// holds the default SQLite store). Default: server.data_dir, when it
+    /// holds a floor file.
     #[arg(long, value_name = "DIR", conflicts_with = "store_only")]
     data_dir: Option<PathBuf>,
 
@@ -98,7 +99,13 @@ fn raise(args: RaiseArgs) -> Result<()> {
             args.above
         )));
     }
-    let config = serve::checked_config(args.config.as_deref(), |_| {})?;
+    // As `serve --data-dir`: the data directory also holds the default
+    // SQLite store, so the store raised is the one that node serves from.
+    let config = serve::checked_config(args.config.as_deref(), |config| {
+        if let Some(dir) = &args.data_dir {
+            config.server.data_dir = dir.clone();
+        }
+    })?;
     let floors = if args.store_only {
         None
     } else {

@@ -231,3 +231,57 @@ fn serve_refuses_a_redis_segment_store_that_forgot_until_the_key_is_raised() {
     let unique: HashSet<u64> = issued.iter().copied().collect();
     assert_eq!(unique.len(), issued.len(), "an ID came twice");
 }
+
+/// The embedded default store, SQLite in the data directory, deleted (a
+/// lost volume restored without it, say): the node refuses to start, and
+/// `idmint segment raise --data-dir` raises the key in the store that
+/// directory holds, as `serve --data-dir` would open it.
+#[test]
+fn serve_refuses_a_deleted_sqlite_store_until_raised_in_its_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = "[segment.keys.order]\nstep = 10\n";
+    let config_path = dir.path().join("idmint.toml");
+    std::fs::write(&config_path, config).unwrap();
+
+    let server = Served::start(&data, Some(config), &[]);
+    let c = client();
+    let mut issued = binary_ids(&c, &server, "order", 95);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    for file in ["segments.db", "segments.db-wal", "segments.db-shm"] {
+        let _ = std::fs::remove_file(data.join(file));
+    }
+
+    let (status, log) = refused_start(&data, config);
+    assert_eq!(status.code(), Some(1), "{log}");
+    let line = error_line(&log);
+    assert!(line.contains("epoch marker is missing"), "{line}");
+    let floor = floor_in(line);
+    assert!(floor > 95, "{line}");
+
+    let args = [
+        "segment",
+        "raise",
+        "order",
+        "--above",
+        "95",
+        "--config",
+        config_path.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ];
+    let out = expect_ok(&args, idmint(&args));
+    assert!(
+        out.contains(&format!("created, issuing from {floor}")),
+        "above the node's floor, not only above 95: {out}"
+    );
+    assert!(out.contains("adopted the store's epoch"), "{out}");
+
+    let server = Served::start(&data, Some(config), &[]);
+    let after = binary_ids(&c, &server, "order", 10);
+    assert_eq!(after[0], floor);
+    issued.extend(after);
+    let unique: HashSet<u64> = issued.iter().copied().collect();
+    assert_eq!(unique.len(), issued.len(), "an ID came twice");
+}
