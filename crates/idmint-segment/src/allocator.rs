@@ -1,8 +1,8 @@
-// Size: about 990 lines before the tests (which are in `allocator/tests.rs`),
-// some 220 of them docs. The allocator is one type whose loader, preloader
-// and failure back-off share a per-key lock and state; split up, the rule
-// that every lease starts above the previous one would span files, so the
-// file is kept whole.
+// Size: about 1,270 lines before the tests (which are in `allocator/tests.rs`),
+// some 300 of them docs. The allocator is one type whose loader, preloader,
+// failure back-off and floors share a per-key lock and state; split up, the
+// rule that every lease starts above the previous one (and above the
+// persisted floor) would span files, so the file is kept whole.
 //! [`SegmentAllocator`]: per-key double buffers filled from a [`SegmentStore`].
 //!
 //! The lock-free part (taking IDs, switching segments) is
@@ -43,6 +43,19 @@
 //! one is refused ([`SegmentError::StoreWentBackwards`]). A lease whose answer
 //! was lost (timeout) is simply never used, so after an outage the allocator
 //! carries on above everything issued.
+//!
+//! # Across restarts: the floors
+//! With a [`FloorFile`] ([`SegmentAllocator::with_floors`]), the same holds
+//! across restarts and against a store that forgets. Each lease asks the store
+//! for a segment only at or above the key's floor (one atomic step:
+//! [`SegmentStore::fetch_above`]), and the floor is raised to the segment's
+//! end, durably, before the segment is installed: one file write per
+//! segment, nothing per ID. A store that has lost the key or holds it below
+//! the floor (reset, or restored from an older backup) is refused with
+//! [`SegmentError::KeyBelowFloor`] and left as it was; callers get that error
+//! (backing off for the retry hint) until the store is raised above the
+//! floor. [`SegmentAllocator::check_floors`] checks the store's epoch and
+//! every floored key before serving.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,7 +69,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::error::{Result, SegmentError};
-use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentStore, validate_key};
+use crate::floor::{FloorFile, StoreEpoch};
+use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore, validate_key};
 
 /// Settings of a [`SegmentAllocator`].
 ///
@@ -246,8 +260,17 @@ struct KeyEntry {
     /// After a failed lease, callers don't try the store again before this:
     /// they fail at once with the failure (the preloader keeps probing).
     /// Without it, every caller of a key whose store is down waits out its
-    /// own store timeout and adds a connection attempt to the storm.
-    retry_at: Mutex<Option<tokio::time::Instant>>,
+    /// own store timeout and adds a connection attempt to the storm. A lease
+    /// refused for the key's floor is remembered with it, so callers in the
+    /// meantime get the same typed refusal.
+    retry_at: Mutex<Option<(tokio::time::Instant, Option<BelowFloor>)>>,
+}
+
+/// A lease refused because the store is below the key's floor.
+#[derive(Debug, Clone, Copy)]
+struct BelowFloor {
+    floor: u64,
+    found: Option<u64>,
 }
 
 /// The leasing state, under [`KeyEntry::loader`].
@@ -303,6 +326,8 @@ struct Inner {
     /// Unknown keys and until when they count as unknown.
     misses: Mutex<HashMap<String, Instant>>,
     preload: Mutex<Option<mpsc::UnboundedSender<Arc<KeyEntry>>>>,
+    /// What this node issued from each key, persisted ahead of use.
+    floors: Option<Arc<FloorFile>>,
 }
 
 /// Segment mode: dense, strictly increasing IDs per key, leased from a store
@@ -384,8 +409,32 @@ impl SegmentAllocator {
                 insert: Mutex::new(()),
                 misses: Mutex::new(HashMap::new()),
                 preload: Mutex::new(None),
+                floors: None,
             }),
         })
+    }
+
+    /// Keeps this node's floors in `floors` (its data directory's
+    /// [`FloorFile`]): every lease is asked for at or above the key's floor,
+    /// and raises it, durably, before the segment's IDs are handed out. See
+    /// the [module docs](self).
+    ///
+    /// # Errors
+    /// [`SegmentError::Config`] when the allocator was cloned already (set
+    /// the floors first).
+    pub fn with_floors(mut self, floors: Arc<FloorFile>) -> Result<SegmentAllocator> {
+        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+            return Err(SegmentError::Config(
+                "the floors of a segment allocator are set before it is cloned or used".to_owned(),
+            ));
+        };
+        inner.floors = Some(floors);
+        Ok(self)
+    }
+
+    /// The floor file, when the allocator keeps one.
+    pub fn floors(&self) -> Option<&Arc<FloorFile>> {
+        self.inner.floors.as_ref()
     }
 
     /// The store.
@@ -447,15 +496,152 @@ impl SegmentAllocator {
     /// # Errors
     /// [`SegmentError::KeyExists`], the validation errors of
     /// [`NewKey::validate`], [`SegmentError::Unavailable`] when the store
-    /// fails.
+    /// fails, [`SegmentError::KeyBelowFloor`] when this node issued from a key
+    /// of that name above the start (the store forgot it: creating it anew
+    /// would repeat IDs).
     pub async fn create_key(&self, key: NewKey) -> Result<KeyInfo> {
         key.validate()?;
+        if let Some(floor) = self.inner.floor_of(key.key())
+            && key.start() < floor
+        {
+            // Existing, it is not created (whatever its start); missing, it
+            // would start below what this node issued.
+            let found = self
+                .inner
+                .store_call(
+                    key.key(),
+                    "describe key",
+                    self.inner.store.describe(key.key()),
+                )
+                .await?;
+            return Err(match found {
+                Some(_) => SegmentError::KeyExists {
+                    key: key.key().to_owned(),
+                },
+                None => self.inner.below_floor(key.key(), floor, Some(key.start())),
+            });
+        }
         let info = self
             .inner
             .store_call(key.key(), "create key", self.inner.store.create(&key))
             .await?;
         lock(&self.inner.misses).remove(key.key());
         Ok(info)
+    }
+
+    /// Leases one whole segment of `key` for a client to hand out itself
+    /// (Tinyid's `nextSegmentId`), past this allocator's buffers but under its
+    /// floors: asked for at or above the key's floor, which is raised to the
+    /// segment's end before it is returned. Not bounded here: the caller
+    /// bounds it.
+    ///
+    /// # Errors
+    /// Those of [`SegmentStore::fetch_above`] ([`SegmentError::KeyBelowFloor`]
+    /// also for a key the store lost that this node issued from), and
+    /// [`SegmentError::FloorFile`] when the floor can't be written (the
+    /// segment is then not handed out).
+    pub async fn lease_segment(&self, key: &str) -> Result<SegmentGrant> {
+        validate_key(key)?;
+        let inner = &self.inner;
+        let floor = inner.floor_of(key);
+        let grant = match inner.store.fetch_above(key, None, floor.unwrap_or(0)).await {
+            Err(SegmentError::NotFound { .. }) if floor.is_some() => {
+                return Err(inner.below_floor(key, floor.unwrap_or(0), None));
+            }
+            other => other?,
+        };
+        if let Some(floor) = floor
+            && grant.start() < floor
+        {
+            return Err(inner.below_floor(key, floor, Some(grant.start())));
+        }
+        inner.persist_floor(key, grant.max_id).await?;
+        Ok(grant)
+    }
+
+    /// Checks the store against this node's floors before it serves (the
+    /// server runs it at start; without floors it does nothing):
+    ///
+    /// - **The epoch.** When the floors name keys, the store's epoch marker
+    ///   must be the one they remember: missing or different means the store
+    ///   was reset, and this fails with [`SegmentError::StoreReset`]. When
+    ///   they name none (a new node, or one that never leased), the store's
+    ///   marker is adopted, written first if the store has none.
+    /// - **Each floored key.** A key whose `max_id` is below its floor fails
+    ///   with [`SegmentError::KeyBelowFloor`]; so does a missing one when it is
+    ///   in `declared` (the server would create it anew). A missing key that
+    ///   is not declared is only logged: nothing creates it below its floor.
+    ///
+    /// Nothing is created, raised or issued when it fails.
+    ///
+    /// # Errors
+    /// Those above, [`SegmentError::Unavailable`] when the store fails, and
+    /// [`SegmentError::FloorFile`] when the adopted epoch can't be written.
+    pub async fn check_floors(&self, declared: &[String]) -> Result<()> {
+        let Some(floors) = &self.inner.floors else {
+            return Ok(());
+        };
+        let inner = &self.inner;
+        let store = &inner.store;
+        let record = floors.record();
+        if store.keeps_epoch() {
+            let found = inner.store_call("*", "read epoch", store.epoch()).await?;
+            match (&record.epoch, found) {
+                (Some(remembered), found) if !record.floors.is_empty() => {
+                    if found.as_ref() != Some(remembered) {
+                        return Err(SegmentError::StoreReset {
+                            store: store.kind(),
+                            remembered: Some(remembered.to_string()),
+                            found: found.map(|e| e.to_string()),
+                            floors: record.floor_list(),
+                        });
+                    }
+                }
+                (_, found) => {
+                    let epoch = match found {
+                        Some(epoch) => epoch,
+                        None => {
+                            let new = StoreEpoch::generate();
+                            inner
+                                .store_call("*", "write epoch", store.init_epoch(&new))
+                                .await?
+                        }
+                    };
+                    if record.epoch.as_ref() != Some(&epoch) {
+                        tracing::info!(store = store.kind(), %epoch, "segment store epoch adopted");
+                    }
+                    let floors = floors.clone();
+                    blocking(move || floors.set_epoch(&epoch)).await?;
+                }
+            }
+        }
+        if record.floors.is_empty() {
+            return Ok(());
+        }
+        let stored: HashMap<String, u64> = inner
+            .store_call("*", "list keys", store.list())
+            .await?
+            .into_iter()
+            .map(|info| (info.key, info.max_id))
+            .collect();
+        for (key, &floor) in &record.floors {
+            match stored.get(key) {
+                Some(&max_id) if max_id < floor => {
+                    return Err(inner.below_floor(key, floor, Some(max_id)));
+                }
+                Some(_) => {}
+                None if declared.iter().any(|d| d == key) => {
+                    return Err(inner.below_floor(key, floor, None));
+                }
+                None => tracing::warn!(
+                    key = %key,
+                    floor,
+                    "a segment key this node issued from is missing from the store; it is \
+                     refused if created again below its floor"
+                ),
+            }
+        }
+        Ok(())
     }
 
     /// Every key in the store, with the buffers of those this allocator has
@@ -745,9 +931,12 @@ impl Inner {
     /// Fails at once, with the last failure, while `entry` backs off from
     /// its store.
     fn check_backoff(&self, entry: &KeyEntry) -> Result<()> {
-        let Some(left) = entry.backing_off() else {
+        let Some((left, refused)) = entry.backing_off() else {
             return Ok(());
         };
+        if let Some(refused) = refused {
+            return Err(self.below_floor(&entry.key, refused.floor, refused.found));
+        }
         let last = entry.shown().last_error.clone().unwrap_or_default();
         Err(SegmentError::Unavailable {
             key: entry.key.to_string(),
@@ -780,12 +969,24 @@ impl Inner {
         let lease_step = step.max(demand.saturating_mul(loader.delta)).min(MAX_ID);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let timeout = self.config.store_timeout.min(left);
+        let floor = self.floor_of(&entry.key);
         entry.loading.store(true, Ordering::Relaxed);
-        let fetched =
-            tokio::time::timeout(timeout, self.store.fetch(&entry.key, Some(lease_step))).await;
+        let fetched = tokio::time::timeout(
+            timeout,
+            self.store
+                .fetch_above(&entry.key, Some(lease_step), floor.unwrap_or(0)),
+        )
+        .await;
         entry.loading.store(false, Ordering::Relaxed);
         let grant = match fetched {
             Ok(Ok(grant)) => grant,
+            // The store changed nothing: it is below what this node issued.
+            Ok(Err(SegmentError::KeyBelowFloor { floor, found, .. })) => {
+                return Err(self.refuse(entry, floor, found));
+            }
+            Ok(Err(SegmentError::NotFound { .. })) if floor.is_some() => {
+                return Err(self.refuse(entry, floor.unwrap_or(0), None));
+            }
             Ok(Err(error)) if error.is_transient() => {
                 tracing::warn!(key = %entry.key, store = self.store.kind(), %error,
                     "segment lease failed");
@@ -818,7 +1019,22 @@ impl Inner {
             entry.shown().last_error = Some(error.to_string());
             return Err(error);
         }
+        // The store promised as much; a store that breaks it is refused too.
+        // (The floor as read before the fetch: a floor raised since, by a
+        // whole-segment lease that the store ordered after this one, says
+        // nothing against this segment.)
+        if let Some(floor) = floor
+            && grant.start() < floor
+        {
+            return Err(self.refuse(entry, floor, Some(grant.start())));
+        }
         let segment = IdRun::from_range(grant.start(), grant.max_id, grant.delta, grant.remainder)?;
+        // Persist, then issue: the floor covers the segment before any of
+        // its IDs can leave. A failure loses this segment, never repeats it.
+        if let Err(error) = self.persist_floor(&entry.key, grant.max_id).await {
+            tracing::error!(key = %entry.key, %error, "segment floor not written");
+            return Err(self.lease_failed(entry, error.to_string()));
+        }
         entry.buffer.install(segment)?;
         lock(&entry.retry_at).take();
         loader.last_end = Some(grant.max_id);
@@ -837,8 +1053,51 @@ impl Inner {
 
     /// A lease the store failed: callers back off from it for the retry hint.
     fn lease_failed(&self, entry: &KeyEntry, reason: String) -> SegmentError {
-        *lock(&entry.retry_at) = Some(tokio::time::Instant::now() + self.config.retry_after);
+        *lock(&entry.retry_at) =
+            Some((tokio::time::Instant::now() + self.config.retry_after, None));
         self.unavailable(entry, reason)
+    }
+
+    /// A lease refused because the store is below the key's floor: callers
+    /// get the refusal at once for the retry hint, then the store is asked
+    /// again (at or above the floor, so a refused lease never moves it).
+    fn refuse(&self, entry: &KeyEntry, floor: u64, found: Option<u64>) -> SegmentError {
+        let error = self.below_floor(&entry.key, floor, found);
+        tracing::error!(key = %entry.key, %error, "segment lease refused");
+        *lock(&entry.retry_at) = Some((
+            tokio::time::Instant::now() + self.config.retry_after,
+            Some(BelowFloor { floor, found }),
+        ));
+        entry.shown().last_error = Some(error.to_string());
+        error
+    }
+
+    fn below_floor(&self, key: &str, floor: u64, found: Option<u64>) -> SegmentError {
+        SegmentError::KeyBelowFloor {
+            store: self.store.kind(),
+            key: key.to_owned(),
+            floor,
+            found,
+        }
+    }
+
+    /// `key`'s floor, when this node keeps floors and issued from it.
+    fn floor_of(&self, key: &str) -> Option<u64> {
+        self.floors.as_ref().and_then(|f| f.floor(key))
+    }
+
+    /// Raises `key`'s floor to `floor` in the floor file (on a blocking
+    /// thread: one write and fsync), when the allocator keeps one and the
+    /// floor is below.
+    async fn persist_floor(&self, key: &str, floor: u64) -> Result<()> {
+        let Some(floors) = &self.floors else {
+            return Ok(());
+        };
+        if floors.floor(key).is_some_and(|have| have >= floor) {
+            return Ok(());
+        }
+        let (floors, key) = (floors.clone(), key.to_owned());
+        blocking(move || floors.raise(&key, floor)).await
     }
 
     fn unavailable(&self, entry: &KeyEntry, reason: String) -> SegmentError {
@@ -878,6 +1137,17 @@ impl Inner {
         }
     }
 
+    /// The error for a key the store does not have: "not found", or a
+    /// refusal when this node issued from it (the store forgot it).
+    fn missing(&self, key: &str) -> SegmentError {
+        match self.floor_of(key) {
+            Some(floor) => self.below_floor(key, floor, None),
+            None => SegmentError::NotFound {
+                key: key.to_owned(),
+            },
+        }
+    }
+
     /// The key's entry, looking the key up in the store on first use.
     async fn entry(&self, key: &str) -> Result<Arc<KeyEntry>> {
         if let Some(entry) = self.keys.load().get(key) {
@@ -888,9 +1158,7 @@ impl Inner {
             let mut misses = lock(&self.misses);
             match misses.get(key) {
                 Some(until) if *until > Instant::now() => {
-                    return Err(SegmentError::NotFound {
-                        key: key.to_owned(),
-                    });
+                    return Err(self.missing(key));
                 }
                 Some(_) => {
                     misses.remove(key);
@@ -912,9 +1180,7 @@ impl Inner {
                 }
             }
             misses.insert(key.to_owned(), Instant::now() + self.config.miss_ttl);
-            return Err(SegmentError::NotFound {
-                key: key.to_owned(),
-            });
+            return Err(self.missing(key));
         };
         let _insert = lock(&self.insert);
         if let Some(entry) = self.keys.load().get(key) {
@@ -953,11 +1219,12 @@ impl KeyEntry {
     }
 
     /// How long callers must still wait before trying the store again after
-    /// a failed lease; `None` when they may try now.
-    fn backing_off(&self) -> Option<Duration> {
-        let retry_at = (*lock(&self.retry_at))?;
+    /// a failed or refused lease, and the refusal; `None` when they may try
+    /// now.
+    fn backing_off(&self) -> Option<(Duration, Option<BelowFloor>)> {
+        let (retry_at, refused) = (*lock(&self.retry_at))?;
         let left = retry_at.saturating_duration_since(tokio::time::Instant::now());
-        (!left.is_zero()).then_some(left)
+        (!left.is_zero()).then_some((left, refused))
     }
 
     fn shown(&self) -> std::sync::MutexGuard<'_, Shown> {
@@ -981,6 +1248,18 @@ impl KeyEntry {
             last_error: shown.last_error,
             stored: None,
         }
+    }
+}
+
+/// Runs blocking file I/O (a floor write) on a blocking thread.
+async fn blocking(work: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(e) => Err(SegmentError::FloorFile {
+            path: crate::floor::FLOOR_FILE_NAME.to_owned(),
+            operation: "write",
+            message: format!("the writing thread failed: {e}"),
+        }),
     }
 }
 

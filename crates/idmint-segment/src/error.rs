@@ -94,6 +94,69 @@ pub enum SegmentError {
         previous_end: u64,
     },
 
+    /// The store holds less for a key than this node has issued from it: the
+    /// key is missing, or its next segment would start below the node's floor
+    /// (the end of the highest segment it leased, kept in its floor file).
+    /// The store was reset or restored from an older backup; issuing would
+    /// repeat IDs, so nothing is issued or created, and the store is left as
+    /// it was.
+    #[error(
+        "key {key:?} is below this node's floor in the {store} store: {}, but this node \
+         may have issued IDs up to {} (floor {floor}); nothing was issued. The store was reset or \
+         restored: raise the key above every ID issued (for a segment key: idmint segment raise \
+         {key} --above {})",
+        found_text(*.found),
+        .floor.saturating_sub(1),
+        .floor.saturating_sub(1)
+    )]
+    KeyBelowFloor {
+        /// The store kind.
+        store: &'static str,
+        /// The key.
+        key: String,
+        /// This node's floor: every ID it issued from the key is below it.
+        floor: u64,
+        /// Where the store would issue from next (its `max_id`, or the start
+        /// of the segment it offered); `None` when it has no such key.
+        found: Option<u64>,
+    },
+
+    /// The store's epoch marker is missing or is not the one this node
+    /// remembers, while the node's floor file names keys it issued: the store
+    /// was reset (or is another store). Nothing is issued or created.
+    #[error(
+        "the {store} store was reset: its epoch marker is {}, but this node {}issued \
+         from {}; nothing was issued or created. Raise each key above every ID issued (for \
+         segment keys: idmint segment raise KEY --above N, with this node's data directory, \
+         which also adopts the store's epoch)",
+        .found.as_deref().map_or_else(|| "missing".to_owned(), |e| format!("{e:?}")),
+        .remembered.as_deref().map_or_else(String::new, |e| format!("remembers epoch {e:?} and ")),
+        floors_text(.floors)
+    )]
+    StoreReset {
+        /// The store kind.
+        store: &'static str,
+        /// The epoch this node remembers (its floor file's); `None` when it
+        /// remembers keys only.
+        remembered: Option<String>,
+        /// The store's epoch now; `None` when it has none.
+        found: Option<String>,
+        /// The keys this node issued from, with their floors.
+        floors: Vec<(String, u64)>,
+    },
+
+    /// This node's floor file (in its data directory) can't be opened, read
+    /// or written.
+    #[error("segment floor file {path}: {operation} failed: {message}")]
+    FloorFile {
+        /// The file.
+        path: String,
+        /// What was being done.
+        operation: &'static str,
+        /// Why, naming the offending value.
+        message: String,
+    },
+
     /// A store or Redis call did not answer in time.
     #[error("{store} store: {operation} timed out after {after:?}")]
     Timeout {
@@ -156,6 +219,9 @@ impl SegmentError {
             SegmentError::Unavailable { .. } => "unavailable",
             SegmentError::Exhausted { .. } => "key_exhausted",
             SegmentError::StoreWentBackwards { .. } => "store_went_backwards",
+            SegmentError::KeyBelowFloor { .. } => "key_below_floor",
+            SegmentError::StoreReset { .. } => "store_reset",
+            SegmentError::FloorFile { .. } => "floor_file_error",
             SegmentError::Timeout { .. } => "store_timeout",
             SegmentError::Backend { .. } => "store_error",
             SegmentError::SerialOverflow { .. } => "serial_overflow",
@@ -197,4 +263,29 @@ impl SegmentError {
             _ => None,
         }
     }
+}
+
+/// What a store holds for a key, for [`SegmentError::KeyBelowFloor`].
+fn found_text(found: Option<u64>) -> String {
+    match found {
+        Some(next) => format!("it would issue from {next}"),
+        None => "it has no such key".to_owned(),
+    }
+}
+
+/// The first few keys and floors, for [`SegmentError::StoreReset`].
+fn floors_text(floors: &[(String, u64)]) -> String {
+    const SHOWN: usize = 5;
+    let mut text: Vec<String> = floors
+        .iter()
+        .take(SHOWN)
+        .map(|(key, floor)| format!("{key:?} (floor {floor})"))
+        .collect();
+    if floors.len() > SHOWN {
+        text.push(format!("{} more", floors.len() - SHOWN));
+    }
+    if text.is_empty() {
+        return "no key".to_owned();
+    }
+    text.join(", ")
 }

@@ -8,6 +8,9 @@
 //!   `idmint-core`) filled in the background, with Leaf's dynamic step, Tinyid's
 //!   `delta`/`remainder`, batches that span segments, and typed errors instead
 //!   of Leaf's `-1`/`-2`/`-3`.
+//! - [`FloorFile`]: what a node issued from each key and the store's
+//!   [`StoreEpoch`], kept in its data directory, so a store that was reset
+//!   or restored from an older backup is refused instead of repeating IDs.
 //! - [`redis`]: `INCRBY` counters with per-node offset and step, a Redis-side
 //!   snowflake, and daily serials.
 
@@ -15,14 +18,18 @@
 
 mod allocator;
 mod error;
+mod floor;
 mod memory;
+mod recover;
 pub mod redis;
 pub mod sql;
 mod store;
 
 pub use allocator::{KeyStatus, PreloaderGuard, SegmentAllocator, SegmentConfig, SegmentKey};
 pub use error::{Result, SegmentError};
+pub use floor::{FLOOR_FILE_NAME, FloorFile, FloorRecord, StoreEpoch};
 pub use memory::MemoryStore;
+pub use recover::{Raised, StillBelow, raise_key};
 pub use store::{KeyInfo, MAX_ID, MAX_KEY_LEN, NewKey, SegmentGrant, SegmentStore, validate_key};
 
 /// The README's Rust examples, run as doctests so they can't rot (here, the

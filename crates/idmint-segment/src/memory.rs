@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 
 use crate::error::{Result, SegmentError};
+use crate::floor::StoreEpoch;
 use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore};
 
 /// Segment keys in the process's memory: for tests and single processes;
@@ -30,7 +31,13 @@ use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore};
 /// ```
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    keys: Mutex<BTreeMap<String, KeyInfo>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    keys: BTreeMap<String, KeyInfo>,
+    epoch: Option<StoreEpoch>,
 }
 
 impl MemoryStore {
@@ -39,9 +46,41 @@ impl MemoryStore {
         MemoryStore::default()
     }
 
-    fn keys(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, KeyInfo>> {
-        // Every critical section leaves the map consistent before it could panic.
-        self.keys.lock().unwrap_or_else(|p| p.into_inner())
+    /// Forgets every key and the epoch marker, as a Redis without persistence
+    /// does when it restarts (for tests of what follows).
+    pub fn reset(&self) {
+        *self.state() = State::default();
+    }
+
+    /// Sets `key`'s `max_id` (for tests: a store restored from an older
+    /// backup); `false` when there is no such key.
+    pub fn set_max_id(&self, key: &str, max_id: u64) -> bool {
+        match self.state().keys.get_mut(key) {
+            Some(row) => {
+                row.max_id = max_id;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every critical section leaves the state consistent before it could panic.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn insert(keys: &mut BTreeMap<String, KeyInfo>, key: &NewKey) -> KeyInfo {
+        let info = KeyInfo {
+            key: key.key().to_owned(),
+            max_id: key.start(),
+            step: key.step(),
+            delta: key.delta(),
+            remainder: key.remainder(),
+            description: key.description().to_owned(),
+            updated: Some(Timestamp::now()),
+        };
+        keys.insert(info.key.clone(), info.clone());
+        info
     }
 }
 
@@ -51,11 +90,22 @@ impl SegmentStore for MemoryStore {
         "memory"
     }
 
-    async fn fetch(&self, key: &str, step: Option<u64>) -> Result<SegmentGrant> {
-        let mut keys = self.keys();
-        let row = keys.get_mut(key).ok_or_else(|| SegmentError::NotFound {
-            key: key.to_owned(),
-        })?;
+    async fn fetch_above(&self, key: &str, step: Option<u64>, floor: u64) -> Result<SegmentGrant> {
+        let mut state = self.state();
+        let row = state
+            .keys
+            .get_mut(key)
+            .ok_or_else(|| SegmentError::NotFound {
+                key: key.to_owned(),
+            })?;
+        if row.max_id < floor {
+            return Err(SegmentError::KeyBelowFloor {
+                store: "memory",
+                key: key.to_owned(),
+                floor,
+                found: Some(row.max_id),
+            });
+        }
         let step = step.unwrap_or(row.step);
         let max_id = row
             .max_id
@@ -77,31 +127,54 @@ impl SegmentStore for MemoryStore {
     }
 
     async fn describe(&self, key: &str) -> Result<Option<KeyInfo>> {
-        Ok(self.keys().get(key).cloned())
+        Ok(self.state().keys.get(key).cloned())
     }
 
     async fn create(&self, key: &NewKey) -> Result<KeyInfo> {
         key.validate()?;
-        let mut keys = self.keys();
-        if keys.contains_key(key.key()) {
+        let mut state = self.state();
+        if state.keys.contains_key(key.key()) {
             return Err(SegmentError::KeyExists {
                 key: key.key().to_owned(),
             });
         }
-        let info = KeyInfo {
-            key: key.key().to_owned(),
-            max_id: key.start(),
-            step: key.step(),
-            delta: key.delta(),
-            remainder: key.remainder(),
-            description: key.description().to_owned(),
-            updated: Some(Timestamp::now()),
-        };
-        keys.insert(info.key.clone(), info.clone());
-        Ok(info)
+        Ok(MemoryStore::insert(&mut state.keys, key))
     }
 
     async fn list(&self) -> Result<Vec<KeyInfo>> {
-        Ok(self.keys().values().cloned().collect())
+        Ok(self.state().keys.values().cloned().collect())
+    }
+
+    async fn raise(&self, key: &NewKey) -> Result<KeyInfo> {
+        let mut state = self.state();
+        match state.keys.get_mut(key.key()) {
+            Some(row) => {
+                if row.max_id < key.start() {
+                    row.max_id = key.start();
+                    row.updated = Some(Timestamp::now());
+                }
+                Ok(row.clone())
+            }
+            None => {
+                key.validate()?;
+                Ok(MemoryStore::insert(&mut state.keys, key))
+            }
+        }
+    }
+
+    fn keeps_epoch(&self) -> bool {
+        true
+    }
+
+    async fn epoch(&self) -> Result<Option<StoreEpoch>> {
+        Ok(self.state().epoch.clone())
+    }
+
+    async fn init_epoch(&self, epoch: &StoreEpoch) -> Result<StoreEpoch> {
+        Ok(self
+            .state()
+            .epoch
+            .get_or_insert_with(|| epoch.clone())
+            .clone())
     }
 }

@@ -25,10 +25,10 @@
 //!
 //! | strategy | keys |
 //! |---|---|
-//! | counter | `{prefix}counter:{key}:{node}`: the last ID node `node` issued for `key` |
-//! | segment store | `{prefix}segment:{key}`: a hash (`max_id`, `step`, `delta`, `remainder`, `description`, `updated`); `{prefix}segments`: the set of key names |
+//! | counter | `{prefix}counter:{key}:{node}`: the last ID node `node` issued for `key`; `{prefix}counter:epoch`: the counters' epoch marker |
+//! | segment store | `{prefix}segment:{key}`: a hash (`max_id`, `step`, `delta`, `remainder`, `description`, `updated`); `{prefix}segments`: the set of key names; `{prefix}segments:epoch`: the store's epoch marker |
 //! | snowflake | `{prefix}snowflake:{node}:last`: the last tick the node issued in (never expires); `{prefix}snowflake:{node}:tick:{tick}`: the tick's sequence counter (expires a second after the tick) |
-//! | daily serial | `{prefix}serial:{key}:{YYYYMMDD}`: the day's counter (expires after the configured TTL) |
+//! | daily serial | `{prefix}serial:{key}:{YYYYMMDD}`: the day's counter (expires after the configured TTL); `{prefix}serial:epoch`: the serials' epoch marker |
 //!
 //! # Scripts, and why each is atomic
 //!
@@ -46,11 +46,18 @@
 //!   and then write, which needs script effects replication (the default since
 //!   Redis 5; the scripts ask for it on older servers).
 //! - **IDs are as durable as Redis.** Counters, segment rows, the snowflake's
-//!   last tick and the serials' day counters are the only record of what was
-//!   issued: a Redis restart without persistence, or a failover to a replica
-//!   that missed the last writes, can issue IDs again. Run Redis with
-//!   `appendonly yes` (`appendfsync always` for strict guarantees) on a single
-//!   primary where duplicates must never happen.
+//!   last tick and the serials' day counters are the only record in Redis of
+//!   what was issued: run Redis with `appendonly yes` and `appendfsync
+//!   always` on a single primary where duplicates must never happen. A Redis
+//!   that forgets anyway (restarted without persistence, failed over to a
+//!   replica that missed the last writes) is detected where the client can
+//!   tell: each store and strategy keeps an epoch marker beside its keys,
+//!   written once, and the segment allocator (with its floor file), the
+//!   counter and the daily serial (with what they remember) refuse a Redis
+//!   whose marker is gone or whose counters fell below what they handed out
+//!   ([`SegmentError::StoreReset`], [`SegmentError::KeyBelowFloor`]), instead
+//!   of counting again from the start. A client with no memory (a new
+//!   process that was handed none) can't tell.
 //! - **Not for Redis Cluster.** The snowflake and serial scripts build key names
 //!   from the time they read, instead of declaring them, which Redis Cluster
 //!   does not support.
@@ -65,7 +72,7 @@ use std::time::Duration;
 
 pub use conn::RedisConnection;
 pub use counter::{RedisCounter, RedisCounterConfig};
-pub use serial::{DailySerial, DailySerialConfig, Serial, SerialBatch};
+pub use serial::{DailySerial, DailySerialConfig, Serial, SerialBatch, SerialMemory};
 pub use snowflake::{RedisSnowflake, RedisSnowflakeConfig};
 pub use store::{RedisSegmentStore, RedisStoreConfig};
 

@@ -118,6 +118,7 @@ use jiff::Timestamp;
 use self::statements::{LEAF_COLUMNS, Statements};
 pub use self::tinyid::TinyidToken;
 use crate::error::{Result, SegmentError};
+use crate::floor::StoreEpoch;
 use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore};
 
 /// Which table layout a [`SqlSegmentStore`] uses; see the [module docs](self).
@@ -484,18 +485,23 @@ impl SqlSegmentStore {
         &self,
         key: &str,
         step: Option<i64>,
+        floor: i64,
     ) -> std::result::Result<Option<GrantRow>, sqlx::Error> {
         // The statement with its binds, for `query` or `query_as` alike: the
-        // key's own step or the given one, and the cap that keeps `max_id` at
-        // or below MAX_ID.
+        // key's own step or the given one, the floor, and the cap that keeps
+        // `max_id` at or below MAX_ID.
         macro_rules! fetch_query {
             ($query:path) => {
                 match step {
                     Some(step) => $query(&self.sql.fetch_given)
                         .bind(step)
                         .bind(key)
+                        .bind(floor)
                         .bind(MAX_ID as i64 - step),
-                    None => $query(&self.sql.fetch_own).bind(key).bind(MAX_ID as i64),
+                    None => $query(&self.sql.fetch_own)
+                        .bind(key)
+                        .bind(floor)
+                        .bind(MAX_ID as i64),
                 }
             };
         }
@@ -617,6 +623,18 @@ impl SqlSegmentStore {
         })
     }
 
+    fn parse_epoch(&self, text: &str) -> Result<StoreEpoch> {
+        text.parse().map_err(|e| SegmentError::Backend {
+            store: self.kind(),
+            operation: "read epoch",
+            message: format!(
+                "the epoch of table {} in {} is {text:?}: {e}",
+                self.table,
+                statements::EPOCH_TABLE
+            ),
+        })
+    }
+
     fn bad_row(&self, key: &str, what: String) -> SegmentError {
         SegmentError::Backend {
             store: self.kind(),
@@ -644,8 +662,10 @@ impl SegmentStore for SqlSegmentStore {
         self.dialect.name()
     }
 
-    async fn fetch(&self, key: &str, step: Option<u64>) -> Result<SegmentGrant> {
+    async fn fetch_above(&self, key: &str, step: Option<u64>, floor: u64) -> Result<SegmentGrant> {
         const OP: &str = "fetch";
+        // Every max_id is at most MAX_ID: a larger floor is as good as it.
+        let floor_i = floor.min(MAX_ID) as i64;
         let given = match step {
             None => None,
             Some(s) if (1..=MAX_ID).contains(&s) => Some(s as i64),
@@ -657,7 +677,7 @@ impl SegmentStore for SqlSegmentStore {
             }
         };
         if self.schema == TableSchema::Tinyid {
-            return self.fetch_tinyid(key, given).await;
+            return self.fetch_tinyid(key, given, floor).await;
         }
         // A row that changes between the refused update and the read below
         // (someone lowered max_id by hand) gets a few more tries.
@@ -665,13 +685,14 @@ impl SegmentStore for SqlSegmentStore {
         loop {
             let row = self
                 .retry
-                .run(|| self.try_fetch(key, given))
+                .run(|| self.try_fetch(key, given, floor_i))
                 .await
                 .map_err(self.backend(OP))?;
             if let Some(row) = row {
                 return self.grant(key, given, row);
             }
-            // Nothing was updated: unknown key, or the step does not fit.
+            // Nothing was updated: unknown key, below the floor, or the step
+            // does not fit.
             let current = self
                 .retry
                 .run(|| self.read_grant_row(key))
@@ -688,6 +709,14 @@ impl SegmentStore for SqlSegmentStore {
             }
             if max_id < 0 {
                 return Err(self.bad_row(key, format!("max_id {max_id} is negative")));
+            }
+            if max_id < floor_i {
+                return Err(SegmentError::KeyBelowFloor {
+                    store: self.kind(),
+                    key: key.to_owned(),
+                    floor,
+                    found: Some(max_id as u64),
+                });
             }
             if max_id > MAX_ID as i64 - step {
                 return Err(SegmentError::Exhausted {
@@ -765,6 +794,107 @@ impl SegmentStore for SqlSegmentStore {
         }
         let row = self.insert_key(key, &self.sql.insert, &binds).await?;
         self.key_info(row)
+    }
+
+    async fn raise(&self, key: &NewKey) -> Result<KeyInfo> {
+        key.validate()?;
+        if self.schema == TableSchema::Tinyid {
+            let row = self.raise_tinyid(key).await?;
+            return self.key_info(row);
+        }
+        // validate() bounds the start by MAX_ID: the cast is exact.
+        let target = key.start() as i64;
+        // A raise that finds no row creates one; one that loses that race to
+        // another create (or finds the row another process just made) raises
+        // that row. `max_id` only grows, so this ends.
+        for _ in 0..5 {
+            self.retry
+                .run(|| async {
+                    on_pool!(self.db.pool(), p => {
+                        sqlx::query(&self.sql.raise)
+                            .bind(target)
+                            .bind(key.key())
+                            .bind(target)
+                            .execute(p)
+                            .await
+                            .map(|_| ())
+                    })
+                })
+                .await
+                .map_err(self.backend("raise"))?;
+            match self.describe(key.key()).await? {
+                Some(info) if info.max_id >= key.start() => return Ok(info),
+                // Created by another process after our update found nothing:
+                // raise that row.
+                Some(_) => continue,
+                None => {}
+            }
+            match self.create(key).await {
+                Err(SegmentError::KeyExists { .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(SegmentError::Backend {
+            store: self.kind(),
+            operation: "raise",
+            message: format!(
+                "the row of key {:?} keeps appearing and disappearing",
+                key.key()
+            ),
+        })
+    }
+
+    fn keeps_epoch(&self) -> bool {
+        self.schema == TableSchema::Idmint
+    }
+
+    async fn epoch(&self) -> Result<Option<StoreEpoch>> {
+        if !self.keeps_epoch() {
+            return Ok(None);
+        }
+        let text: Option<String> = self
+            .retry
+            .run(|| async {
+                on_pool!(self.db.pool(), p => {
+                    sqlx::query_scalar(&self.sql.epoch_read)
+                        .bind(self.table.as_str())
+                        .fetch_optional(p)
+                        .await
+                })
+            })
+            .await
+            .map_err(self.backend("read epoch"))?;
+        text.map(|t| self.parse_epoch(&t)).transpose()
+    }
+
+    async fn init_epoch(&self, epoch: &StoreEpoch) -> Result<StoreEpoch> {
+        if !self.keeps_epoch() {
+            return Err(SegmentError::Config(format!(
+                "the {:?} schema keeps no epoch marker",
+                self.schema
+            )));
+        }
+        self.retry
+            .run(|| async {
+                on_pool!(self.db.pool(), p => {
+                    sqlx::query(&self.sql.epoch_init)
+                        .bind(self.table.as_str())
+                        .bind(epoch.as_str())
+                        .execute(p)
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .await
+            .map_err(self.backend("write epoch"))?;
+        self.epoch().await?.ok_or_else(|| SegmentError::Backend {
+            store: self.kind(),
+            operation: "write epoch",
+            message: format!(
+                "the epoch of table {} is missing right after it was written",
+                self.table
+            ),
+        })
     }
 
     async fn list(&self) -> Result<Vec<KeyInfo>> {

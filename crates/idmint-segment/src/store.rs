@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 
 use crate::error::{Result, SegmentError};
+use crate::floor::StoreEpoch;
 
 /// The longest key name, as Leaf's `biz_tag varchar(128)`.
 pub const MAX_KEY_LEN: usize = 128;
@@ -231,11 +232,16 @@ impl SegmentGrant {
 /// Where segment keys live.
 ///
 /// # Contract
-/// - [`SegmentStore::fetch`] is atomic across every process sharing the store:
-///   two fetches of one key never return overlapping ranges, and each returns a
-///   range above every range returned before it.
+/// - [`SegmentStore::fetch_above`] is atomic across every process sharing the
+///   store: two fetches of one key never return overlapping ranges, and each
+///   returns a range above every range returned before it. A fetch refused
+///   for its floor changes nothing.
 /// - A key created by [`SegmentStore::create`] (or by hand in the table) is
 ///   visible to the next [`SegmentStore::describe`] and `fetch`, in any process.
+/// - [`SegmentStore::raise`] never lowers a key.
+/// - A store that keeps an epoch marker ([`SegmentStore::keeps_epoch`]) writes
+///   it only through [`SegmentStore::init_epoch`], once: a marker that is
+///   missing or different later means the store was reset.
 /// - Calls may hang when the backend does; the allocator bounds them.
 #[async_trait]
 pub trait SegmentStore: Send + Sync + fmt::Debug + 'static {
@@ -244,13 +250,26 @@ pub trait SegmentStore: Send + Sync + fmt::Debug + 'static {
     fn kind(&self) -> &'static str;
 
     /// Leases the key's next segment: `max_id += step` (the given step, else
-    /// the key's own) in one atomic step, returning the new row.
+    /// the key's own) in one atomic step, returning the new row. The same as
+    /// [`SegmentStore::fetch_above`] with a floor of 0.
+    ///
+    /// # Errors
+    /// As [`SegmentStore::fetch_above`].
+    async fn fetch(&self, key: &str, step: Option<u64>) -> Result<SegmentGrant> {
+        self.fetch_above(key, step, 0).await
+    }
+
+    /// Leases the key's next segment, as [`SegmentStore::fetch`], only when
+    /// the key's `max_id` is at least `floor`, so the segment starts at or
+    /// above it; else changes nothing. The check and the lease are one
+    /// atomic step.
     ///
     /// # Errors
     /// [`SegmentError::NotFound`] when the key has no row,
+    /// [`SegmentError::KeyBelowFloor`] when its `max_id` is below `floor`,
     /// [`SegmentError::Exhausted`] when `max_id + step` would pass 2^63 − 1,
     /// [`SegmentError::Backend`] when the store fails.
-    async fn fetch(&self, key: &str, step: Option<u64>) -> Result<SegmentGrant>;
+    async fn fetch_above(&self, key: &str, step: Option<u64>, floor: u64) -> Result<SegmentGrant>;
 
     /// The key's row, or `None`.
     ///
@@ -270,4 +289,53 @@ pub trait SegmentStore: Send + Sync + fmt::Debug + 'static {
     /// # Errors
     /// [`SegmentError::Backend`] when the store fails.
     async fn list(&self) -> Result<Vec<KeyInfo>>;
+
+    /// Raises a key so that its next segment starts at `key.start()` or
+    /// above: a missing key is created as `key` describes it; an existing
+    /// one's `max_id` becomes `key.start()` when it is below, and is left
+    /// alone otherwise (never lowered). Atomic against concurrent fetches.
+    /// Returns the row afterwards. The operator's fix after a reset or a
+    /// restore (`idmint segment raise`).
+    ///
+    /// # Errors
+    /// The validation errors of [`NewKey::validate`] (for a key to create),
+    /// [`SegmentError::Backend`] when the store fails.
+    async fn raise(&self, key: &NewKey) -> Result<KeyInfo>;
+
+    /// Whether the store keeps an epoch marker; `false` for tables idmint
+    /// uses as their peers made them (Leaf's, Tinyid's), where it adds
+    /// nothing.
+    fn keeps_epoch(&self) -> bool;
+
+    /// The store's epoch marker: `None` when it has none (never initialised,
+    /// or reset since; always for a store that keeps none).
+    ///
+    /// # Errors
+    /// [`SegmentError::Backend`] when the store fails.
+    async fn epoch(&self) -> Result<Option<StoreEpoch>>;
+
+    /// Writes `epoch` as the store's marker unless it has one; returns the
+    /// marker in place afterwards (`epoch`, or the one another process wrote
+    /// first). Atomic: concurrent callers all get the same marker.
+    ///
+    /// # Errors
+    /// [`SegmentError::Config`] for a store that keeps no marker,
+    /// [`SegmentError::Backend`] when the store fails.
+    async fn init_epoch(&self, epoch: &StoreEpoch) -> Result<StoreEpoch>;
 }
+
+/// A Lua function for scripts of stores that keep numbers as text (Redis):
+/// `below(a, b)` is `a < b` for decimal integers, compared as text (Lua's
+/// numbers are doubles, exact only below 2^53); a leading `-` is below, and
+/// leading zeros don't count.
+pub(crate) const BELOW_LUA: &str = r"
+local function below(a, b)
+  local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
+  if na ~= nb then return na end
+  if na then a, b = string.sub(b, 2), string.sub(a, 2) end
+  a = string.gsub(a, '^0+', '')
+  b = string.gsub(b, '^0+', '')
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+";

@@ -24,7 +24,8 @@ use idmint_registry::{
 use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
 use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
 use idmint_segment::{
-    KeyInfo, NewKey, SegmentAllocator, SegmentConfig, SegmentGrant, SegmentStore,
+    FloorFile, KeyInfo, NewKey, SegmentAllocator, SegmentConfig, SegmentGrant, SegmentStore,
+    StoreEpoch,
 };
 use jiff::Timestamp;
 
@@ -329,38 +330,70 @@ pub(crate) async fn key_table(
     Ok(KeyTable::new(keys, undeclared))
 }
 
-/// The segment allocator on the configured store, and the store itself
-/// when it is Tinyid's table (for its tokens).
+/// The segment allocator on the configured store, keeping this node's
+/// floors in `server.data_dir` (the floor file, locked for as long as the
+/// allocator lives), and the store itself when it is Tinyid's table (for its
+/// tokens).
 pub(crate) async fn open_segments(
     config: &Config,
     metrics: Arc<Metrics>,
 ) -> Result<(SegmentAllocator, Option<Arc<SqlSegmentStore>>), ServerError> {
     let url = config.segment_url();
+    let data_dir = &config.server.data_dir;
+    let floors = FloorFile::open(data_dir).map_err(|source| ServerError::Segment {
+        what: format!(
+            "opening the floor file in server.data_dir {}",
+            data_dir.display()
+        ),
+        source,
+    })?;
+    let (store, tinyid) = connect_store(config).await?;
+    tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
+    let allocator =
+        SegmentAllocator::from_shared(CountingStore::wrap(store, metrics), segment_config(config))
+            .and_then(|a| a.with_floors(Arc::new(floors)))
+            .map_err(|source| ServerError::Segment {
+                what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
+                source,
+            })?;
+    Ok((allocator, tinyid))
+}
+
+/// Connects to the configured segment store (migrating idmint's table), as
+/// the server does at start, for the command line's operator commands
+/// (`idmint segment raise`).
+///
+/// # Errors
+/// [`ServerError::Segment`] naming `segment.url` (password hidden).
+pub async fn open_segment_store(config: &Config) -> Result<Arc<dyn SegmentStore>, ServerError> {
+    Ok(connect_store(config).await?.0)
+}
+
+/// The configured store, and the same store typed when it is Tinyid's table.
+async fn connect_store(
+    config: &Config,
+) -> Result<(Arc<dyn SegmentStore>, Option<Arc<SqlSegmentStore>>), ServerError> {
+    let url = config.segment_url();
     let fail = |source| ServerError::Segment {
         what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
         source,
     };
-    let mut tinyid = None;
-    let store: Arc<dyn SegmentStore> = match store_settings(config) {
-        StoreSettings::Redis { url, config } => Arc::new(
-            RedisSegmentStore::connect(&url, config)
-                .await
-                .map_err(fail)?,
+    Ok(match store_settings(config) {
+        StoreSettings::Redis { url, config } => (
+            Arc::new(
+                RedisSegmentStore::connect(&url, config)
+                    .await
+                    .map_err(fail)?,
+            ),
+            None,
         ),
         StoreSettings::Sql(sql_config) => {
             let schema = sql_config.schema();
             let store = Arc::new(SqlSegmentStore::connect(sql_config).await.map_err(fail)?);
-            if schema == TableSchema::Tinyid {
-                tinyid = Some(store.clone());
-            }
-            store
+            let tinyid = (schema == TableSchema::Tinyid).then(|| store.clone());
+            (store, tinyid)
         }
-    };
-    tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
-    let allocator =
-        SegmentAllocator::from_shared(CountingStore::wrap(store, metrics), segment_config(config))
-            .map_err(fail)?;
-    Ok((allocator, tinyid))
+    })
 }
 
 /// Counts a call as failed unless it is disarmed: a call dropped before it
@@ -503,10 +536,15 @@ impl SegmentStore for CountingStore {
         self.inner.kind()
     }
 
-    async fn fetch(&self, key: &str, step: Option<u64>) -> SegmentResult<SegmentGrant> {
+    async fn fetch_above(
+        &self,
+        key: &str,
+        step: Option<u64>,
+        floor: u64,
+    ) -> SegmentResult<SegmentGrant> {
         let store = self.inner.kind();
         let guard = FailureGuard::new(|| self.metrics.lease_failure(store, key));
-        guard.finish(self.inner.fetch(key, step).await)
+        guard.finish(self.inner.fetch_above(key, step, floor).await)
     }
 
     async fn describe(&self, key: &str) -> SegmentResult<Option<KeyInfo>> {
@@ -519,6 +557,22 @@ impl SegmentStore for CountingStore {
 
     async fn list(&self) -> SegmentResult<Vec<KeyInfo>> {
         self.inner.list().await
+    }
+
+    async fn raise(&self, key: &NewKey) -> SegmentResult<KeyInfo> {
+        self.inner.raise(key).await
+    }
+
+    fn keeps_epoch(&self) -> bool {
+        self.inner.keeps_epoch()
+    }
+
+    async fn epoch(&self) -> SegmentResult<Option<StoreEpoch>> {
+        self.inner.epoch().await
+    }
+
+    async fn init_epoch(&self, epoch: &StoreEpoch) -> SegmentResult<StoreEpoch> {
+        self.inner.init_epoch(epoch).await
     }
 }
 

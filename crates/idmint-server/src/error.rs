@@ -184,6 +184,12 @@ impl From<SegmentError> for IssueError {
             SegmentError::KeyExists { .. } => {
                 IssueError::new(ErrorClass::Conflict, code, e.to_string())
             }
+            // The store forgot what this node issued: no ID until an
+            // operator raises the key. Another node may still serve; a
+            // retry here sooner than a few seconds only adds load.
+            SegmentError::KeyBelowFloor { .. } | SegmentError::StoreReset { .. } => {
+                IssueError::unavailable(code, e.to_string(), Duration::from_secs(5))
+            }
             _ if e.is_bad_input() => IssueError::bad_input(code, e.to_string()),
             _ if e.is_transient() => IssueError::unavailable(
                 code,

@@ -60,6 +60,7 @@ mod status;
 mod tls;
 mod tokens;
 
+pub use backends::open_segment_store;
 pub use config::{Config, ConfigError};
 pub use durability::{DurabilityWarning, coordinator_warnings};
 pub use error::ServerError;

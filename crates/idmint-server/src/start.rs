@@ -617,8 +617,10 @@ struct Segments {
 }
 
 /// Opens the segment store and allocator (failed leases counted in
-/// `metrics`), reads Tinyid's tokens when the store is Tinyid's table,
-/// creates the keys declared in `[segment.keys]`, and starts the preloader.
+/// `metrics`, floors in the data directory), reads Tinyid's tokens when the
+/// store is Tinyid's table, checks the store against this node's floors
+/// (refusing a store that was reset or restored behind them), creates the
+/// keys declared in `[segment.keys]`, and starts the preloader.
 async fn start_segments(config: &Config, metrics: &Arc<Metrics>) -> Result<Segments, ServerError> {
     let (segments, tinyid_store) = open_segments(config, metrics.clone()).await?;
     // Tinyid's tokens, read now (a missing table stops the start) and
@@ -642,6 +644,20 @@ async fn start_segments(config: &Config, metrics: &Arc<Metrics>) -> Result<Segme
         }
         None => (None, None),
     };
+    // Before anything is created: a store that forgot what this node issued
+    // (reset, or restored from an older backup) stops the start here, and
+    // is left as it was.
+    let declared: Vec<String> = config.segment.keys.keys().cloned().collect();
+    if let Err(source) = segments.check_floors(&declared).await {
+        let floors = segments
+            .floors()
+            .map(|f| f.path().display().to_string())
+            .unwrap_or_default();
+        return Err(ServerError::Segment {
+            what: format!("checking the store against this node's floors in {floors}"),
+            source,
+        });
+    }
     for (name, key) in &config.segment.keys {
         match segments.create_key(key.new_key(name)).await {
             Ok(info) => tracing::info!(key = %name, step = info.step, "segment key created"),

@@ -10,6 +10,7 @@ mod generate;
 mod layout;
 mod obfuscate;
 mod reveal;
+mod segment;
 mod serve;
 
 use std::fmt;
@@ -53,6 +54,13 @@ enum Command {
     /// FILE` accepts (with the same IDMINT_… environment) and prints the
     /// resolved config, secrets hidden; idmint.example.toml lists every key.
     Config(config::ConfigArgs),
+    /// Operator commands on the server's segment store: `raise KEY --above N`
+    /// after the store was reset or restored from an older backup.
+    ///
+    /// Reads the store from --config as `idmint serve` does; with the node's
+    /// data directory (stopped), also renews what the node remembers, so it
+    /// can start again.
+    Segment(segment::SegmentArgs),
     /// Load a server (http://, resp://) or an in-process generator; print
     /// throughput and p50/p99/p99.9 latency, and check every ID is unique.
     ///
@@ -70,6 +78,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reveal(args) => reveal::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Config(args) => config::run(args),
+        Command::Segment(args) => segment::run(args),
         Command::Bench(args) => bench::run(args),
     }
 }

@@ -29,7 +29,7 @@ impl SegmentStore for FlakyStore {
         "flaky"
     }
 
-    async fn fetch(&self, key: &str, step: Option<u64>) -> Result<SegmentGrant> {
+    async fn fetch_above(&self, key: &str, step: Option<u64>, floor: u64) -> Result<SegmentGrant> {
         let delay = self.delay_ms.load(Ordering::Relaxed);
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -45,7 +45,7 @@ impl SegmentStore for FlakyStore {
             });
         }
         self.fetches.fetch_add(1, Ordering::Relaxed);
-        let mut grant = self.store.fetch(key, step).await?;
+        let mut grant = self.store.fetch_above(key, step, floor).await?;
         lock(&self.steps).push(grant.step);
         if let Some(max_id) = lock(&self.rewind_to).take() {
             grant.max_id = max_id;
@@ -73,6 +73,22 @@ impl SegmentStore for FlakyStore {
 
     async fn list(&self) -> Result<Vec<KeyInfo>> {
         self.store.list().await
+    }
+
+    async fn raise(&self, key: &NewKey) -> Result<KeyInfo> {
+        self.store.raise(key).await
+    }
+
+    fn keeps_epoch(&self) -> bool {
+        self.store.keeps_epoch()
+    }
+
+    async fn epoch(&self) -> Result<Option<StoreEpoch>> {
+        self.store.epoch().await
+    }
+
+    async fn init_epoch(&self, epoch: &StoreEpoch) -> Result<StoreEpoch> {
+        self.store.init_epoch(epoch).await
     }
 }
 
@@ -386,4 +402,277 @@ async fn many_tasks_never_share_an_id_and_each_sees_them_increase() {
             assert!(seen.insert(id), "ID {id} twice");
         }
     }
+}
+
+// ---- Floors: what this node issued, persisted ahead of use ----
+
+/// An allocator over `store` keeping its floors in `dir`.
+fn with_floors(store: Arc<FlakyStore>, dir: &std::path::Path) -> SegmentAllocator {
+    let clock = Arc::new(ManualClock::at_millis(1_795_219_200_000));
+    SegmentAllocator::with_clock(store, config(), clock)
+        .unwrap()
+        .with_floors(Arc::new(FloorFile::open(dir).unwrap()))
+        .unwrap()
+}
+
+/// The floors on disk, as a restarted node would read them.
+fn floors_on_disk(dir: &std::path::Path) -> crate::floor::FloorRecord {
+    let text = std::fs::read_to_string(dir.join(crate::floor::FLOOR_FILE_NAME)).unwrap();
+    crate::floor::FloorRecord::parse(&text).unwrap()
+}
+
+#[tokio::test]
+async fn every_id_is_below_a_floor_on_disk_before_it_is_handed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FlakyStore::default());
+    let allocator = with_floors(store.clone(), dir.path());
+    allocator.check_floors(&[]).await.unwrap();
+    allocator
+        .create_key(NewKey::new("order", 10))
+        .await
+        .unwrap();
+    let _preloader = allocator.spawn_preloader();
+    let mut writes = 0;
+    let mut last_floor = 0;
+    for _ in 0..300 {
+        let id = allocator.next_id("order").await.unwrap().get();
+        let floor = floors_on_disk(dir.path()).floor("order").unwrap();
+        assert!(id < floor, "ID {id} left with floor {floor} on disk");
+        if floor != last_floor {
+            writes += 1;
+            last_floor = floor;
+        }
+    }
+    let batch = allocator.next_ids("order", 5000).await.unwrap();
+    let floor = floors_on_disk(dir.path()).floor("order").unwrap();
+    assert!(batch.last().unwrap().get() < floor);
+    let leases = store.fetches.load(Ordering::Relaxed);
+    assert!(
+        writes <= leases && leases < 40,
+        "one write per lease at most, never per ID: {writes} writes, {leases} leases"
+    );
+    // The epoch the store got is the one remembered.
+    assert_eq!(
+        floors_on_disk(dir.path()).epoch,
+        store.epoch().await.unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_node_refuses_a_reset_store_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FlakyStore::default());
+    let declared = ["order".to_owned()];
+    let issued = {
+        let allocator = with_floors(store.clone(), dir.path());
+        allocator.check_floors(&declared).await.unwrap();
+        allocator
+            .create_key(NewKey::new("order", 100))
+            .await
+            .unwrap();
+        allocator.next_ids("order", 250).await.unwrap()
+    };
+    assert_eq!(issued.last().unwrap().get(), 250);
+    let floor = floors_on_disk(dir.path()).floor("order").unwrap();
+    assert!(floor > 250);
+
+    // Redis restarted without persistence: every key and the epoch are gone.
+    store.store.reset();
+    let allocator = with_floors(store.clone(), dir.path());
+    let error = allocator.check_floors(&declared).await.unwrap_err();
+    assert_eq!(error.code(), "store_reset", "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains("missing") && text.contains(&format!("\"order\" (floor {floor})")),
+        "{text}"
+    );
+    assert_eq!(store.epoch().await.unwrap(), None, "no epoch was written");
+    // Creating the key anew from 1 (what the server did at start) is refused.
+    let error = allocator
+        .create_key(NewKey::new("order", 100))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, SegmentError::KeyBelowFloor { floor: f, found: Some(1), .. } if f == floor),
+        "{error}"
+    );
+    assert!(
+        store.list().await.unwrap().is_empty(),
+        "nothing was created"
+    );
+    // The message tells the operator what to run.
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("idmint segment raise order --above {}", floor - 1)),
+        "{error}"
+    );
+    assert!(!error.is_transient() && !error.is_bad_input());
+    // Once the key is back above the floor, creating it is "exists", as
+    // for any key (what a server's start expects of its declared keys).
+    store
+        .raise(&NewKey::new("order", 100).with_start(floor))
+        .await
+        .unwrap();
+    let exists = allocator
+        .create_key(NewKey::new("order", 100))
+        .await
+        .unwrap_err();
+    assert_eq!(exists.code(), "key_exists", "{exists}");
+}
+
+#[tokio::test]
+async fn a_store_restored_behind_is_refused_while_running_until_raised() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FlakyStore::default());
+    let allocator = with_floors(store.clone(), dir.path());
+    allocator.check_floors(&[]).await.unwrap();
+    allocator.create_key(NewKey::new("k", 10)).await.unwrap();
+    let mut issued: Vec<u64> = ids(&allocator.next_ids("k", 95).await.unwrap());
+    let floor = floors_on_disk(dir.path()).floor("k").unwrap();
+
+    // Restored from a backup taken when max_id was 31: the buffer is served
+    // out, then the next lease is refused and the store left as it was.
+    assert!(store.store.set_max_id("k", 31));
+    let error = loop {
+        match allocator.next_id("k").await {
+            Ok(id) => issued.push(id.get()),
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        matches!(error, SegmentError::KeyBelowFloor { floor: f, found: Some(31), .. } if f == floor),
+        "{error}"
+    );
+    assert_eq!(error.code(), "key_below_floor");
+    assert_eq!(store.store.describe("k").await.unwrap().unwrap().max_id, 31);
+    // Callers in the backoff get the refusal at once, without a store call.
+    let fetches = store.fetches.load(Ordering::Relaxed);
+    let again = allocator.next_ids("k", 3).await.unwrap_err();
+    assert_eq!(again.code(), "key_below_floor", "{again}");
+    assert_eq!(store.fetches.load(Ordering::Relaxed), fetches);
+    // The store asked again later is still refused, and still unchanged.
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(
+        allocator.next_id("k").await.unwrap_err().code(),
+        "key_below_floor"
+    );
+    assert_eq!(store.store.describe("k").await.unwrap().unwrap().max_id, 31);
+    // Tinyid's whole segments are refused below the floor too.
+    assert_eq!(
+        allocator.lease_segment("k").await.unwrap_err().code(),
+        "key_below_floor"
+    );
+
+    // The operator raises the key above every ID issued: serving resumes above.
+    store
+        .raise(&NewKey::new("k", 10).with_start(floor))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let after = ids(&allocator.next_ids("k", 50).await.unwrap());
+    assert!(after[0] >= floor, "{} below the floor {floor}", after[0]);
+    let segment = allocator.lease_segment("k").await.unwrap();
+    assert!(segment.start() >= floor);
+    assert!(floors_on_disk(dir.path()).floor("k").unwrap() >= segment.max_id);
+    issued.extend(after);
+    let unique: HashSet<u64> = issued.iter().copied().collect();
+    assert_eq!(unique.len(), issued.len(), "no ID twice");
+}
+
+#[tokio::test]
+async fn a_key_the_store_lost_while_running_is_refused_not_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FlakyStore::default());
+    let allocator = with_floors(store.clone(), dir.path());
+    allocator.create_key(NewKey::new("k", 10)).await.unwrap();
+    allocator
+        .create_key(NewKey::new("fresh", 10))
+        .await
+        .unwrap();
+    allocator.next_ids("k", 10).await.unwrap();
+    store.store.reset();
+    let error = allocator.next_id("k").await.unwrap_err();
+    assert!(
+        matches!(error, SegmentError::KeyBelowFloor { found: None, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("no such key"), "{error}");
+    // A key this node never issued from is simply unknown.
+    let error = allocator.next_id("never").await.unwrap_err();
+    assert_eq!(error.code(), "key_not_found");
+    assert!(
+        store.list().await.unwrap().is_empty(),
+        "nothing was created"
+    );
+}
+
+#[tokio::test]
+async fn a_store_that_breaks_its_floor_promise_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FlakyStore::default());
+    allocator_with(store.clone(), config(), &[NewKey::new("k", 10)]).await;
+    let allocator = with_floors(store.clone(), dir.path());
+    allocator.next_ids("k", 10).await.unwrap();
+    // The next lease ends at 25 with a step of 20: it starts at 5.
+    *lock(&store.rewind_to) = Some(25);
+    let error = allocator.next_id("k").await.unwrap_err();
+    assert!(
+        matches!(error, SegmentError::StoreWentBackwards { start: 5, .. }),
+        "{error}"
+    );
+    // Restarted (no lease in memory), the floor (11: the refused segment
+    // was never persisted) still refuses a segment from 5 (step 10, to 15).
+    drop(allocator);
+    let allocator = with_floors(store.clone(), dir.path());
+    *lock(&store.rewind_to) = Some(15);
+    let error = allocator.next_id("k").await.unwrap_err();
+    assert!(
+        matches!(error, SegmentError::KeyBelowFloor { found: Some(5), .. }),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn check_floors_adopts_a_new_store_and_refuses_another_or_lowered_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FlakyStore::default());
+    // A node that never leased adopts the store's epoch, writing one first.
+    {
+        let allocator = with_floors(store.clone(), dir.path());
+        allocator.check_floors(&[]).await.unwrap();
+        let epoch = store.epoch().await.unwrap().unwrap();
+        assert_eq!(allocator.floors().unwrap().epoch(), Some(epoch));
+        allocator.create_key(NewKey::new("a", 10)).await.unwrap();
+        allocator.create_key(NewKey::new("b", 10)).await.unwrap();
+        allocator.next_ids("a", 15).await.unwrap();
+        allocator.next_ids("b", 15).await.unwrap();
+    }
+    // Same store, same epoch: fine; a floored key missing but not declared
+    // is only logged.
+    store.store.set_max_id("a", 1_000);
+    {
+        let allocator = with_floors(store.clone(), dir.path());
+        allocator.check_floors(&["a".to_owned()]).await.unwrap();
+        // Lowered below the floor: refused, naming the key.
+        store.store.set_max_id("b", 3);
+        let error = allocator.check_floors(&[]).await.unwrap_err();
+        assert!(
+            matches!(&error, SegmentError::KeyBelowFloor { key, found: Some(3), .. } if key == "b"),
+            "{error}"
+        );
+    }
+    // Another store (or this one re-initialised): its epoch differs.
+    let other = Arc::new(FlakyStore::default());
+    other.init_epoch(&StoreEpoch::generate()).await.unwrap();
+    let allocator = with_floors(other.clone(), dir.path());
+    let error = allocator.check_floors(&[]).await.unwrap_err();
+    let SegmentError::StoreReset {
+        found, remembered, ..
+    } = &error
+    else {
+        panic!("{error}");
+    };
+    assert_ne!(found, remembered);
+    assert!(found.is_some());
 }

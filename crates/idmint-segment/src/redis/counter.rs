@@ -1,30 +1,67 @@
 //! [`RedisCounter`]: `INCRBY` counters with a per-node offset and step.
 
 use std::borrow::Cow;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use idmint_core::{Id, IdRun};
 use redis::Script;
 
 use super::{
-    DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT, RedisConnection, bad_reply, check_count, check_key_prefix,
-    check_timeout,
+    DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT, KIND, RedisConnection, bad_reply, check_count,
+    check_key_prefix, check_timeout,
 };
 use crate::error::{Result, SegmentError};
-use crate::store::validate_key;
+use crate::floor::{FloorRecord, StoreEpoch};
+use crate::store::{BELOW_LUA, validate_key};
 
-/// KEYS[1]: the node's counter. ARGV[1]: the increment (step × count);
-/// ARGV[2]: the value a missing key starts at (the node's first ID minus the
-/// step). Returns `{1, '', new value}` or `{0, Redis's error, value now}`.
+/// KEYS[1]: the node's counter; KEYS[2]: the counters' epoch marker.
+/// ARGV[1]: the increment (step × count); ARGV[2]: the value a missing key
+/// starts at (the node's first ID minus the step); ARGV[3]: the epoch this
+/// node remembers ('' none); ARGV[4]: the epoch to write when there is none
+/// and none is remembered; ARGV[5]: the highest ID this node returned for the
+/// key ('' none).
+/// Returns `{1, '', new value, epoch}`, `{0, Redis's error, value now,
+/// epoch}`, `{2, the epoch found or ''}` (reset: nothing changed) or `{3, '',
+/// the counter or '', epoch}` (below the highest ID returned: nothing
+/// changed).
 const COUNTER_LUA: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local epoch = redis.call('GET', KEYS[2])
+if ARGV[3] ~= '' then
+  if epoch ~= ARGV[3] then
+    return {2, epoch or '', '', ''}
+  end
+elseif not epoch then
+  if ARGV[5] ~= '' then
+    return {2, '', '', ''}
+  end
+  redis.call('SET', KEYS[2], ARGV[4])
+  epoch = ARGV[4]
+end
+local now = redis.call('GET', KEYS[1])
+if ARGV[5] ~= '' and ((not now) or below(now, ARGV[5])) then
+  return {3, '', now or '', epoch}
+end
+if not now then
   redis.call('SET', KEYS[1], ARGV[2])
 end
 local r = redis.pcall('INCRBY', KEYS[1], ARGV[1])
 if type(r) == 'table' and r.err then
-  return {0, r.err, redis.call('GET', KEYS[1]) or ''}
+  return {0, r.err, redis.call('GET', KEYS[1]) or '', epoch}
 end
-return {1, '', redis.call('GET', KEYS[1])}
+return {1, '', redis.call('GET', KEYS[1]), epoch}
+";
+
+/// KEYS[1]: the node's counter; KEYS[2]: the counters' epoch marker.
+/// ARGV[1]: the value to raise the counter to; ARGV[2]: the epoch to write
+/// when there is none. Returns the epoch in place.
+const RAISE_LUA: &str = r"
+local now = redis.call('GET', KEYS[1])
+if (not now) or below(now, ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('SETNX', KEYS[2], ARGV[2])
+return redis.call('GET', KEYS[2])
 ";
 
 /// Configuration of a [`RedisCounter`]: which node of how many, plus the key
@@ -131,8 +168,18 @@ impl RedisCounterConfig {
 ///   [`SegmentError::Backend`] and issues nothing; the connection is opened
 ///   again on a later call.
 /// - **Clocks** play no part.
-/// - **Durability** is Redis's: a Redis that loses recent writes (restart
-///   without persistence, failover to a lagging replica) issues those IDs again.
+/// - **Durability** is Redis's, watched: a Redis that loses recent writes
+///   (restart without persistence, failover to a lagging replica) would issue
+///   those IDs again. The counter refuses instead when it can tell: it
+///   remembers the counters' epoch marker (`{prefix}counter:epoch`, written
+///   by the first counter to use the prefix) and, per key, the highest ID it
+///   returned; a marker that is gone or different fails with
+///   [`SegmentError::StoreReset`], a counter below what it returned with
+///   [`SegmentError::KeyBelowFloor`], and nothing is changed. That memory
+///   lives in the process; hand it over across restarts with
+///   [`RedisCounter::memory`] and [`RedisCounter::with_memory`] (a new
+///   process with no memory can't tell). [`RedisCounter::raise`] is the way
+///   back.
 /// - **Thread-safe**: share it behind an `Arc` or clone the connection.
 ///
 /// Node `i` of `N` issues `i, i + N, i + 2N, ...` (node 0 starts at `N`: 0 is
@@ -143,12 +190,17 @@ impl RedisCounterConfig {
 ///
 /// # The script, and why it is atomic
 ///
-/// `COUNTER_LUA` creates a missing key at "first ID minus the step" and then
-/// `INCRBY`s it in the same script, so no other client can see or move the key
-/// between the creation and the first increment. The increment itself is
-/// Redis's exact 64-bit `INCRBY`; its overflow error is caught in the script and
-/// reported as [`SegmentError::Exhausted`], and the new value is read back as a
-/// string (a Lua number would round values above 2^53).
+/// `COUNTER_LUA` checks the epoch marker (writing it when the prefix has none
+/// and this counter remembers nothing) and the node's counter against the
+/// highest ID this counter returned, creates a missing key at "first ID minus
+/// the step" and then `INCRBY`s it, all in one script, so no other client can
+/// see or move the key between the checks, the creation and the increment.
+/// The increment itself is Redis's exact 64-bit `INCRBY`; its overflow error
+/// is caught in the script and reported as [`SegmentError::Exhausted`], and
+/// the new value is read back as a string (a Lua number would round values
+/// above 2^53; the comparison is on text, `BELOW_LUA`). The script touches the
+/// counter and the marker: on Redis Cluster give the prefix a hash tag
+/// (`{ids}:`) so both are in one slot.
 ///
 /// # Examples
 ///
@@ -170,6 +222,9 @@ pub struct RedisCounter {
     conn: RedisConnection,
     config: RedisCounterConfig,
     script: Script,
+    raise_script: Script,
+    /// The marker seen, and per key the highest ID returned plus one.
+    memory: Mutex<FloorRecord>,
 }
 
 impl RedisCounter {
@@ -183,8 +238,96 @@ impl RedisCounter {
         Ok(RedisCounter {
             conn,
             config,
-            script: Script::new(COUNTER_LUA),
+            script: Script::new(&format!("{BELOW_LUA}{COUNTER_LUA}")),
+            raise_script: Script::new(&format!("{BELOW_LUA}{RAISE_LUA}")),
+            memory: Mutex::new(FloorRecord::default()),
         })
+    }
+
+    /// Starts from what an earlier run of this node remembered (its
+    /// [`RedisCounter::memory`]): the counters' epoch marker, and per key a
+    /// floor every ID it returned is below. The counter then refuses a Redis
+    /// that lost the marker or holds a counter below a floor.
+    #[must_use]
+    pub fn with_memory(self, memory: FloorRecord) -> RedisCounter {
+        *self.remembered() = memory;
+        self
+    }
+
+    /// What this counter remembers: the epoch marker it saw and, per key, a
+    /// floor every ID it returned is below (the highest plus one). Keep it
+    /// across restarts (a file, a database) and hand it to the next run with
+    /// [`RedisCounter::with_memory`].
+    pub fn memory(&self) -> FloorRecord {
+        self.remembered().clone()
+    }
+
+    /// The Redis key holding the counters' epoch marker (a counter is
+    /// `counter:{key}:{node}`, so never `counter:epoch`).
+    pub fn epoch_key(&self) -> String {
+        format!("{}counter:epoch", self.config.key_prefix)
+    }
+
+    /// The way back after Redis forgot: raises this node's counter for `key`
+    /// so its next ID is above `above` and above every ID this counter
+    /// returned (never lowers it), writes an epoch marker when the prefix has
+    /// none, and adopts the marker in place. Other nodes' counters are theirs
+    /// to raise.
+    ///
+    /// # Errors
+    /// [`SegmentError::InvalidKey`] for a bad key name,
+    /// [`SegmentError::InvalidSpec`] for `above` at or past 2^63 − 1, and
+    /// [`SegmentError::Timeout`] and [`SegmentError::Backend`] when Redis
+    /// fails.
+    pub async fn raise(&self, key: &str, above: u64) -> Result<()> {
+        validate_key(key)?;
+        if above >= crate::MAX_ID {
+            return Err(SegmentError::InvalidSpec {
+                field: "above",
+                reason: format!("{above} leaves no ID above it"),
+            });
+        }
+        let step = u64::from(self.config.nodes);
+        let first_id = self.config.first_id();
+        let highest = self
+            .remembered()
+            .floor(key)
+            .map_or(0, |f| f.saturating_sub(1));
+        let target = above.max(highest);
+        // The largest ID of this node at or below the target: its next ID is
+        // the first one above.
+        let value = if target < first_id {
+            first_id as i64 - step as i64
+        } else {
+            (first_id + (target - first_id) / step * step) as i64
+        };
+        let (redis_key, epoch_key) = (self.redis_key(key), self.epoch_key());
+        let fresh = StoreEpoch::generate();
+        let epoch: String = self
+            .conn
+            .call("counter raise", self.config.timeout, |mut conn| {
+                let mut invocation = self.raise_script.prepare_invoke();
+                invocation
+                    .key(&redis_key)
+                    .key(&epoch_key)
+                    .arg(value)
+                    .arg(fresh.as_str());
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        let epoch = epoch.parse().map_err(|e| {
+            bad_reply(
+                "counter raise",
+                format!("key {epoch_key} holds {epoch:?}: {e}"),
+            )
+        })?;
+        self.remembered().epoch = Some(epoch);
+        Ok(())
+    }
+
+    fn remembered(&self) -> std::sync::MutexGuard<'_, FloorRecord> {
+        // No critical section can leave the record half-changed.
+        self.memory.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Connects to `url` (within the config's timeout) and makes a counter.
@@ -235,15 +378,49 @@ impl RedisCounter {
         let first_id = self.config.first_id();
         // May be negative (node 1 of 2 starts at -1): Redis integers are signed.
         let initial = first_id as i64 - step as i64;
-        let redis_key = self.redis_key(key);
-        let (ok, error, value): (i64, String, String) = self
+        let (redis_key, epoch_key) = (self.redis_key(key), self.epoch_key());
+        let (expected, floor) = {
+            let memory = self.remembered();
+            (memory.epoch.clone(), memory.floor(key))
+        };
+        let expected_arg = expected.as_ref().map_or("", StoreEpoch::as_str);
+        let fresh = StoreEpoch::generate();
+        // The highest ID returned: the counter must be at least that.
+        let highest = floor.map(|f| f.saturating_sub(1).to_string());
+        let (ok, error, value, epoch): (i64, String, String, String) = self
             .conn
             .call("counter increment", self.config.timeout, |mut conn| {
                 let mut invocation = self.script.prepare_invoke();
-                invocation.key(&redis_key).arg(increment).arg(initial);
+                invocation
+                    .key(&redis_key)
+                    .key(&epoch_key)
+                    .arg(increment)
+                    .arg(initial)
+                    .arg(expected_arg)
+                    .arg(fresh.as_str())
+                    .arg(highest.as_deref().unwrap_or(""));
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;
+        match ok {
+            2 => {
+                return Err(SegmentError::StoreReset {
+                    store: KIND,
+                    remembered: expected.map(|e| e.to_string()),
+                    found: (!error.is_empty()).then_some(error),
+                    floors: self.remembered().floor_list(),
+                });
+            }
+            3 => {
+                return Err(SegmentError::KeyBelowFloor {
+                    store: KIND,
+                    key: key.to_owned(),
+                    floor: floor.unwrap_or(0),
+                    found: value.parse::<u64>().ok().and_then(|v| v.checked_add(step)),
+                });
+            }
+            _ => {}
+        }
         if ok != 1 {
             if error.contains("overflow") {
                 return Err(SegmentError::Exhausted {
@@ -282,7 +459,13 @@ impl RedisCounter {
             ));
         };
         let first = Id::new(last - span)?;
-        Ok(IdRun::try_new(first, n_ids, step)?)
+        let run = IdRun::try_new(first, n_ids, step)?;
+        let mut memory = self.remembered();
+        memory.raise(key, last.saturating_add(1));
+        if memory.epoch.is_none() {
+            memory.epoch = epoch.parse().ok();
+        }
+        Ok(run)
     }
 }
 

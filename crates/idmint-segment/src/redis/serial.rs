@@ -1,7 +1,9 @@
 //! [`DailySerial`]: serials like `ORD20261121000042`, a per-day counter in Redis.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use idmint_core::Id;
@@ -10,20 +12,17 @@ use jiff::tz::Offset;
 use redis::Script;
 
 use super::{
-    DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT, RedisConnection, bad_reply, check_count, check_key_prefix,
-    check_timeout,
+    DEFAULT_KEY_PREFIX, DEFAULT_TIMEOUT, KIND, RedisConnection, bad_reply, check_count,
+    check_key_prefix, check_timeout,
 };
 use crate::error::{Result, SegmentError};
+use crate::floor::StoreEpoch;
 use crate::store::validate_key;
 
-/// ARGV: 1 the day keys' prefix, 2 the UTC offset in seconds, 3 serials
-/// wanted, 4 the largest counter (10^width − 1), 5 the key TTL in seconds.
-/// Returns `{0, YYYYMMDD, last counter}` or `{1, YYYYMMDD, counter now}` when
-/// the day's counter has no room.
-///
-/// The date is Howard Hinnant's `civil_from_days`, on exact integers (all
-/// values stay far below 2^53).
-const SERIAL_LUA: &str = r"
+/// The day arithmetic both scripts share: `ymd` (YYYYMMDD) of Redis's `TIME`
+/// at the UTC offset ARGV[2]. Howard Hinnant's `civil_from_days`, on exact
+/// integers (all values stay far below 2^53).
+const DAY_LUA: &str = r"
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local days = math.floor((tonumber(t[1]) + tonumber(ARGV[2])) / 86400)
@@ -39,14 +38,68 @@ local m = mp < 10 and mp + 3 or mp - 9
 local y = yoe + era * 400
 if m <= 2 then y = y + 1 end
 local ymd = y * 10000 + m * 100 + d
+";
+
+/// After [`DAY_LUA`]. ARGV: 1 the day keys' prefix, 2 the UTC offset in
+/// seconds, 3 serials wanted, 4 the largest counter (10^width − 1), 5 the key
+/// TTL in seconds, 6 the serials' epoch marker key, 7 the epoch this
+/// process remembers ('' none), 8 the epoch to write when there is none and
+/// none is remembered, 9 the day (YYYYMMDD) of the last serial this process
+/// returned for the key ('' none), 10 that serial's counter.
+/// Returns `{0, YYYYMMDD, last counter, epoch}`, `{1, YYYYMMDD, counter now,
+/// epoch}` when the day's counter has no room, `{2, 0, 0, the epoch found or
+/// ''}` (reset: nothing changed) or `{3, YYYYMMDD, counter now, epoch}` (the
+/// day's counter is below the last serial returned on it, or gone for a day
+/// before it: nothing changed).
+const SERIAL_LUA: &str = r"
+local epoch = redis.call('GET', ARGV[6])
+if ARGV[7] ~= '' then
+  if epoch ~= ARGV[7] then return {2, 0, 0, epoch or ''} end
+elseif not epoch then
+  if ARGV[9] ~= '' then return {2, 0, 0, ''} end
+  redis.call('SET', ARGV[6], ARGV[8])
+  epoch = ARGV[8]
+end
 local key = ARGV[1] .. string.format('%.0f', ymd)
 local n, max = tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = tonumber(redis.call('GET', key) or '0')
-if now + n > max then return {1, ymd, now} end
+if ARGV[9] ~= '' then
+  local day = tonumber(ARGV[9])
+  if (ymd == day and now < tonumber(ARGV[10])) or (ymd < day and now == 0) then
+    return {3, ymd, now, epoch}
+  end
+end
+if now + n > max then return {1, ymd, now, epoch} end
 local last = redis.call('INCRBY', key, n)
 if now == 0 then redis.call('EXPIRE', key, ARGV[5]) end
-return {0, ymd, last}
+return {0, ymd, last, epoch}
 ";
+
+/// After [`DAY_LUA`]. ARGV: 1 the day keys' prefix, 2 the UTC offset, 3 the
+/// day (YYYYMMDD) to raise, 4 the counter to raise it to, 5 the key TTL in
+/// seconds, 6 the epoch marker key, 7 the epoch to write when there is none.
+/// Returns the epoch in place.
+const RAISE_LUA: &str = r"
+local key = ARGV[1] .. ARGV[3]
+local now = tonumber(redis.call('GET', key) or '0')
+if now < tonumber(ARGV[4]) then
+  redis.call('SET', key, ARGV[4])
+  redis.call('EXPIRE', key, ARGV[5])
+end
+redis.call('SETNX', ARGV[6], ARGV[7])
+return redis.call('GET', ARGV[6])
+";
+
+/// What a [`DailySerial`] remembers: the serials' epoch marker and, per key,
+/// the day and counter of the last serial it returned. Keep it across
+/// restarts and hand it to the next run ([`DailySerial::with_memory`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SerialMemory {
+    /// The epoch marker as seen; `None` before one was seen.
+    pub epoch: Option<StoreEpoch>,
+    /// Per key: the day and counter of the last serial returned.
+    pub last: BTreeMap<String, (Date, u64)>,
+}
 
 /// The widest counter: 10^15 − 1 is the largest that Lua's doubles count
 /// exactly with room to spare.
@@ -326,6 +379,17 @@ impl SerialBatch {
 ///   Serials are unique as long as the day's key survives.
 /// - **Redis down or slow**: the call fails with [`SegmentError::Timeout`] or
 ///   [`SegmentError::Backend`] and issues nothing.
+/// - **A Redis that forgot** (restarted without persistence, failed over to
+///   a lagging replica) would count the day from 1 again. The serials refuse
+///   instead when they can tell: they remember the epoch marker
+///   (`{prefix}serial:epoch`, written by the first to use the prefix) and,
+///   per key, the last serial returned; a marker gone or different fails
+///   with [`SegmentError::StoreReset`], a day's counter below the last serial
+///   returned on it (or gone, for a day before it) with
+///   [`SegmentError::KeyBelowFloor`], and nothing is changed. The memory is
+///   the process's; hand it over across restarts with
+///   [`DailySerial::memory`] and [`DailySerial::with_memory`].
+///   [`DailySerial::raise`] is the way back.
 /// - **Thread-safe**: share it behind an `Arc`.
 ///
 /// A serial is `{id prefix}{YYYYMMDD}{counter}`, the counter zero-padded to a
@@ -342,7 +406,8 @@ impl SerialBatch {
 /// step, so there is no race at midnight (a client can't read one day and
 /// increment the next day's counter), and two clients never get the same
 /// counter value. A full counter is left as it is and reported; nothing is
-/// issued past the width.
+/// issued past the width. The epoch and the last serial returned are checked
+/// in the same script, before anything is written.
 ///
 /// # Examples
 ///
@@ -363,6 +428,8 @@ pub struct DailySerial {
     conn: RedisConnection,
     config: DailySerialConfig,
     script: Script,
+    raise_script: Script,
+    memory: Mutex<SerialMemory>,
 }
 
 impl DailySerial {
@@ -377,8 +444,91 @@ impl DailySerial {
         Ok(DailySerial {
             conn,
             config,
-            script: Script::new(SERIAL_LUA),
+            script: Script::new(&format!("{DAY_LUA}{SERIAL_LUA}")),
+            raise_script: Script::new(&format!("{DAY_LUA}{RAISE_LUA}")),
+            memory: Mutex::new(SerialMemory::default()),
         })
+    }
+
+    /// Starts from what an earlier run remembered ([`DailySerial::memory`]):
+    /// the serials then refuse a Redis that lost its marker, or a day's
+    /// counter below the last serial returned on it.
+    #[must_use]
+    pub fn with_memory(self, memory: SerialMemory) -> DailySerial {
+        *self.remembered() = memory;
+        self
+    }
+
+    /// What these serials remember: the epoch marker seen and, per key, the
+    /// last serial returned. Keep it across restarts.
+    pub fn memory(&self) -> SerialMemory {
+        self.remembered().clone()
+    }
+
+    /// The Redis key holding the serials' epoch marker (a day's counter is
+    /// `serial:{key}:{YYYYMMDD}`, so never `serial:epoch`).
+    pub fn epoch_key(&self) -> String {
+        format!("{}serial:epoch", self.config.key_prefix)
+    }
+
+    /// The way back after Redis forgot: raises `key`'s counter for `day` to
+    /// at least `above` (and the last serial these serials returned on that
+    /// day), so the next serial of that day counts from above it; writes an
+    /// epoch marker when the prefix has none, and adopts the marker in place.
+    ///
+    /// # Errors
+    /// [`SegmentError::InvalidKey`] for a bad key name,
+    /// [`SegmentError::InvalidSpec`] for `above` at or past the largest
+    /// counter, and [`SegmentError::Timeout`] and [`SegmentError::Backend`]
+    /// when Redis fails.
+    pub async fn raise(&self, key: &str, day: Date, above: u64) -> Result<()> {
+        validate_key(key)?;
+        if above >= self.config.max_counter() {
+            return Err(SegmentError::InvalidSpec {
+                field: "above",
+                reason: format!(
+                    "{above} leaves no counter of {} digits above it",
+                    self.config.width
+                ),
+            });
+        }
+        let last = match self.remembered().last.get(key) {
+            Some(&(d, counter)) if d == day => counter,
+            _ => 0,
+        };
+        let base = format!("{}serial:{key}:", self.config.key_prefix);
+        let ymd = format!("{:04}{:02}{:02}", day.year(), day.month(), day.day());
+        let (offset, ttl) = (self.config.utc_offset.seconds(), self.config.ttl.as_secs());
+        let epoch_key = self.epoch_key();
+        let fresh = StoreEpoch::generate();
+        let epoch: String = self
+            .conn
+            .call("daily serial raise", self.config.timeout, |mut conn| {
+                let mut invocation = self.raise_script.prepare_invoke();
+                invocation
+                    .arg(&base)
+                    .arg(offset)
+                    .arg(&ymd)
+                    .arg(above.max(last))
+                    .arg(ttl)
+                    .arg(&epoch_key)
+                    .arg(fresh.as_str());
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        let epoch = epoch.parse().map_err(|e| {
+            bad_reply(
+                "daily serial raise",
+                format!("key {epoch_key} holds {epoch:?}: {e}"),
+            )
+        })?;
+        self.remembered().epoch = Some(epoch);
+        Ok(())
+    }
+
+    fn remembered(&self) -> std::sync::MutexGuard<'_, SerialMemory> {
+        // No critical section can leave the record half-changed.
+        self.memory.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Connects to `url` (within the config's timeout) and makes the serials.
@@ -431,24 +581,83 @@ impl DailySerial {
         let offset = self.config.utc_offset.seconds();
         let max = self.config.max_counter();
         let ttl = self.config.ttl.as_secs();
-        let (code, ymd, counter): (i64, i64, i64) = self
+        let (expected, last) = {
+            let memory = self.remembered();
+            (memory.epoch.clone(), memory.last.get(key).copied())
+        };
+        let expected_arg = expected.as_ref().map_or("", StoreEpoch::as_str);
+        let (last_day, last_counter) = match last {
+            Some((day, counter)) => (
+                format!("{:04}{:02}{:02}", day.year(), day.month(), day.day()),
+                counter.to_string(),
+            ),
+            None => (String::new(), String::new()),
+        };
+        let epoch_key = self.epoch_key();
+        let fresh = StoreEpoch::generate();
+        let (code, ymd, counter, epoch): (i64, i64, i64, String) = self
             .conn
             .call("daily serial", self.config.timeout, |mut conn| {
                 let mut invocation = self.script.prepare_invoke();
-                invocation.arg(&base).arg(offset).arg(n).arg(max).arg(ttl);
+                invocation
+                    .arg(&base)
+                    .arg(offset)
+                    .arg(n)
+                    .arg(max)
+                    .arg(ttl)
+                    .arg(&epoch_key)
+                    .arg(expected_arg)
+                    .arg(fresh.as_str())
+                    .arg(&last_day)
+                    .arg(&last_counter);
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;
+        if code == 2 {
+            let floors = self
+                .remembered()
+                .last
+                .iter()
+                .map(|(k, &(_, counter))| (k.clone(), counter + 1))
+                .collect();
+            return Err(SegmentError::StoreReset {
+                store: KIND,
+                remembered: expected.map(|e| e.to_string()),
+                found: (!epoch.is_empty()).then_some(epoch),
+                floors,
+            });
+        }
         let day = date_of(ymd)?;
         let counter = u64::try_from(counter)
             .map_err(|_| bad_reply("daily serial", format!("counter {counter} is negative")))?;
         match code {
-            0 if counter >= n && counter <= max => Ok(SerialBatch {
-                id_prefix: self.config.id_prefix.to_string(),
-                day,
-                first: counter - n + 1,
-                count: n,
-                width: self.config.width,
+            0 if counter >= n && counter <= max => {
+                let mut memory = self.remembered();
+                if memory
+                    .last
+                    .get(key)
+                    .is_none_or(|&seen| seen < (day, counter))
+                {
+                    memory.last.insert(key.to_owned(), (day, counter));
+                }
+                if memory.epoch.is_none() {
+                    memory.epoch = epoch.parse().ok();
+                }
+                Ok(SerialBatch {
+                    id_prefix: self.config.id_prefix.to_string(),
+                    day,
+                    first: counter - n + 1,
+                    count: n,
+                    width: self.config.width,
+                })
+            }
+            // The day's counter is below the last serial returned on it: the
+            // floor is that serial's counter plus one, on its day.
+            3 => Err(SegmentError::KeyBelowFloor {
+                store: KIND,
+                key: format!("{key} on {ymd:08}"),
+                floor: last.map_or(1, |(_, c)| c + 1),
+                found: Some(counter + 1),
             }),
             1 => Err(SegmentError::SerialOverflow {
                 key: key.to_owned(),

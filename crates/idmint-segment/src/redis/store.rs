@@ -1,4 +1,4 @@
-//! [`RedisSegmentStore`]: segment keys in Redis hashes, for the segment
+//! [`RedisSegmentStore`]: segment keys in Redis hashes, for the segment allocator.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -13,17 +13,21 @@ use super::{
     check_timeout,
 };
 use crate::error::{Result, SegmentError};
-use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore, validate_key};
+use crate::floor::StoreEpoch;
+use crate::store::{BELOW_LUA, KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore, validate_key};
 
 /// KEYS[1]: the key's hash. ARGV[1]: the step ('' for the key's own);
-/// ARGV[2]: now, in Unix ms.
+/// ARGV[2]: now, in Unix ms; ARGV[3]: the floor `max_id` must be at.
 /// Returns `{0}` not found, `{1, max_id, step, delta, remainder}` leased,
 /// `{2, max_id, step, error}` `HINCRBY` refused, `{3, step}` a stored step
-/// below 1.
+/// below 1, `{4, max_id}` below the floor (nothing changed).
 const FETCH_LUA: &str = r"
 local row = redis.call('HMGET', KEYS[1], 'max_id', 'step', 'delta', 'remainder')
 if not row[1] then
   return {0}
+end
+if below(row[1], ARGV[3]) then
+  return {4, row[1]}
 end
 local step = ARGV[1]
 if step == '' then
@@ -51,6 +55,33 @@ redis.call('HSET', KEYS[1], 'max_id', ARGV[2], 'step', ARGV[3], 'delta', ARGV[4]
   'remainder', ARGV[5], 'description', ARGV[6], 'updated', ARGV[7])
 redis.call('SADD', KEYS[2], ARGV[1])
 return 1
+";
+
+/// KEYS[1]: the key's hash; KEYS[2]: the index set. ARGV: key, max_id
+/// (the start to raise to), step, delta, remainder, description, updated
+/// (Unix ms). Returns `{0}` left as it was, `{1}` raised, `{2}` created.
+const RAISE_LUA: &str = r"
+local max_id = redis.call('HGET', KEYS[1], 'max_id')
+if not max_id then
+  redis.call('HSET', KEYS[1], 'max_id', ARGV[2], 'step', ARGV[3], 'delta', ARGV[4],
+    'remainder', ARGV[5], 'description', ARGV[6], 'updated', ARGV[7])
+  redis.call('SADD', KEYS[2], ARGV[1])
+  return {2}
+end
+if below(max_id, ARGV[2]) then
+  redis.call('HSET', KEYS[1], 'max_id', ARGV[2], 'updated', ARGV[7])
+  return {1}
+end
+return {0}
+";
+
+/// KEYS[1]: the epoch key. ARGV[1]: the marker to write when there is none.
+/// Returns the marker in place.
+const INIT_EPOCH_LUA: &str = r"
+if redis.call('SETNX', KEYS[1], ARGV[1]) == 1 then
+  return ARGV[1]
+end
+return redis.call('GET', KEYS[1])
 ";
 
 /// Configuration of a [`RedisSegmentStore`] (builder-lite:
@@ -126,10 +157,13 @@ impl Default for RedisStoreConfig {
 ///   keeps serving from its buffers.
 /// - **Clocks** play no part (`updated` is informational, from this process).
 /// - **Durability** is Redis's: a Redis that loses a fetch's write (restart
-///   without persistence, failover to a lagging replica) hands that segment out
-///   again; run it with `appendonly yes`.
-///
-/// allocator.
+///   without persistence, failover to a lagging replica) would hand that
+///   segment out again; run it with `appendonly yes` and `appendfsync
+///   always`. What the store can do about one that forgets anyway: an epoch
+///   marker `{prefix}segments:epoch`, written once by the first idmint to use
+///   the store ([`SegmentStore::init_epoch`]), and leases asked for above a
+///   floor ([`SegmentStore::fetch_above`]): an allocator with floors refuses a
+///   Redis that lost its keys or its marker instead of starting them over.
 ///
 /// Each key is a hash `{prefix}segment:{key}` with the fields of Leaf's
 /// `leaf_alloc` row and Tinyid's additions: `max_id`, `step`, `delta`,
@@ -142,10 +176,17 @@ impl Default for RedisStoreConfig {
 /// # Scripts, and why each is atomic
 ///
 /// - **fetch** (`FETCH_LUA`) reads the row, answers "not found" when it has no
-///   `max_id`, and `HINCRBY`s `max_id` by the step, all in one script: no other
+///   `max_id` and "below the floor" when `max_id` is below the floor asked
+///   for, and `HINCRBY`s `max_id` by the step, all in one script: no other
 ///   fetch can run between the read and the increment, so two fetches never get
-///   overlapping segments. `HINCRBY` is exact 64-bit arithmetic and refuses to
-///   pass 2^63 − 1, which the script reports as exhausted.
+///   overlapping segments, and a refused one changes nothing. `HINCRBY` is
+///   exact 64-bit arithmetic and refuses to pass 2^63 − 1, which the script
+///   reports as exhausted. Numbers are compared as text (`BELOW_LUA`), never
+///   as Lua's doubles.
+/// - **raise** (`RAISE_LUA`) creates the key at the start given, or sets its
+///   `max_id` to it when below, in one script: a concurrent fetch runs wholly
+///   before or after it, so the raise never lowers what a fetch wrote.
+/// - **init epoch** (`INIT_EPOCH_LUA`) is `SETNX` and a read of the winner.
 /// - **create** (`CREATE_LUA`) checks that the hash does not exist and writes
 ///   it and its index entry in one script, so of two concurrent creates of a
 ///   key exactly one succeeds.
@@ -170,6 +211,8 @@ pub struct RedisSegmentStore {
     config: RedisStoreConfig,
     fetch_script: Script,
     create_script: Script,
+    raise_script: Script,
+    epoch_script: Script,
 }
 
 impl RedisSegmentStore {
@@ -182,8 +225,10 @@ impl RedisSegmentStore {
         Ok(RedisSegmentStore {
             conn,
             config,
-            fetch_script: Script::new(FETCH_LUA),
+            fetch_script: Script::new(&format!("{BELOW_LUA}{FETCH_LUA}")),
             create_script: Script::new(CREATE_LUA),
+            raise_script: Script::new(&format!("{BELOW_LUA}{RAISE_LUA}")),
+            epoch_script: Script::new(INIT_EPOCH_LUA),
         })
     }
 
@@ -210,6 +255,12 @@ impl RedisSegmentStore {
     /// The Redis set holding every key name.
     pub fn index_key(&self) -> String {
         format!("{}segments", self.config.key_prefix)
+    }
+
+    /// The Redis key holding the store's epoch marker. (Not a key's hash:
+    /// those are `segment:…`, this is `segments:epoch`.)
+    pub fn epoch_key(&self) -> String {
+        format!("{}segments:epoch", self.config.key_prefix)
     }
 
     async fn read_row(&self, key: &str) -> Result<Option<KeyInfo>> {
@@ -279,7 +330,7 @@ impl SegmentStore for RedisSegmentStore {
         KIND
     }
 
-    async fn fetch(&self, key: &str, step: Option<u64>) -> Result<SegmentGrant> {
+    async fn fetch_above(&self, key: &str, step: Option<u64>, floor: u64) -> Result<SegmentGrant> {
         validate_key(key)?;
         if let Some(step) = step
             && !(1..=MAX_ID).contains(&step)
@@ -296,7 +347,11 @@ impl SegmentStore for RedisSegmentStore {
             .conn
             .call("fetch", self.config.timeout, |mut conn| {
                 let mut invocation = self.fetch_script.prepare_invoke();
-                invocation.key(&redis_key).arg(&step_arg).arg(now_ms);
+                invocation
+                    .key(&redis_key)
+                    .arg(&step_arg)
+                    .arg(now_ms)
+                    .arg(floor);
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;
@@ -332,6 +387,12 @@ impl SegmentStore for RedisSegmentStore {
                 step: field(2).parse().unwrap_or(MAX_ID),
             }),
             "2" => Err(bad_reply("fetch", format!("key {key:?}: {}", field(3)))),
+            "4" => Err(SegmentError::KeyBelowFloor {
+                store: KIND,
+                key: key.to_owned(),
+                floor,
+                found: field(1).parse().ok(),
+            }),
             "3" => Err(bad_reply(
                 "fetch",
                 format!(
@@ -424,6 +485,73 @@ impl SegmentStore for RedisSegmentStore {
         }
         Ok(keys)
     }
+
+    async fn raise(&self, key: &NewKey) -> Result<KeyInfo> {
+        key.validate()?;
+        let redis_key = self.redis_key(key.key());
+        let index_key = self.index_key();
+        let now = Timestamp::now().as_millisecond();
+        let _: Vec<i64> = self
+            .conn
+            .call("raise", self.config.timeout, |mut conn| {
+                let mut invocation = self.raise_script.prepare_invoke();
+                invocation
+                    .key(&redis_key)
+                    .key(&index_key)
+                    .arg(key.key())
+                    .arg(key.start())
+                    .arg(key.step())
+                    .arg(key.delta())
+                    .arg(key.remainder())
+                    .arg(key.description())
+                    .arg(now);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        self.read_row(key.key()).await?.ok_or_else(|| {
+            bad_reply(
+                "raise",
+                format!("key {:?} is gone right after its raise", key.key()),
+            )
+        })
+    }
+
+    fn keeps_epoch(&self) -> bool {
+        true
+    }
+
+    async fn epoch(&self) -> Result<Option<StoreEpoch>> {
+        let epoch_key = self.epoch_key();
+        let text: Option<String> = self
+            .conn
+            .call("read epoch", self.config.timeout, |mut conn| async move {
+                redis::cmd("GET")
+                    .arg(&epoch_key)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        text.map(|t| parse_epoch("read epoch", &t)).transpose()
+    }
+
+    async fn init_epoch(&self, epoch: &StoreEpoch) -> Result<StoreEpoch> {
+        let epoch_key = self.epoch_key();
+        let text: String = self
+            .conn
+            .call("write epoch", self.config.timeout, |mut conn| {
+                let mut invocation = self.epoch_script.prepare_invoke();
+                invocation.key(&epoch_key).arg(epoch.as_str());
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        parse_epoch("write epoch", &text)
+    }
+}
+
+/// An epoch marker read from Redis.
+fn parse_epoch(operation: &'static str, text: &str) -> Result<StoreEpoch> {
+    text.parse()
+        .map_err(|e| bad_reply(operation, format!("the epoch key holds {text:?}: {e}")))
 }
 
 #[cfg(test)]

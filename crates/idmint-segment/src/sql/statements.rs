@@ -6,6 +6,10 @@ use idmint_sql::{Dialect, Identifier, MigrationSet};
 use super::TableSchema;
 use super::tinyid::TinyidStatements;
 
+/// The table holding each idmint-schema segment table's epoch marker, one
+/// row per segment table (shared by every segment table of the database).
+pub(super) const EPOCH_TABLE: &str = "idmint_segment_epochs";
+
 /// The columns of Leaf's `leaf_alloc`, which both schemas have.
 pub(super) const LEAF_COLUMNS: [&str; 5] =
     ["biz_tag", "max_id", "step", "description", "update_time"];
@@ -65,22 +69,63 @@ pub(super) fn migrations(dialect: Dialect, table: &Identifier) -> MigrationSet {
             ) STRICT"
         ),
     };
-    MigrationSet::new(super::component(table)).with_migration(
-        1,
-        "create the segment table (Leaf's leaf_alloc columns plus delta, remainder)",
-        [create],
-    )
+    // One row per segment table, written once by the first idmint to use
+    // the table (`init_epoch`), never by a migration: a restore or a reset
+    // that loses it is how a node tells the store is not the one it knew.
+    let epochs = match dialect {
+        Dialect::Postgres => format!(
+            "CREATE TABLE IF NOT EXISTS {EPOCH_TABLE} (
+                segment_table VARCHAR(63) NOT NULL PRIMARY KEY,
+                epoch VARCHAR(64) NOT NULL,
+                created TIMESTAMPTZ NOT NULL DEFAULT now()
+            )"
+        ),
+        Dialect::MySql => format!(
+            "CREATE TABLE IF NOT EXISTS {EPOCH_TABLE} (
+                segment_table VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+                epoch VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+                created DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+                PRIMARY KEY (segment_table)
+            ) ENGINE=InnoDB"
+        ),
+        Dialect::Sqlite => format!(
+            "CREATE TABLE IF NOT EXISTS {EPOCH_TABLE} (
+                segment_table TEXT NOT NULL PRIMARY KEY,
+                epoch TEXT NOT NULL,
+                created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+            ) STRICT"
+        ),
+    };
+    MigrationSet::new(super::component(table))
+        .with_migration(
+            1,
+            "create the segment table (Leaf's leaf_alloc columns plus delta, remainder)",
+            [create],
+        )
+        .with_migration(
+            2,
+            "create idmint_segment_epochs, the segment tables' epoch markers",
+            [epochs],
+        )
 }
 
 /// Every statement of one store. Written with `?`; numbered for PostgreSQL.
 #[derive(Debug)]
 pub(super) struct Statements {
-    /// `max_id += ?` (a given step), guarded; binds step, key, limit.
+    /// `max_id += ?` (a given step), guarded; binds step, key, floor, limit.
     /// Returns the grant row on PostgreSQL and SQLite.
     pub fetch_given: String,
-    /// `max_id += step` (the row's step), guarded; binds key, `MAX_ID`.
-    /// Returns the grant row on PostgreSQL and SQLite.
+    /// `max_id += step` (the row's step), guarded; binds key, floor,
+    /// `MAX_ID`. Returns the grant row on PostgreSQL and SQLite.
     pub fetch_own: String,
+    /// `max_id = ?` where it is below; binds the new max_id, key, the new
+    /// max_id again.
+    pub raise: String,
+    /// The table's epoch marker; binds the table name.
+    pub epoch_read: String,
+    /// Writes the table's epoch marker unless it has one; binds the table
+    /// name, the marker.
+    pub epoch_init: String,
     /// The grant row (`max_id, step, delta, remainder`); binds key.
     pub read_grant: String,
     /// A key's full row; binds key.
@@ -168,10 +213,33 @@ impl Statements {
             }
             Dialect::Sqlite => "SELECT name FROM pragma_table_info(?)".to_owned(),
         };
+        // MySQL reads binary-collated text as bytes; give sqlx plain text.
+        let epoch = match dialect {
+            Dialect::MySql => "CAST(epoch AS CHAR(64))",
+            _ => "epoch",
+        };
+        let epoch_read = s(format!(
+            "SELECT {epoch} FROM {EPOCH_TABLE} WHERE segment_table = ?"
+        ));
+        let epoch_init = s(match dialect {
+            Dialect::Postgres => format!(
+                "INSERT INTO {EPOCH_TABLE} (segment_table, epoch) VALUES (?, ?) \
+                 ON CONFLICT (segment_table) DO NOTHING"
+            ),
+            Dialect::MySql => {
+                format!("INSERT IGNORE INTO {EPOCH_TABLE} (segment_table, epoch) VALUES (?, ?)")
+            }
+            Dialect::Sqlite => {
+                format!("INSERT OR IGNORE INTO {EPOCH_TABLE} (segment_table, epoch) VALUES (?, ?)")
+            }
+        });
         if schema == TableSchema::Tinyid {
             return Statements {
                 fetch_given: String::new(),
                 fetch_own: String::new(),
+                raise: String::new(),
+                epoch_read,
+                epoch_init,
                 read_grant: String::new(),
                 describe: s(format!("SELECT {row_columns} FROM {t} WHERE biz_type = ?")),
                 list: format!("SELECT {row_columns} FROM {t}"),
@@ -187,15 +255,22 @@ impl Statements {
             // (the CASE; SQL does not promise to evaluate AND left to right).
             // Overflow matters most on SQLite, which would silently turn the
             // sum into a REAL.
+            // `max_id >= ?` is the floor (0 for none): a row below what the
+            // caller issued is left alone, in the same atomic statement.
             fetch_given: s(format!(
                 "UPDATE {t} SET max_id = max_id + ?, update_time = {now} \
-                 WHERE biz_tag = ? AND max_id >= 0 AND max_id <= ?{returning}"
+                 WHERE biz_tag = ? AND max_id >= ? AND max_id <= ?{returning}"
             )),
             fetch_own: s(format!(
                 "UPDATE {t} SET max_id = max_id + step, update_time = {now} \
-                 WHERE biz_tag = ? AND max_id >= 0 \
+                 WHERE biz_tag = ? AND max_id >= ? \
                  AND CASE WHEN step > 0 THEN max_id <= ? - step ELSE 1 = 0 END{returning}"
             )),
+            raise: s(format!(
+                "UPDATE {t} SET max_id = ?, update_time = {now} WHERE biz_tag = ? AND max_id < ?"
+            )),
+            epoch_read,
+            epoch_init,
             read_grant: s(format!("SELECT {grant_columns} FROM {t} WHERE biz_tag = ?")),
             describe: s(format!("SELECT {row_columns} FROM {t} WHERE biz_tag = ?")),
             list: format!("SELECT {row_columns} FROM {t}"),
@@ -229,8 +304,11 @@ mod tests {
                 Dialect::Postgres => sql.matches('$').count(),
                 _ => sql.matches('?').count(),
             };
-            assert_eq!(count(&s.fetch_given), 3, "{d} {schema:?}");
-            assert_eq!(count(&s.fetch_own), 2, "{d} {schema:?}");
+            assert_eq!(count(&s.fetch_given), 4, "{d} {schema:?}");
+            assert_eq!(count(&s.fetch_own), 3, "{d} {schema:?}");
+            assert_eq!(count(&s.raise), 3, "{d} {schema:?}");
+            assert_eq!(count(&s.epoch_read), 1, "{d} {schema:?}");
+            assert_eq!(count(&s.epoch_init), 2, "{d} {schema:?}");
             assert_eq!(count(&s.read_grant), 1, "{d} {schema:?}");
             assert_eq!(count(&s.describe), 1, "{d} {schema:?}");
             assert_eq!(count(&s.list), 0, "{d} {schema:?}");

@@ -165,7 +165,14 @@ impl SqlSegmentStore {
     /// A lease on a Tinyid row, exactly as Tinyid takes one (see the
     /// [module docs](self)): read, compare-and-swap on `max_id` and
     /// `version`, again on a lost race.
-    pub(super) async fn fetch_tinyid(&self, key: &str, given: Option<i64>) -> Result<SegmentGrant> {
+    /// Refused, changing nothing, when the next segment would start below
+    /// `floor`: the compare-and-swap writes only over the row it checked.
+    pub(super) async fn fetch_tinyid(
+        &self,
+        key: &str,
+        given: Option<i64>,
+        floor: u64,
+    ) -> Result<SegmentGrant> {
         const OP: &str = "fetch";
         let sql = self.tinyid_sql();
         for race in 1..=MAX_RACES {
@@ -198,6 +205,15 @@ impl SqlSegmentStore {
                     key,
                     format!("remainder {remainder} is not in 0..{delta} (the delta)"),
                 ));
+            }
+            // The segment starts at max_id + 1.
+            if (max_id as u64) < floor.saturating_sub(1) {
+                return Err(SegmentError::KeyBelowFloor {
+                    store: self.dialect.name(),
+                    key: key.to_owned(),
+                    floor,
+                    found: Some(max_id as u64 + 1),
+                });
             }
             // The grant's end is `max_id + step + 1`: it must stay ≤ 2^63 − 1.
             if max_id > MAX_ID as i64 - 1 - step {
@@ -246,6 +262,80 @@ impl SqlSegmentStore {
                  (other servers keep moving it); retry"
             ),
         })
+    }
+
+    /// Raises a Tinyid row so its next segment starts at `key.start()` or
+    /// above (its `max_id` to `start − 1` when below), with Tinyid's
+    /// compare-and-swap, so a Tinyid server's lease in between is never
+    /// undone; creates the row when missing.
+    pub(super) async fn raise_tinyid(&self, key: &NewKey) -> Result<KeyRow> {
+        const OP: &str = "raise";
+        let sql = self.tinyid_sql();
+        // validate() bounds the start by MAX_ID: the cast is exact.
+        let target = key.start().max(1) as i64 - 1;
+        for race in 1..=MAX_RACES {
+            let row: Option<InfoRow> = self
+                .retry
+                .run(|| async {
+                    on_pool!(self.db.pool(), p => {
+                        sqlx::query_as(&sql.read).bind(key.key()).fetch_optional(p).await
+                    })
+                })
+                .await
+                .map_err(self.backend(OP))?;
+            let Some((id, max_id, _, _, _, version)) = row else {
+                match self.create_tinyid(key).await {
+                    Err(SegmentError::KeyExists { .. }) => continue,
+                    other => return other,
+                }
+            };
+            if max_id >= target {
+                return self.tinyid_row(key.key()).await;
+            }
+            let updated = self
+                .retry
+                .run(|| async {
+                    on_pool!(self.db.pool(), p => {
+                        sqlx::query(&sql.cas)
+                            .bind(target)
+                            .bind(id)
+                            .bind(max_id)
+                            .bind(version)
+                            .bind(key.key())
+                            .execute(p)
+                            .await
+                            .map(|done| done.rows_affected())
+                    })
+                })
+                .await
+                .map_err(self.backend(OP))?;
+            if updated == 1 {
+                return self.tinyid_row(key.key()).await;
+            }
+            tokio::time::sleep(self.retry.delay(race.min(6))).await;
+        }
+        Err(SegmentError::Backend {
+            store: self.dialect.name(),
+            operation: OP,
+            message: format!(
+                "lost the race for key {:?}'s row {MAX_RACES} times in a row; retry",
+                key.key()
+            ),
+        })
+    }
+
+    /// The full row of `key`, which exists.
+    async fn tinyid_row(&self, key: &str) -> Result<KeyRow> {
+        let row: Option<KeyRow> = self
+            .retry
+            .run(|| async {
+                on_pool!(self.db.pool(), p => {
+                    sqlx::query_as(&self.sql.describe).bind(key).fetch_optional(p).await
+                })
+            })
+            .await
+            .map_err(self.backend("raise"))?;
+        row.ok_or_else(|| self.bad_row(key, "it vanished during the raise".to_owned()))
     }
 
     /// Creates a Tinyid row for `key` (validated by the caller): `begin_id =

@@ -15,7 +15,10 @@ use idmint_segment::redis::{
     DailySerial, DailySerialConfig, RedisConnection, RedisCounter, RedisCounterConfig,
     RedisSegmentStore, RedisSnowflake, RedisSnowflakeConfig, RedisStoreConfig,
 };
-use idmint_segment::{MAX_ID, NewKey, SegmentError, SegmentStore};
+use idmint_segment::{
+    FloorFile, MAX_ID, NewKey, SegmentAllocator, SegmentConfig, SegmentError, SegmentStore,
+    StoreEpoch,
+};
 use jiff::Timestamp;
 use jiff::tz::Offset;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,6 +50,14 @@ impl TestKeys {
 
 impl Drop for TestKeys {
     fn drop(&mut self) {
+        self.forget();
+    }
+}
+
+impl TestKeys {
+    /// Deletes every key under the prefix: for this test, what a Redis
+    /// restarted without persistence holds (nothing).
+    fn forget(&self) {
         // Synchronous on purpose: it also runs while a failing test unwinds.
         let Ok(client) = redis::Client::open(REDIS_URL) else {
             return;
@@ -281,6 +292,138 @@ async fn counter_refuses_foreign_values_and_runs_out_at_2_pow_63() {
     );
 }
 
+/// The keys under `prefix` (what a test's calls wrote).
+async fn keys_under(prefix: &str) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut raw().await)
+        .await
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+/// A counter refuses a Redis that forgot (restarted empty, or restored from
+/// an older snapshot) instead of counting again from its first ID, in the
+/// process and across a restart that hands its memory over; `raise` brings
+/// it back above everything it returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counter_refuses_a_redis_that_forgot_until_raised() {
+    let Some(conn) = connect().await else { return };
+    let keys = TestKeys::new("counter-reset");
+    let config = RedisCounterConfig::new(1, 3).with_key_prefix(&keys.prefix);
+    let counter = RedisCounter::new(conn.clone(), config.clone()).unwrap();
+    let mut issued: Vec<u64> = counter
+        .next_ids("order", 40)
+        .await
+        .unwrap()
+        .iter()
+        .map(Id::get)
+        .collect();
+    issued.push(counter.next_id("order").await.unwrap().get());
+    let last = *issued.last().unwrap();
+    let memory = counter.memory();
+    assert_eq!(memory.floor("order"), Some(last + 1));
+    let epoch = memory.epoch.clone().unwrap();
+    assert_eq!(
+        keys_under(&keys.prefix).await.len(),
+        2,
+        "the counter and the epoch"
+    );
+
+    // Redis restarted empty: refused in this process and in the next one.
+    keys.forget();
+    let restarted = RedisCounter::new(conn.clone(), config.clone())
+        .unwrap()
+        .with_memory(memory.clone());
+    for c in [&counter, &restarted] {
+        let err = c.next_id("order").await.unwrap_err();
+        assert_eq!(err.code(), "store_reset", "{err}");
+        assert!(err.to_string().contains("epoch marker is missing"), "{err}");
+        // Another key of the same reset Redis is refused too.
+        assert_eq!(c.next_id("other").await.unwrap_err().code(), "store_reset");
+    }
+    assert!(keys_under(&keys.prefix).await.is_empty(), "nothing written");
+
+    // Restored from an older snapshot: the marker is back, the counter behind.
+    set(&counter.epoch_key(), epoch.as_str()).await;
+    set(&counter.redis_key("order"), 10).await;
+    let err = restarted.next_id("order").await.unwrap_err();
+    assert!(
+        matches!(err, SegmentError::KeyBelowFloor { floor, found: Some(13), .. } if floor == last + 1),
+        "{err}"
+    );
+    let held: String = redis::cmd("GET")
+        .arg(counter.redis_key("order"))
+        .query_async(&mut raw().await)
+        .await
+        .unwrap();
+    assert_eq!(held, "10", "a refusal changes nothing");
+
+    // The way back: raised above what it returned, it carries on above.
+    restarted.raise("order", 0).await.unwrap();
+    let next = restarted.next_id("order").await.unwrap().get();
+    assert_eq!(next, last + 3, "the node's next ID after its last");
+    assert_eq!(next % 3, 1);
+    // After a reset, raise also writes a new marker that every counter adopts.
+    keys.forget();
+    restarted.raise("order", 1_000).await.unwrap();
+    let adopted = restarted.memory().epoch.unwrap();
+    assert_ne!(adopted, epoch);
+    let id = restarted.next_id("order").await.unwrap().get();
+    assert!(id > 1_000 && id % 3 == 1, "{id}");
+    let fresh = RedisCounter::new(conn, config).unwrap();
+    fresh.next_id("new").await.unwrap();
+    assert_eq!(fresh.memory().epoch, Some(adopted));
+    issued.extend([next, id]);
+    assert_no_duplicates(&issued);
+}
+
+/// Daily serials refuse a Redis that forgot the day's counter instead of
+/// counting the day from 1 again; `raise` brings them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serial_refuses_a_redis_that_forgot_until_raised() {
+    let Some(conn) = connect().await else { return };
+    let keys = TestKeys::new("serial-reset");
+    let config = DailySerialConfig::new(6).with_key_prefix(&keys.prefix);
+    let serials = DailySerial::new(conn.clone(), config.clone()).unwrap();
+    let batch = serials.next_batch("order", 10).await.unwrap();
+    let (day, last) = (batch.day(), batch.last().counter());
+    let memory = serials.memory();
+    assert_eq!(memory.last["order"], (day, last));
+    let epoch = memory.epoch.clone().unwrap();
+
+    keys.forget();
+    let restarted = DailySerial::new(conn.clone(), config.clone())
+        .unwrap()
+        .with_memory(memory);
+    for s in [&serials, &restarted] {
+        let err = s.next("order").await.unwrap_err();
+        assert_eq!(err.code(), "store_reset", "{err}");
+    }
+    assert!(keys_under(&keys.prefix).await.is_empty(), "nothing written");
+
+    // The marker back, the day's counter behind what was returned.
+    set(&serials.epoch_key(), epoch.as_str()).await;
+    set(&serials.redis_key("order", day), 3).await;
+    let err = restarted.next("order").await.unwrap_err();
+    if batch.day() == serials.next_batch("probe", 1).await.unwrap().day() {
+        assert!(
+            matches!(err, SegmentError::KeyBelowFloor { floor, found: Some(4), .. } if floor == last + 1),
+            "{err}"
+        );
+        let raw_counter: String = redis::cmd("GET")
+            .arg(serials.redis_key("order", day))
+            .query_async(&mut raw().await)
+            .await
+            .unwrap();
+        assert_eq!(raw_counter, "3", "a refusal changes nothing");
+        restarted.raise("order", day, 0).await.unwrap();
+        let next = restarted.next("order").await.unwrap();
+        assert_eq!((next.day(), next.counter()), (day, last + 1));
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Segment store
 // ---------------------------------------------------------------------------
@@ -346,6 +489,133 @@ async fn store_creates_describes_lists_and_fetches() {
         (grant.start(), grant.max_id, grant.delta, grant.remainder),
         (7, 12, 1, 0)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_leases_above_floors_raises_and_keeps_an_epoch() {
+    let Some(conn) = connect().await else { return };
+    let keys = TestKeys::new("store-floors");
+    let store = RedisSegmentStore::new(conn, RedisStoreConfig::new().with_key_prefix(&keys.prefix))
+        .unwrap();
+    store.create(&NewKey::new("k", 10)).await.unwrap();
+    assert_eq!(store.fetch_above("k", None, 1).await.unwrap().start(), 1);
+    // Compared as numbers, not as text or doubles: "11" < "9" as text,
+    // and 2^53 + 1 is not a double.
+    for floor in [12, 100, (1 << 53) + 1] {
+        let err = store.fetch_above("k", None, floor).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SegmentError::KeyBelowFloor {
+                    found: Some(11),
+                    ..
+                }
+            ),
+            "{floor}: {err}"
+        );
+    }
+    assert_eq!(store.describe("k").await.unwrap().unwrap().max_id, 11);
+    let near = (1u64 << 53) + 1;
+    store
+        .raise(&NewKey::new("k", 10).with_start(near))
+        .await
+        .unwrap();
+    assert!(store.fetch_above("k", None, near + 1).await.is_err());
+    let g = store.fetch_above("k", None, near).await.unwrap();
+    assert_eq!((g.start(), g.max_id), (near, near + 10));
+    // Raise: create when missing, never lower, listed as any key.
+    let created = store
+        .raise(&NewKey::new("order", 100).with_start(251))
+        .await
+        .unwrap();
+    assert_eq!((created.max_id, created.step), (251, 100));
+    let kept = store
+        .raise(&NewKey::new("order", 100).with_start(9))
+        .await
+        .unwrap();
+    assert_eq!(kept.max_id, 251);
+    assert_eq!(store.list().await.unwrap().len(), 2);
+
+    // The epoch: written once, the first writer wins.
+    assert!(store.keeps_epoch());
+    assert_eq!(store.epoch().await.unwrap(), None);
+    let first = StoreEpoch::generate();
+    assert_eq!(store.init_epoch(&first).await.unwrap(), first);
+    assert_eq!(
+        store.init_epoch(&StoreEpoch::generate()).await.unwrap(),
+        first
+    );
+    assert_eq!(store.epoch().await.unwrap(), Some(first));
+    // Redis restarted without persistence: no keys, no epoch.
+    keys.forget();
+    assert_eq!(store.epoch().await.unwrap(), None);
+    assert_eq!(
+        store
+            .fetch_above("order", None, 251)
+            .await
+            .unwrap_err()
+            .code(),
+        "key_not_found"
+    );
+}
+
+/// The story on one node: IDs 1..250 taken, Redis restarted empty,
+/// the node restarted: it refuses instead of creating the key from 1; the
+/// operator raises the key and the node serves above 250.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_floors_refuses_a_redis_that_forgot_until_raised() {
+    let Some(conn) = connect().await else { return };
+    let keys = TestKeys::new("store-reset");
+    let dir = tempfile::tempdir().unwrap();
+    let declared = ["order".to_owned()];
+    let node = |conn: RedisConnection| {
+        let store =
+            RedisSegmentStore::new(conn, RedisStoreConfig::new().with_key_prefix(&keys.prefix))
+                .unwrap();
+        SegmentAllocator::new(store, SegmentConfig::new())
+            .unwrap()
+            .with_floors(Arc::new(FloorFile::open(dir.path()).unwrap()))
+            .unwrap()
+    };
+    let allocator = node(conn.clone());
+    allocator.check_floors(&declared).await.unwrap();
+    allocator
+        .create_key(NewKey::new("order", 100))
+        .await
+        .unwrap();
+    let taken = allocator.next_ids("order", 250).await.unwrap();
+    assert_eq!(taken.last().unwrap().get(), 250);
+    let floor = allocator.floors().unwrap().floor("order").unwrap();
+    drop(allocator);
+
+    keys.forget();
+    let allocator = node(conn.clone());
+    let err = allocator.check_floors(&declared).await.unwrap_err();
+    assert_eq!(err.code(), "store_reset", "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("\"order\" (floor {floor})")),
+        "{err}"
+    );
+    let store = allocator.store();
+    assert_eq!(store.epoch().await.unwrap(), None, "nothing written");
+    assert!(store.list().await.unwrap().is_empty(), "nothing created");
+
+    // The operator's fix, as `idmint segment raise order --above 250` does it.
+    let raised = idmint_segment::raise_key(
+        store.as_ref(),
+        allocator.floors().map(AsRef::as_ref),
+        NewKey::new("order", 100),
+        250,
+        &declared,
+    )
+    .await
+    .unwrap();
+    assert!(raised.info.max_id >= floor);
+    assert!(raised.epoch_adopted.is_some());
+    allocator.check_floors(&declared).await.unwrap();
+    let id = allocator.next_id("order").await.unwrap().get();
+    assert!(id > 250 && id >= floor, "{id}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

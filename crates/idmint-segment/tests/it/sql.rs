@@ -11,7 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
-use idmint_segment::{MAX_ID, NewKey, SegmentAllocator, SegmentConfig, SegmentError, SegmentStore};
+use idmint_segment::{
+    FloorFile, MAX_ID, NewKey, SegmentAllocator, SegmentConfig, SegmentError, SegmentStore,
+    StoreEpoch,
+};
 use idmint_sql::{ConnectOptions, Database, Dialect, Identifier, on_pool};
 
 use crate::support::{self, MYSQL_URL, POSTGRES_URL};
@@ -91,6 +94,13 @@ impl TestDb {
     async fn cleanup(&self) {
         self.exec(&format!("DROP TABLE IF EXISTS {}", self.table))
             .await;
+        // The epoch table may not exist (a Leaf-only test on a fresh file).
+        let forget = self.dialect.placeholders(&format!(
+            "DELETE FROM idmint_segment_epochs WHERE segment_table = '{}'",
+            self.table
+        ));
+        let _ =
+            on_pool!(self.admin.pool(), p => sqlx::raw_sql(&forget).execute(p).await.map(|_| ()));
         let delete = format!(
             "DELETE FROM {} WHERE component = '{}'",
             idmint_sql::MIGRATIONS_TABLE,
@@ -152,6 +162,11 @@ on_each_backend!(
     concurrent_connects_migrate_once,
     newer_schema_version_is_refused,
     allocators_on_separate_pools_issue_a_million_unique_ids_per_key,
+    a_lease_above_a_floor_is_refused_below_it_and_changes_nothing,
+    raise_creates_raises_and_never_lowers,
+    the_epoch_is_written_once_and_read_by_every_pool,
+    a_node_with_floors_refuses_a_restored_table_until_raised,
+    a_leaf_table_keeps_no_epoch_but_honours_floors,
 );
 
 async fn create_describe_list_fetch(db: TestDb) {
@@ -589,14 +604,14 @@ async fn concurrent_connects_migrate_once(db: TestDb) {
     let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
     let recorded = db.admin.applied_migrations(&db.component()).await.unwrap();
     let versions: Vec<i64> = recorded.iter().map(|m| m.version).collect();
-    assert_eq!(versions, [1]);
+    assert_eq!(versions, [1, 2]);
 
     // Re-running is a no-op, and the stores work.
     let table = Identifier::new(db.table.clone()).unwrap();
     let set = SqlSegmentStore::migrations(db.dialect, &table);
     let report = db.admin.migrate(&set).await.unwrap();
     assert!(report.applied.is_empty(), "{report:?}");
-    assert_eq!(report.version, 1);
+    assert_eq!(report.version, 2);
     a.create(&NewKey::new("k", 10)).await.unwrap();
     assert_eq!(b.fetch("k", None).await.unwrap().start(), 1);
     assert_eq!(c.fetch("k", None).await.unwrap().start(), 11);
@@ -632,7 +647,7 @@ async fn newer_schema_version_is_refused(db: TestDb) {
     assert!(
         matches!(
             &err,
-            idmint_sql::Error::SchemaTooNew { component, recorded: 99, known: 1 }
+            idmint_sql::Error::SchemaTooNew { component, recorded: 99, known: 2 }
                 if *component == db.component()
         ),
         "{err}"
@@ -736,4 +751,201 @@ async fn allocators_on_separate_pools_issue_a_million_unique_ids_per_key(db: Tes
         let stored = allocators[0].store().describe(key).await.unwrap().unwrap();
         assert!(*ids.last().unwrap() < stored.max_id, "{key}: {stored:?}");
     }
+}
+
+// ---- Floors, raise and the epoch marker ----
+
+async fn a_lease_above_a_floor_is_refused_below_it_and_changes_nothing(db: TestDb) {
+    let store = db.store().await;
+    store.create(&NewKey::new("k", 10)).await.unwrap();
+    let g = store.fetch_above("k", None, 0).await.unwrap();
+    assert_eq!((g.start(), g.max_id), (1, 11));
+    for step in [None, Some(7)] {
+        let err = store.fetch_above("k", step, 50).await.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                SegmentError::KeyBelowFloor { key, floor: 50, found: Some(11), .. } if key == "k"
+            ),
+            "{err}"
+        );
+        assert_eq!(err.code(), "key_below_floor");
+    }
+    assert_eq!(store.describe("k").await.unwrap().unwrap().max_id, 11);
+    // At the floor exactly: the segment starts there.
+    let g = store.fetch_above("k", Some(5), 11).await.unwrap();
+    assert_eq!((g.start(), g.max_id), (11, 16));
+    // A missing key is "not found"; the allocator decides what that means.
+    let err = store.fetch_above("gone", None, 50).await.unwrap_err();
+    assert!(matches!(err, SegmentError::NotFound { .. }), "{err}");
+    store.close().await;
+}
+
+async fn raise_creates_raises_and_never_lowers(db: TestDb) {
+    let store = db.store().await;
+    let created = store
+        .raise(&NewKey::new("order", 100).with_start(251))
+        .await
+        .unwrap();
+    assert_eq!((created.max_id, created.step), (251, 100));
+    let lower = store
+        .raise(&NewKey::new("order", 5).with_start(7))
+        .await
+        .unwrap();
+    assert_eq!((lower.max_id, lower.step), (251, 100), "never lowered");
+    assert_eq!(store.fetch("order", None).await.unwrap().start(), 251);
+    let raised = store
+        .raise(&NewKey::new("order", 100).with_start(10_000))
+        .await
+        .unwrap();
+    assert_eq!(raised.max_id, 10_000);
+    assert_eq!(store.fetch("order", None).await.unwrap().start(), 10_000);
+    // Concurrent raises of a missing key from two pools: one row, the higher.
+    let other = db.store().await;
+    let (low, high) = (
+        NewKey::new("race", 10).with_start(500),
+        NewKey::new("race", 10).with_start(900),
+    );
+    let (x, y) = tokio::join!(store.raise(&low), other.raise(&high));
+    x.unwrap();
+    y.unwrap();
+    assert_eq!(store.describe("race").await.unwrap().unwrap().max_id, 900);
+    let bad = store.raise(&NewKey::new("bad", 0).with_start(5)).await;
+    assert_eq!(bad.unwrap_err().code(), "invalid_spec");
+    store.close().await;
+    other.close().await;
+}
+
+async fn the_epoch_is_written_once_and_read_by_every_pool(db: TestDb) {
+    let (store, other) = (db.store().await, db.store().await);
+    assert!(store.keeps_epoch());
+    assert_eq!(store.epoch().await.unwrap(), None);
+    let (a, b) = (StoreEpoch::generate(), StoreEpoch::generate());
+    let (x, y) = tokio::join!(store.init_epoch(&a), other.init_epoch(&b));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!(x, y, "both get the marker that won");
+    assert!(x == a || x == b);
+    assert_eq!(store.init_epoch(&StoreEpoch::generate()).await.unwrap(), x);
+    assert_eq!(other.epoch().await.unwrap(), Some(x));
+    // A database recreated (or a table restored without its marker) has none.
+    db.exec(&format!(
+        "DELETE FROM idmint_segment_epochs WHERE segment_table = '{}'",
+        db.table
+    ))
+    .await;
+    assert_eq!(store.epoch().await.unwrap(), None);
+    store.close().await;
+    other.close().await;
+}
+
+/// A node with floors on the table, which is then restored from a backup
+/// taken before its last leases (`max_id` set back): the restarted node
+/// refuses to start, the running one refuses to lease, and nothing in the
+/// table moves until it is raised.
+async fn a_node_with_floors_refuses_a_restored_table_until_raised(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let declared = ["order".to_owned()];
+    let open = |store: SqlSegmentStore| {
+        SegmentAllocator::new(store, SegmentConfig::new())
+            .unwrap()
+            .with_floors(Arc::new(FloorFile::open(dir.path()).unwrap()))
+            .unwrap()
+    };
+    let allocator = open(db.store().await);
+    allocator.check_floors(&declared).await.unwrap();
+    allocator
+        .create_key(NewKey::new("order", 100))
+        .await
+        .unwrap();
+    let before = allocator.next_ids("order", 250).await.unwrap();
+    let last = before.last().unwrap().get();
+    let floor = allocator.floors().unwrap().floor("order").unwrap();
+    assert!(floor > last);
+
+    let t = &db.table;
+    db.exec(&format!(
+        "UPDATE {t} SET max_id = 101 WHERE biz_tag = 'order'"
+    ))
+    .await;
+    let err = loop {
+        match allocator.next_id("order").await {
+            Ok(id) => assert!(id.get() < floor, "only what was leased before"),
+            Err(err) => break err,
+        }
+    };
+    assert!(
+        matches!(
+            err,
+            SegmentError::KeyBelowFloor {
+                found: Some(101),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    drop(allocator);
+
+    let allocator = open(db.store().await);
+    let err = allocator.check_floors(&declared).await.unwrap_err();
+    assert!(
+        matches!(err, SegmentError::KeyBelowFloor { found: Some(101), floor: f, .. } if f == floor),
+        "{err}"
+    );
+    let max_id = db
+        .scalar_i64(
+            &db.dialect
+                .placeholders(&format!("SELECT max_id FROM {t} WHERE biz_tag = 'order'")),
+        )
+        .await;
+    assert_eq!(max_id, 101, "the refusals changed nothing");
+
+    allocator
+        .store()
+        .raise(&NewKey::new("order", 100).with_start(floor))
+        .await
+        .unwrap();
+    allocator.check_floors(&declared).await.unwrap();
+    let after = allocator.next_id("order").await.unwrap().get();
+    assert!(after >= floor, "{after} below the floor {floor}");
+}
+
+async fn a_leaf_table_keeps_no_epoch_but_honours_floors(db: TestDb) {
+    let t = &db.table;
+    db.exec(&leaf_ddl(db.dialect, t)).await;
+    db.exec(&format!(
+        "INSERT INTO {t} (biz_tag, max_id, step) VALUES ('leaf', 1001, 1000)"
+    ))
+    .await;
+    let store = SqlSegmentStore::connect(db.config().with_schema(TableSchema::Leaf))
+        .await
+        .unwrap();
+    assert!(!store.keeps_epoch());
+    assert_eq!(store.epoch().await.unwrap(), None);
+    assert_eq!(
+        store
+            .init_epoch(&StoreEpoch::generate())
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid_config"
+    );
+    let err = store.fetch_above("leaf", None, 5000).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SegmentError::KeyBelowFloor {
+                found: Some(1001),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let raised = store
+        .raise(&NewKey::new("leaf", 1000).with_start(5000))
+        .await
+        .unwrap();
+    assert_eq!(raised.max_id, 5000);
+    let g = store.fetch_above("leaf", None, 5000).await.unwrap();
+    assert_eq!((g.start(), g.max_id), (5000, 6000));
+    store.close().await;
 }

@@ -301,6 +301,64 @@ async fn tinyid_bad_rows_and_the_end_change_nothing() {
     .await;
 }
 
+/// A floor refuses a Tinyid row below it without touching the row (not even
+/// its version), and a raise moves the row with Tinyid's compare-and-swap.
+#[tokio::test]
+async fn tinyid_rows_honour_floors_and_raise_as_tinyid_writes() {
+    with_db(|db| async move {
+        let store = db.store().await;
+        assert!(!store.keeps_epoch());
+        sqlx::raw_sql(
+            "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder) \
+             VALUES ('f', 0, 100, 10, 1, 0)",
+        )
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        // The next segment starts at 101.
+        let err = store.fetch_above("f", None, 102).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SegmentError::KeyBelowFloor {
+                    found: Some(101),
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(db.row("f").await, (100, 0), "nothing changed");
+        let g = store.fetch_above("f", None, 101).await.unwrap();
+        assert_eq!((g.start(), g.max_id), (101, 111));
+        assert_eq!(db.row("f").await, (110, 1));
+
+        let raised = store
+            .raise(&NewKey::new("f", 10).with_start(5_001))
+            .await
+            .unwrap();
+        assert_eq!(raised.max_id, 5_001, "the next start");
+        assert_eq!(
+            db.row("f").await,
+            (5_000, 2),
+            "Tinyid's max_id, version bumped"
+        );
+        let unchanged = store
+            .raise(&NewKey::new("f", 10).with_start(7))
+            .await
+            .unwrap();
+        assert_eq!(unchanged.max_id, 5_001, "never lowered");
+        assert_eq!(db.row("f").await, (5_000, 2));
+        let created = store
+            .raise(&NewKey::new("g", 10).with_start(300))
+            .await
+            .unwrap();
+        assert_eq!(created.max_id, 300);
+        assert_eq!(store.fetch("g", None).await.unwrap().start(), 300);
+        store.close().await;
+    })
+    .await;
+}
+
 /// Without Tinyid's table the store refuses to start, naming it.
 #[tokio::test]
 async fn tinyid_schema_needs_tinyid_table() {

@@ -30,7 +30,8 @@ pub struct ServerConfig {
     /// Where the gRPC listener (`idmint.v1.IdService`) listens (default:
     /// none, off; port 0 picks a free port).
     pub grpc_addr: Option<SocketAddr>,
-    /// The data directory: worker lease file, default SQLite segment store
+    /// The data directory: worker lease file, segment floors (what this node
+    /// issued per key, `segment-floors`), default SQLite segment store
     /// (default `./idmint-data`, created if missing).
     pub data_dir: PathBuf,
     /// The admin API's bearer token (also `IDMINT_ADMIN_TOKEN`); unset, the

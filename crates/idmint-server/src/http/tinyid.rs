@@ -334,7 +334,9 @@ async fn segment(state: &Arc<AppState>, params: &TinyidParams) -> Result<Segment
     }
     let store = state.segments.store();
     let timeout = state.segments.config().store_timeout();
-    let grant = match tokio::time::timeout(timeout, store.fetch(&key, None)).await {
+    // Under this node's floors, as the buffers: the segment is above what
+    // it issued, and raises its floor before the client gets it.
+    let grant = match tokio::time::timeout(timeout, state.segments.lease_segment(&key)).await {
         Ok(result) => result.map_err(IssueError::from)?,
         Err(_) => {
             return Err(IssueError::unavailable(

@@ -28,6 +28,7 @@ mod forgets;
 mod harness;
 mod monotonic;
 mod process;
+mod segment_reset;
 
 use std::fmt::Write as _;
 use std::panic::AssertUnwindSafe;
@@ -47,6 +48,7 @@ fn all_scenarios() -> Vec<Scenario> {
     all.extend(forgets::scenarios());
     all.extend(clock::scenarios());
     all.extend(monotonic::scenarios());
+    all.extend(segment_reset::scenarios());
     all
 }
 

@@ -151,6 +151,7 @@ pub struct ServeConfig {
     segment_url: Option<String>,
     segment_table: String,
     segment_keys: Vec<(String, u64)>,
+    segment: Vec<(String, String)>,
     snowflake_keys: Vec<String>,
     monotonic_keys: Vec<String>,
     monotonic: Vec<(String, String)>,
@@ -170,6 +171,7 @@ impl ServeConfig {
             segment_url: None,
             segment_table: String::new(),
             segment_keys: Vec::new(),
+            segment: Vec::new(),
             snowflake_keys: vec!["sf".to_owned()],
             monotonic_keys: Vec::new(),
             monotonic: Vec::new(),
@@ -255,6 +257,13 @@ impl ServeConfig {
     ) -> ServeConfig {
         self.segment_url = Some(url.into());
         self.segment_table = table.into();
+        self
+    }
+
+    /// A `[segment]` setting with its value as a TOML literal:
+    /// `with_segment("max_step", "1000")`.
+    pub fn with_segment(mut self, key: &str, value: &str) -> ServeConfig {
+        self.segment.push((key.to_owned(), value.to_owned()));
         self
     }
 
@@ -363,6 +372,9 @@ impl ServeConfig {
                 let _ = writeln!(t, "key_prefix = \"{}:\"", self.segment_table);
             } else {
                 let _ = writeln!(t, "table = {:?}", self.segment_table);
+            }
+            for (key, value) in &self.segment {
+                let _ = writeln!(t, "{key} = {value}");
             }
         }
         for (key, step) in &self.segment_keys {

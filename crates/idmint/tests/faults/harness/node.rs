@@ -88,6 +88,10 @@ pub struct Attempts {
 /// The start-error code of an `error:` line of `idmint serve`.
 fn refusal_code(line: &str) -> &'static str {
     const CODES: &[(&str, &str)] = &[
+        // The segment store forgot what this node issued (issue 23); the
+        // floor's message also says the store "was reset or restored".
+        ("below this node's floor", "key_below_floor"),
+        ("store was reset: its epoch marker", "store_reset"),
         ("stored high-water mark", "clock_behind_mark"),
         ("clock is off by", "clock_skew"),
         ("worker IDs of the", "workers_exhausted"),
@@ -191,6 +195,11 @@ impl Node {
     /// The data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// The config file it runs.
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
     }
 
     /// The log (stderr of every start, each headed by a `==== start` line).

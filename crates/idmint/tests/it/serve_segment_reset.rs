@@ -1,0 +1,287 @@
+//! `idmint serve` on a Redis segment store that forgets (issue 23): a private
+//! Redis without persistence (`scripts/redis`) restarted empty under a
+//! segment key. What must hold, seen from outside the real binary:
+//!
+//! - while running, the node serves what it leased, then answers `503
+//!   key_below_floor` with `Retry-After`, never an ID it issued;
+//! - restarted, it refuses to start, naming the key and its floor, and
+//!   creates nothing in the store;
+//! - `idmint segment raise` (store only) is not enough while the node's
+//!   remembered epoch is gone from the store; with the node's data directory
+//!   it adopts the new epoch, and the node serves above every ID it issued.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use idmint_testkit::{PrivateService, Service};
+use reqwest::StatusCode;
+
+use crate::serve::{Served, binary_ids, client, spawn};
+use crate::{expect_failure, expect_ok, idmint};
+
+/// Runs `idmint serve` on `data_dir` with the config at `config` until it
+/// exits (it must, within 60 s): the status and its log.
+fn refused_start(data_dir: &Path, config: &str) -> (ExitStatus, String) {
+    let (mut child, _, log) = spawn(data_dir, Some(config), &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status, std::fs::read_to_string(log).unwrap_or_default());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "idmint serve did not exit: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The `error:` line of a log.
+fn error_line(log: &str) -> &str {
+    log.lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line: {log}"))
+}
+
+/// The number after `"order" (floor ` in `text`.
+fn floor_in(text: &str) -> u64 {
+    let at = text
+        .find("\"order\" (floor ")
+        .unwrap_or_else(|| panic!("no floor of order in: {text}"))
+        + "\"order\" (floor ".len();
+    text[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after the floor in: {text}"))
+}
+
+/// Keys under `prefix` in the Redis at `url`.
+fn redis_keys(url: &str, prefix: &str) -> Vec<String> {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query(&mut conn)
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn serve_refuses_a_redis_segment_store_that_forgot_until_the_key_is_raised() {
+    let Some(redis) = PrivateService::start(Service::Redis) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let prefix = "reset-test:";
+    let config = format!(
+        "[segment]\nurl = {:?}\nkey_prefix = {prefix:?}\n[segment.keys.order]\nstep = 100\n",
+        redis.address()
+    );
+    let config_path = dir.path().join("idmint.toml");
+    std::fs::write(&config_path, &config).unwrap();
+    let config_arg = config_path.to_str().unwrap();
+
+    // IDs 1..=250 taken, in singles and batches.
+    let server = Served::start(&data, Some(&config), &[]);
+    let c = client();
+    let mut issued = Vec::new();
+    while issued.len() < 250 {
+        let n = if issued.len() % 3 == 0 { 1 } else { 7 };
+        let n = n.min(250 - issued.len() as u64);
+        issued.extend(binary_ids(&c, &server, "order", n));
+    }
+    assert_eq!(issued, (1..=250).collect::<Vec<u64>>());
+
+    // Redis restarts empty under the running node: it serves what it leased,
+    // then refuses, typed, with a retry hint (after an `unavailable` or two
+    // while its connection to Redis is re-made).
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let message = loop {
+        assert!(Instant::now() < deadline, "never refused");
+        let r = c.get(server.url("/v1/ids/order")).send().unwrap();
+        if r.status() == StatusCode::OK {
+            let id: u64 = r.text().unwrap().trim().parse().unwrap();
+            issued.push(id);
+            continue;
+        }
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(r.headers().get("retry-after").is_some());
+        let body: serde_json::Value = r.json().unwrap();
+        match body["error"]["code"].as_str().unwrap() {
+            "key_below_floor" => break body["error"]["message"].as_str().unwrap().to_owned(),
+            "unavailable" | "store_error" | "store_timeout" => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => panic!("{other}: {body}"),
+        }
+    };
+    assert!(message.contains("no such key"), "{message}");
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    assert!(
+        redis_keys(redis.address(), prefix).is_empty(),
+        "a refused lease writes nothing"
+    );
+
+    // Restarted, the node refuses to start, naming the key and its floor.
+    let (status, log) = refused_start(&data, &config);
+    assert_eq!(status.code(), Some(1), "{log}");
+    let line = error_line(&log);
+    assert!(line.contains("store was reset"), "{line}");
+    assert!(line.contains("epoch marker is missing"), "{line}");
+    let floor = floor_in(line);
+    assert!(floor > *issued.iter().max().unwrap(), "{floor}: {line}");
+    assert!(
+        redis_keys(redis.address(), prefix).is_empty(),
+        "a refused start creates nothing"
+    );
+
+    // Bad input exits 2 and changes nothing.
+    for args in [
+        &[
+            "segment",
+            "raise",
+            "no such key",
+            "--above",
+            "1",
+            "--config",
+            config_arg,
+        ][..],
+        &[
+            "segment",
+            "raise",
+            "order",
+            "--above",
+            "9223372036854775807",
+            "--config",
+            config_arg,
+        ],
+        &[
+            "segment",
+            "raise",
+            "undeclared",
+            "--above",
+            "5",
+            "--config",
+            config_arg,
+            "--store-only",
+        ],
+    ] {
+        let (code, line) = expect_failure(args, idmint(args));
+        assert_eq!(code, 2, "{args:?}: {line}");
+    }
+    assert!(redis_keys(redis.address(), prefix).is_empty());
+
+    // The store alone raised: the node still refuses, its epoch is gone.
+    let above = floor - 1;
+    let above_arg = above.to_string();
+    let args = [
+        "segment",
+        "raise",
+        "order",
+        "--above",
+        &above_arg,
+        "--config",
+        config_arg,
+        "--store-only",
+    ];
+    let out = expect_ok(&args, idmint(&args));
+    assert!(
+        out.contains(&format!("created, issuing from {floor}")),
+        "{out}"
+    );
+    let (status, log) = refused_start(&data, &config);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(error_line(&log).contains("store was reset"), "{log}");
+
+    // With the node's data directory: the node adopts the store's new epoch.
+    let args = [
+        "segment",
+        "raise",
+        "order",
+        "--above",
+        "250",
+        "--config",
+        config_arg,
+        "--data-dir",
+        data.to_str().unwrap(),
+    ];
+    let out = expect_ok(&args, idmint(&args));
+    assert!(out.contains("already at"), "{out}");
+    assert!(out.contains("adopted the store's epoch"), "{out}");
+
+    // It serves again, above every ID it issued.
+    let server = Served::start(&data, Some(&config), &[]);
+    let after = binary_ids(&c, &server, "order", 500);
+    assert!(after[0] >= floor, "{} below the floor {floor}", after[0]);
+    // The floor file is the running server's: the command refuses it (exit 1).
+    let (code, line) = expect_failure(&args, idmint(&args));
+    assert_eq!(code, 1, "{line}");
+    assert!(line.contains("in use by another idmint process"), "{line}");
+    issued.extend(after);
+    let unique: HashSet<u64> = issued.iter().copied().collect();
+    assert_eq!(unique.len(), issued.len(), "an ID came twice");
+}
+
+/// The embedded default store, SQLite in the data directory, deleted (a
+/// lost volume restored without it, say): the node refuses to start, and
+/// `idmint segment raise --data-dir` raises the key in the store that
+/// directory holds, as `serve --data-dir` would open it.
+#[test]
+fn serve_refuses_a_deleted_sqlite_store_until_raised_in_its_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = "[segment.keys.order]\nstep = 10\n";
+    let config_path = dir.path().join("idmint.toml");
+    std::fs::write(&config_path, config).unwrap();
+
+    let server = Served::start(&data, Some(config), &[]);
+    let c = client();
+    let mut issued = binary_ids(&c, &server, "order", 95);
+    let (status, _) = server.terminate();
+    assert!(status.success());
+    for file in ["segments.db", "segments.db-wal", "segments.db-shm"] {
+        let _ = std::fs::remove_file(data.join(file));
+    }
+
+    let (status, log) = refused_start(&data, config);
+    assert_eq!(status.code(), Some(1), "{log}");
+    let line = error_line(&log);
+    assert!(line.contains("epoch marker is missing"), "{line}");
+    let floor = floor_in(line);
+    assert!(floor > 95, "{line}");
+
+    let args = [
+        "segment",
+        "raise",
+        "order",
+        "--above",
+        "95",
+        "--config",
+        config_path.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ];
+    let out = expect_ok(&args, idmint(&args));
+    assert!(
+        out.contains(&format!("created, issuing from {floor}")),
+        "above the node's floor, not only above 95: {out}"
+    );
+    assert!(out.contains("adopted the store's epoch"), "{out}");
+
+    let server = Served::start(&data, Some(config), &[]);
+    let after = binary_ids(&c, &server, "order", 10);
+    assert_eq!(after[0], floor);
+    issued.extend(after);
+    let unique: HashSet<u64> = issued.iter().copied().collect();
+    assert_eq!(unique.len(), issued.len(), "an ID came twice");
+}
