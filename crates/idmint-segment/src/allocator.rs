@@ -69,7 +69,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::error::{Result, SegmentError};
-use crate::floor::{FloorFile, StoreEpoch};
+use crate::floor::FloorFile;
+use crate::store::StoreEpoch;
 use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore, validate_key};
 
 /// Settings of a [`SegmentAllocator`].

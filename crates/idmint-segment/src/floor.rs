@@ -37,17 +37,13 @@
 //! store forgets").
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::{Mutex, MutexGuard};
 
-use jiff::{Timestamp, Unit};
-
 use crate::error::{Result, SegmentError};
-use crate::store::validate_key;
+use crate::store::{StoreEpoch, validate_key};
 
 /// The floor file's name inside the data directory.
 pub const FLOOR_FILE_NAME: &str = "segment-floors";
@@ -57,75 +53,6 @@ const LOCK_NAME: &str = "segment-floors.lock";
 const TEMP_NAME: &str = "segment-floors.tmp";
 /// The first line of a floor file.
 const HEADER: &str = "# idmint segment floors; replaced atomically, do not edit while idmint runs";
-/// The longest epoch marker.
-const MAX_EPOCH_LEN: usize = 64;
-
-/// A store's epoch marker: 1 to 64 ASCII letters, digits and `.` `_` `-` `:`.
-///
-/// [`StoreEpoch::generate`] makes one from the time and 64 random bits
-/// (`2026-11-21T08:00:00Z_3f9a1c2e4b5d6f70`), so two initialisations of a
-/// store (before and after a reset) never write the same marker.
-///
-/// # Examples
-/// ```
-/// use idmint_segment::StoreEpoch;
-///
-/// let a = StoreEpoch::generate();
-/// assert_ne!(a, StoreEpoch::generate());
-/// assert_eq!(a.as_str().parse::<StoreEpoch>()?, a);
-/// assert!("two words".parse::<StoreEpoch>().is_err());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StoreEpoch(String);
-
-impl StoreEpoch {
-    /// A new marker: the time (to the second, UTC) and 64 random bits.
-    pub fn generate() -> StoreEpoch {
-        let now = Timestamp::now();
-        let now = now.round(Unit::Second).unwrap_or(now);
-        StoreEpoch(format!("{now}_{:016x}", fastrand::u64(..)))
-    }
-
-    /// The marker as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl FromStr for StoreEpoch {
-    type Err = SegmentError;
-
-    /// Reads a marker.
-    ///
-    /// # Errors
-    /// [`SegmentError::InvalidSpec`] (field `epoch`) for an empty or too long
-    /// text, or one with other characters.
-    fn from_str(text: &str) -> Result<StoreEpoch> {
-        let ok = !text.is_empty()
-            && text.len() <= MAX_EPOCH_LEN
-            && text
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'));
-        if !ok {
-            let shown: String = text.chars().take(MAX_EPOCH_LEN).collect();
-            return Err(SegmentError::InvalidSpec {
-                field: "epoch",
-                reason: format!(
-                    "{shown:?} is not 1 to {MAX_EPOCH_LEN} letters, digits, '.', '_', '-', ':'"
-                ),
-            });
-        }
-        Ok(StoreEpoch(text.to_owned()))
-    }
-}
-
-impl fmt::Display for StoreEpoch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 /// What a node remembers of a store: the store's epoch marker when the node
 /// first used it, and per key a floor below which every ID it issued lies.
 ///
@@ -499,7 +426,7 @@ mod tests {
     #[test]
     fn epochs_are_checked_and_unique() {
         let a = StoreEpoch::generate();
-        assert!(a.as_str().len() <= MAX_EPOCH_LEN);
+        assert!(a.as_str().len() <= 64, "{a}");
         assert_eq!(a.as_str().parse::<StoreEpoch>().unwrap(), a);
         assert_ne!(a, StoreEpoch::generate());
         for bad in ["", "a b", "é", &"x".repeat(65)] {

@@ -27,10 +27,12 @@ mod store;
 
 pub use allocator::{KeyStatus, PreloaderGuard, SegmentAllocator, SegmentConfig, SegmentKey};
 pub use error::{Result, SegmentError};
-pub use floor::{FLOOR_FILE_NAME, FloorFile, FloorRecord, StoreEpoch};
+pub use floor::{FLOOR_FILE_NAME, FloorFile, FloorRecord};
 pub use memory::MemoryStore;
 pub use recover::{Raised, StillBelow, raise_key};
-pub use store::{KeyInfo, MAX_ID, MAX_KEY_LEN, NewKey, SegmentGrant, SegmentStore, validate_key};
+pub use store::{
+    KeyInfo, MAX_ID, MAX_KEY_LEN, NewKey, SegmentGrant, SegmentStore, StoreEpoch, validate_key,
+};
 
 /// The README's Rust examples, run as doctests so they can't rot (here, the
 /// crate that can see both `idmint_core` and `idmint_segment`).

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 
 use crate::error::{Result, SegmentError};
-use crate::floor::StoreEpoch;
+use crate::store::StoreEpoch;
 use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore};
 
 /// Segment keys in the process's memory: for tests and single processes;

@@ -3,7 +3,8 @@
 //! floor file, let the node serve again.
 
 use crate::error::{Result, SegmentError};
-use crate::floor::{FloorFile, StoreEpoch};
+use crate::floor::FloorFile;
+use crate::store::StoreEpoch;
 use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentStore, validate_key};
 
 /// What [`raise_key`] did.

@@ -118,7 +118,7 @@ use jiff::Timestamp;
 use self::statements::{LEAF_COLUMNS, Statements};
 pub use self::tinyid::TinyidToken;
 use crate::error::{Result, SegmentError};
-use crate::floor::StoreEpoch;
+use crate::store::StoreEpoch;
 use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore};
 
 /// Which table layout a [`SqlSegmentStore`] uses; see the [module docs](self).

@@ -5,15 +5,84 @@
 //! (they should still set connect timeouts on their pools).
 
 use std::fmt;
+use std::str::FromStr;
 
 use async_trait::async_trait;
-use jiff::Timestamp;
+use jiff::{Timestamp, Unit};
 
 use crate::error::{Result, SegmentError};
-use crate::floor::StoreEpoch;
 
 /// The longest key name, as Leaf's `biz_tag varchar(128)`.
 pub const MAX_KEY_LEN: usize = 128;
+
+/// The longest epoch marker.
+const MAX_EPOCH_LEN: usize = 64;
+
+/// A store's epoch marker: 1 to 64 ASCII letters, digits and `.` `_` `-` `:`.
+///
+/// [`StoreEpoch::generate`] makes one from the time and 64 random bits
+/// (`2026-11-21T08:00:00Z_3f9a1c2e4b5d6f70`), so two initialisations of a
+/// store (before and after a reset) never write the same marker.
+///
+/// # Examples
+/// ```
+/// use idmint_segment::StoreEpoch;
+///
+/// let a = StoreEpoch::generate();
+/// assert_ne!(a, StoreEpoch::generate());
+/// assert_eq!(a.as_str().parse::<StoreEpoch>()?, a);
+/// assert!("two words".parse::<StoreEpoch>().is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StoreEpoch(String);
+
+impl StoreEpoch {
+    /// A new marker: the time (to the second, UTC) and 64 random bits.
+    pub fn generate() -> StoreEpoch {
+        let now = Timestamp::now();
+        let now = now.round(Unit::Second).unwrap_or(now);
+        StoreEpoch(format!("{now}_{:016x}", fastrand::u64(..)))
+    }
+
+    /// The marker as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for StoreEpoch {
+    type Err = SegmentError;
+
+    /// Reads a marker.
+    ///
+    /// # Errors
+    /// [`SegmentError::InvalidSpec`] (field `epoch`) for an empty or too long
+    /// text, or one with other characters.
+    fn from_str(text: &str) -> Result<StoreEpoch> {
+        let ok = !text.is_empty()
+            && text.len() <= MAX_EPOCH_LEN
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'));
+        if !ok {
+            let shown: String = text.chars().take(MAX_EPOCH_LEN).collect();
+            return Err(SegmentError::InvalidSpec {
+                field: "epoch",
+                reason: format!(
+                    "{shown:?} is not 1 to {MAX_EPOCH_LEN} letters, digits, '.', '_', '-', ':'"
+                ),
+            });
+        }
+        Ok(StoreEpoch(text.to_owned()))
+    }
+}
+
+impl fmt::Display for StoreEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// The largest ID a segment may contain (2^63 − 1).
 pub const MAX_ID: u64 = i64::MAX as u64;

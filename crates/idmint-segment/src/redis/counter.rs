@@ -12,7 +12,8 @@ use super::{
     check_key_prefix, check_timeout,
 };
 use crate::error::{Result, SegmentError};
-use crate::floor::{FloorRecord, StoreEpoch};
+use crate::floor::FloorRecord;
+use crate::store::StoreEpoch;
 use crate::store::{BELOW_LUA, validate_key};
 
 /// KEYS[1]: the node's counter; KEYS[2]: the counters' epoch marker.

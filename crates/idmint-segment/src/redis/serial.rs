@@ -16,7 +16,7 @@ use super::{
     check_key_prefix, check_timeout,
 };
 use crate::error::{Result, SegmentError};
-use crate::floor::StoreEpoch;
+use crate::store::StoreEpoch;
 use crate::store::validate_key;
 
 /// The day arithmetic both scripts share: `ymd` (YYYYMMDD) of Redis's `TIME`

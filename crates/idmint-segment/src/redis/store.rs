@@ -13,7 +13,7 @@ use super::{
     check_timeout,
 };
 use crate::error::{Result, SegmentError};
-use crate::floor::StoreEpoch;
+use crate::store::StoreEpoch;
 use crate::store::{BELOW_LUA, KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore, validate_key};
 
 /// KEYS[1]: the key's hash. ARGV[1]: the step ('' for the key's own);
