@@ -533,13 +533,16 @@ async fn start_oracle(
     let layout = config.monotonic_layout()?;
     let registry = open_leader_registry(config).await.map_err(registry_error)?;
     let shared = kind != RegistryKind::File;
-    let port = match (&listeners.grpc, shared) {
-        (Some(grpc), true) => grpc.local_addr.port(),
-        _ => listeners.http.local_addr.port(),
-    };
-    let leader_node = NodeIdentity {
-        port,
-        ..node.clone()
+    // Followers reach the leader at its gRPC listener: that listener's own
+    // address (or `advertise_address`), not the HTTP one's, which may be
+    // another IP.
+    let leader_node = match (&listeners.grpc, shared) {
+        (Some(grpc), true) => NodeIdentity {
+            address: advertised_address(config, grpc.local_addr, &node.host),
+            port: grpc.local_addr.port(),
+            host: node.host.clone(),
+        },
+        _ => node.clone(),
     };
     let settings = oracle_settings(config, layout).with_clock(clock.shared());
     let campaign = Campaign::spawn(
@@ -780,15 +783,21 @@ fn node_identity(config: &Config, addr: SocketAddr) -> NodeIdentity {
         .ok()
         .and_then(|h| h.into_string().ok())
         .unwrap_or_else(|| "localhost".to_owned());
-    let address = match &config.snowflake.advertise_address {
-        Some(a) => a.clone(),
-        None if addr.ip().is_unspecified() => host.clone(),
-        None => addr.ip().to_string(),
-    };
     NodeIdentity {
+        address: advertised_address(config, addr, &host),
         host,
-        address,
         port: addr.port(),
+    }
+}
+
+/// The address peers reach a listener bound at `addr` by:
+/// `snowflake.advertise_address` when set, else the listener's own IP, or
+/// the host name when it listens on every address.
+fn advertised_address(config: &Config, addr: SocketAddr, host: &str) -> String {
+    match &config.snowflake.advertise_address {
+        Some(a) => a.clone(),
+        None if addr.ip().is_unspecified() => host.to_owned(),
+        None => addr.ip().to_string(),
     }
 }
 

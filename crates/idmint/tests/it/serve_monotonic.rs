@@ -404,6 +404,54 @@ strategy = "monotonic"
     expect_error(r, StatusCode::BAD_REQUEST, "invalid_count");
 }
 
+/// Followers forward to the leader's gRPC listener, at that listener's own
+/// address: here each node's gRPC listens on another loopback IP than its
+/// HTTP (issue: the leader advertised its HTTP IP with its gRPC port, and
+/// followers answered 503 no_leader).
+#[test]
+fn serve_monotonic_followers_reach_a_leader_whose_grpc_listens_on_another_ip() {
+    let Some(etcd) = PrivateService::start(Service::Etcd) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[server]\nadmin_token = \"cluster-secret\"\n[snowflake]\nregistry = \"etcd\"\n\
+         [snowflake.etcd]\nendpoints = [\"{}\"]\n[keys.seq]\nstrategy = \"monotonic\"\n",
+        etcd.address()
+    );
+    let nodes: Vec<Served> = ["127.0.0.2", "127.0.0.3"]
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| {
+            Served::start_with_args(
+                &dir.path().join(format!("node{i}")),
+                Some(&config),
+                &[],
+                &["--grpc-addr", &format!("{ip}:0")],
+            )
+        })
+        .collect();
+    let c = client();
+    let refs: Vec<&Served> = nodes.iter().collect();
+    let leader = wait_for_leader(&c, &refs);
+    let follower = 1 - leader;
+    let view = snapshot(&c, &nodes[follower]).unwrap();
+    let named = view["leader"].as_str().unwrap().to_owned();
+    let leader_ip = ["127.0.0.2", "127.0.0.3"][leader];
+    assert!(
+        named.contains(leader_ip),
+        "the leader is known by its gRPC address {leader_ip}: {view}"
+    );
+    let mut last = 0;
+    for count in [1, 10, 100] {
+        let got = ids(&c, &nodes[follower], "seq", count)
+            .unwrap_or_else(|| panic!("the follower could not reach the leader at {named}"));
+        assert_eq!(got.len() as u64, count);
+        assert!(got[0] > last && got.windows(2).all(|w| w[0] < w[1]));
+        last = *got.last().unwrap();
+    }
+}
+
 #[test]
 fn serve_monotonic_three_nodes_on_etcd_keep_order_through_a_leader_kill() {
     let Some(etcd) = PrivateService::start(Service::Etcd) else {
