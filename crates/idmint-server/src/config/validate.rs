@@ -170,7 +170,7 @@ impl Config {
             | RegistryKind::Redis
             | RegistryKind::Etcd
             | RegistryKind::Zookeeper => {
-                if self.server.grpc_addr.is_none() {
+                let Some(grpc) = self.server.grpc_addr else {
                     return Err(invalid(
                         "server.grpc_addr",
                         format!(
@@ -179,7 +179,8 @@ impl Config {
                             registry.name()
                         ),
                     ));
-                }
+                };
+                self.check_reserve_guarded(grpc)?;
                 self.check_forwarding_tls()
             }
             RegistryKind::Static | RegistryKind::Host | RegistryKind::K8s => Err(invalid(
@@ -191,6 +192,40 @@ impl Config {
                 ),
             )),
         }
+    }
+
+    /// The leader's internal `Reserve` RPC hands out runs of the oracle's
+    /// IDs (every monotonic key's) to whoever calls it. It needs the admin
+    /// token (followers send it), or client certificates (mutual TLS on the
+    /// gRPC listener), whenever the gRPC listener is reachable from other
+    /// hosts or a key is guarded by a token; refused otherwise.
+    fn check_reserve_guarded(&self, grpc: std::net::SocketAddr) -> Result<(), ConfigError> {
+        let guarded = self.server.admin_token.is_some()
+            || self
+                .tls
+                .as_ref()
+                .is_some_and(|t| t.grpc && t.client_ca.is_some());
+        let tokened = self.keys.iter().find(|(_, k)| k.token.is_some());
+        let exposed = !grpc.ip().is_loopback();
+        if guarded || !(exposed || tokened.is_some()) {
+            return Ok(());
+        }
+        let why = if exposed {
+            format!("the gRPC listener {grpc} is reachable from other hosts")
+        } else {
+            format!(
+                "key {:?} has a token",
+                tokened.map(|(name, _)| name.as_str()).unwrap_or_default()
+            )
+        };
+        Err(invalid(
+            "server.admin_token",
+            format!(
+                "monotonic keys on a shared registry, and {why}: the leader's internal Reserve \
+                 RPC would hand out the oracle's IDs to any caller; set server.admin_token \
+                 (followers send it), or tls.client_ca with TLS on gRPC (mutual TLS)"
+            ),
+        ))
     }
 
     /// The parsed layout.

@@ -243,6 +243,18 @@ fn config_check_refuses_what_serve_would_refuse_at_start() {
         ("[snowflake]\ndatacenter = 32\n", "snowflake.datacenter"),
         ("[segment]\ntable = \"no such-table\"\n", "segment.table"),
         ("[segment]\nmax_step = 0\n", "segment"),
+        // Reserve, the oracle's internal RPC, open to other hosts, or beside
+        // keys that have tokens, without the admin token or mutual TLS.
+        (
+            "[server]\ngrpc_addr = \"0.0.0.0:50051\"\n[snowflake]\nregistry = \"etcd\"\n\
+             [keys.txn]\nstrategy = \"monotonic\"\n",
+            "server.admin_token",
+        ),
+        (
+            "[server]\ngrpc_addr = \"127.0.0.1:50051\"\n[snowflake]\nregistry = \"etcd\"\n\
+             [keys.txn]\nstrategy = \"monotonic\"\n[keys.order]\nstrategy = \"snowflake\"\ntoken = \"t\"\n",
+            "server.admin_token",
+        ),
     ];
     for (i, (text, key)) in cases.iter().enumerate() {
         let file = write(dir.path(), &format!("refused{i}.toml"), text);
@@ -272,6 +284,27 @@ fn config_check_refuses_what_serve_would_refuse_at_start() {
             "serve made {} before refusing",
             data.display()
         );
+    }
+}
+
+/// The README's monotonic setup (gRPC on every address, with the admin
+/// token) passes; loopback-only gRPC with no tokens needs none.
+#[test]
+fn config_check_accepts_reserve_guarded_or_loopback_only() {
+    let dir = tempfile::tempdir().unwrap();
+    for text in [
+        "[server]\ngrpc_addr = \"0.0.0.0:50051\"\nadmin_token = \"change-me\"\n\
+         [snowflake]\nregistry = \"etcd\"\n[keys.txn]\nstrategy = \"monotonic\"\n",
+        "[server]\ngrpc_addr = \"127.0.0.1:50051\"\n[snowflake]\nregistry = \"etcd\"\n\
+         [keys.txn]\nstrategy = \"monotonic\"\n",
+    ] {
+        let file = write(dir.path(), "ok.toml", text);
+        let out = run(
+            &["config", "check", "--offline", file.to_str().unwrap()],
+            &[],
+            "",
+        );
+        assert!(out.status.success(), "{text}: {out:?}");
     }
 }
 
