@@ -191,7 +191,9 @@ pub(crate) fn generator_settings(config: &Config, layout: Layout) -> GeneratorSe
 }
 
 pub(crate) fn keeper_config(config: &Config) -> KeeperConfig {
-    KeeperConfig::new().with_window(config.snowflake.window)
+    KeeperConfig::new()
+        .with_window(config.snowflake.window)
+        .with_peer_skew_threshold(config.snowflake.max_peer_skew)
 }
 
 pub(crate) fn sql_registry_config(config: &Config) -> SqlConfig {

@@ -283,27 +283,31 @@ impl Config {
         for value in &overlay {
             insert(&mut table, &value.path, literal(&value.raw), &value.var)?;
         }
-        // Each retry turns one env value back into a plain string, so this ends.
-        let mut as_string = vec![false; overlay.len()];
+        // Each retry reads one env value the next way: a TOML literal, then a
+        // plain string, then a comma-separated list (`http://a:2379,http://b:2379`
+        // for a list key); three tries each at most, so this ends.
+        let mut tries = vec![0u8; overlay.len()];
         loop {
             let value = toml::Value::Table(table.clone());
             match serde_path_to_error::deserialize::<_, Config>(value) {
                 Ok(config) => return Ok(config),
                 Err(e) => {
                     let key = e.path().to_string();
+                    // The list reading only for a key that wants a list.
+                    let wants_list = e.inner().to_string().contains("expected a sequence");
                     let hit = overlay
                         .iter()
                         .position(|v| v.path.join(".") == key)
-                        .filter(|&i| !as_string[i]);
+                        .filter(|&i| tries[i] == 0 || (tries[i] == 1 && wants_list));
                     if let Some(i) = hit {
-                        as_string[i] = true;
+                        tries[i] += 1;
                         let v = &overlay[i];
-                        insert(
-                            &mut table,
-                            &v.path,
-                            toml::Value::String(v.raw.clone()),
-                            &v.var,
-                        )?;
+                        let next = if tries[i] == 1 {
+                            toml::Value::String(v.raw.clone())
+                        } else {
+                            comma_list(&v.raw)
+                        };
+                        insert(&mut table, &v.path, next, &v.var)?;
                         continue;
                     }
                     let origin = env_origin(&overlay, &key).unwrap_or(file_origin.clone());
@@ -457,6 +461,19 @@ fn env_overlay(env: impl IntoIterator<Item = (String, String)>) -> Vec<EnvValue>
     out
 }
 
+/// An environment value as a list of strings, split at commas and trimmed:
+/// how a list key (`snowflake.etcd.endpoints`) reads `a,b` when it is not
+/// written as a TOML array (`["a", "b"]`).
+fn comma_list(raw: &str) -> toml::Value {
+    toml::Value::Array(
+        raw.split(',')
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .map(|part| toml::Value::String(part.to_owned()))
+            .collect(),
+    )
+}
+
 /// An environment value as a TOML literal when it reads as one (`8080`,
 /// `true`, `["a", "b"]`), else as a string.
 fn literal(raw: &str) -> toml::Value {
@@ -580,6 +597,25 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(e.to_string().contains("segment.schema"), "{e}");
+    }
+
+    #[test]
+    fn list_keys_take_commas_or_toml_arrays_from_the_environment() {
+        let endpoints = |raw: &str| {
+            Config::load(None, env(&[("IDMINT_SNOWFLAKE__ETCD__ENDPOINTS", raw)]))
+                .unwrap()
+                .snowflake
+                .etcd
+                .endpoints
+        };
+        let two = ["http://a:2379", "http://b:2379"];
+        assert_eq!(endpoints("http://a:2379,http://b:2379"), two);
+        assert_eq!(endpoints(" http://a:2379 , http://b:2379 ,"), two);
+        assert_eq!(endpoints(r#"["http://a:2379", "http://b:2379"]"#), two);
+        assert_eq!(endpoints("http://a:2379"), ["http://a:2379"]);
+        // A scalar key still gets the value as given, commas and all.
+        let config = Config::load(None, env(&[("IDMINT_SNOWFLAKE__SQL__CLUSTER", "a,b")])).unwrap();
+        assert_eq!(config.snowflake.sql.cluster, "a,b");
     }
 
     #[test]

@@ -42,7 +42,7 @@ enum Command {
     Obfuscate(obfuscate::ObfuscateArgs),
     /// Turn public IDs back into IDs, with the key(s) and settings that made them.
     Reveal(reveal::RevealArgs),
-    /// Run the ID server: HTTP (Leaf-compatible and /v1), the Redis protocol, metrics and a status page.
+    /// Run the ID server: HTTP (Leaf-compatible and /v1), gRPC, the Redis protocol, metrics and a status page.
     ///
     /// With no arguments it runs on the embedded default: a `file` worker lease
     /// and a SQLite segment store in ./idmint-data, listening on 127.0.0.1:8080.
@@ -61,7 +61,7 @@ enum Command {
     /// data directory (stopped), also renews what the node remembers, so it
     /// can start again.
     Segment(segment::SegmentArgs),
-    /// Load a server (http://, resp://) or an in-process generator; print
+    /// Load a server (http://, resp://, grpc://) or an in-process generator; print
     /// throughput and p50/p99/p99.9 latency, and check every ID is unique.
     ///
     /// Exits 1 if any ID came twice or any call failed.

@@ -57,6 +57,7 @@ fn full() -> Config {
             worker: Some(1),
             datacenter: Some(1),
             window: secs(3),
+            max_peer_skew: secs(10),
             clock: ClockSource::Wall,
             clock_behind: ClockBehind::Fail,
             sequence_exhausted: SequenceExhausted::Wait,

@@ -184,6 +184,11 @@ pub struct SnowflakeConfig {
     /// How far ahead the high-water mark is persisted (default `3s`).
     #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub window: Duration,
+    /// The most this node's clock may differ at start from the mean of the
+    /// times live peers reported (default `10s`, Twitter's check); further
+    /// off, the start is refused (`clock_skew`).
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
+    pub max_peer_skew: Duration,
     /// The time IDs are made from: `monotonic` (default) or `wall`.
     pub clock: ClockSource,
     /// When the clock is behind the last issued ID: `fail`, `wait:5ms`
@@ -221,6 +226,7 @@ impl Default for SnowflakeConfig {
             worker: None,
             datacenter: None,
             window: Duration::from_secs(3),
+            max_peer_skew: Duration::from_secs(10),
             clock: ClockSource::Monotonic,
             clock_behind: ClockBehind::default(),
             sequence_exhausted: SequenceExhausted::default(),

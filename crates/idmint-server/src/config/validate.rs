@@ -261,6 +261,12 @@ impl Config {
 
     /// The server's limits: batch size, connections, read timeout.
     fn check_limits(&self) -> Result<(), ConfigError> {
+        if self.snowflake.max_peer_skew.is_zero() {
+            return Err(invalid(
+                "snowflake.max_peer_skew",
+                "0s is out of range: above 0 (no two clocks agree to the nanosecond)",
+            ));
+        }
         let server = &self.server;
         if !(1..=Snowflake::MAX_BATCH).contains(&server.max_count) {
             return Err(invalid(

@@ -46,7 +46,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     http_addr: Option<SocketAddr>,
 
-    /// Where the Redis-protocol (RESP2) listener listens (overrides
+    /// Where the Redis-protocol listener (RESP2, and RESP3 after HELLO 3) listens (overrides
     /// server.resp_addr; off unless set; port 0 picks a free port).
     #[arg(long, value_name = "ADDR")]
     resp_addr: Option<SocketAddr>,
