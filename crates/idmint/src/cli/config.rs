@@ -34,8 +34,8 @@ pub struct ConfigArgs {
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
     /// Check a config file as `idmint serve --config FILE` would (with the
-    /// IDMINT_… environment), without starting or connecting; print the
-    /// resolved config with secrets hidden.
+    /// IDMINT_… environment and the same overriding flags), without starting
+    /// the server; print the resolved config with secrets hidden.
     ///
     /// Exits 0 when the config is good, 2 with one line naming the bad key
     /// and the file or environment variable it came from.
@@ -50,6 +50,9 @@ enum ConfigCommand {
         /// Don't connect to any coordinator (skip the persistence warnings).
         #[arg(long)]
         offline: bool,
+        /// The flags `idmint serve` takes that override config keys.
+        #[command(flatten)]
+        overrides: serve::ConfigFlags,
     },
     /// Print the default config (what no file at all gives) as TOML.
     Default,
@@ -58,8 +61,12 @@ enum ConfigCommand {
 /// Runs `idmint config check` or `idmint config default`.
 pub fn run(args: ConfigArgs) -> Result<()> {
     let config = match args.command {
-        ConfigCommand::Check { file, offline } => {
-            let config = serve::checked_config(Some(&file), |_| {})?;
+        ConfigCommand::Check {
+            file,
+            offline,
+            overrides,
+        } => {
+            let config = serve::checked_config(Some(&file), |config| overrides.apply(config))?;
             if !offline {
                 warn_about_coordinators(&config)?;
             }

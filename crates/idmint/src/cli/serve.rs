@@ -38,23 +38,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 
-    /// The data directory (overrides server.data_dir).
-    #[arg(long, value_name = "DIR")]
-    data_dir: Option<PathBuf>,
-
-    /// Where HTTP listens (overrides server.http_addr; port 0 picks a free port).
-    #[arg(long, value_name = "ADDR")]
-    http_addr: Option<SocketAddr>,
-
-    /// Where the Redis-protocol listener (RESP2, and RESP3 after HELLO 3) listens (overrides
-    /// server.resp_addr; off unless set; port 0 picks a free port).
-    #[arg(long, value_name = "ADDR")]
-    resp_addr: Option<SocketAddr>,
-
-    /// Where the gRPC listener (idmint.v1.IdService) listens (overrides
-    /// server.grpc_addr; off unless set; port 0 picks a free port).
-    #[arg(long, value_name = "ADDR")]
-    grpc_addr: Option<SocketAddr>,
+    #[command(flatten)]
+    overrides: ConfigFlags,
 
     /// Once serving, write the addresses to this file, for scripts and tests
     /// that start the server on port 0: the HTTP address (`127.0.0.1:PORT`)
@@ -75,6 +60,47 @@ pub struct ServeArgs {
     log_format: LogFormat,
 }
 
+/// The flags that override config keys, shared by `idmint serve` and
+/// `idmint config check` so that both accept the same configs.
+#[derive(Debug, Default, Args)]
+pub struct ConfigFlags {
+    /// The data directory (overrides server.data_dir).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Where HTTP listens (overrides server.http_addr; port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    http_addr: Option<SocketAddr>,
+
+    /// Where the Redis-protocol listener (RESP2, and RESP3 after HELLO 3) listens (overrides
+    /// server.resp_addr; off unless set; port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    resp_addr: Option<SocketAddr>,
+
+    /// Where the gRPC listener (idmint.v1.IdService) listens (overrides
+    /// server.grpc_addr; off unless set; port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    grpc_addr: Option<SocketAddr>,
+}
+
+impl ConfigFlags {
+    /// Applies the flags given to `config`.
+    pub fn apply(self, config: &mut Config) {
+        if let Some(dir) = self.data_dir {
+            config.server.data_dir = dir;
+        }
+        if let Some(addr) = self.http_addr {
+            config.server.http_addr = addr;
+        }
+        if let Some(addr) = self.resp_addr {
+            config.server.resp_addr = Some(addr);
+        }
+        if let Some(addr) = self.grpc_addr {
+            config.server.grpc_addr = Some(addr);
+        }
+    }
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum LogFormat {
@@ -87,20 +113,8 @@ enum LogFormat {
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(args: ServeArgs) -> Result<()> {
     init_logging(args.log_format);
-    let config = checked_config(args.config.as_deref(), |config| {
-        if let Some(dir) = args.data_dir {
-            config.server.data_dir = dir;
-        }
-        if let Some(addr) = args.http_addr {
-            config.server.http_addr = addr;
-        }
-        if let Some(addr) = args.resp_addr {
-            config.server.resp_addr = Some(addr);
-        }
-        if let Some(addr) = args.grpc_addr {
-            config.server.grpc_addr = Some(addr);
-        }
-    })?;
+    let overrides = args.overrides;
+    let config = checked_config(args.config.as_deref(), |config| overrides.apply(config))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -308,6 +308,35 @@ fn config_check_accepts_reserve_guarded_or_loopback_only() {
     }
 }
 
+/// `config check` takes the flags `serve` takes, so a config whose gRPC
+/// address comes from `--grpc-addr` checks as it serves.
+#[test]
+fn config_check_takes_serves_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "mono.toml",
+        "[snowflake]\nregistry = \"etcd\"\n[keys.txn]\nstrategy = \"monotonic\"\n",
+    );
+    let path = file.to_str().unwrap();
+    let (code, line) = expect_failure(&["config", "check", path], check(&file, &[]));
+    assert_eq!(code, 2);
+    assert!(line.contains("server.grpc_addr"), "{line}");
+    let args = [
+        "config",
+        "check",
+        "--offline",
+        "--grpc-addr",
+        "127.0.0.1:50051",
+        "--data-dir",
+        "/tmp/elsewhere",
+        path,
+    ];
+    let out = expect_ok(&args, run(&args, &[], ""));
+    assert!(out.contains("grpc_addr = \"127.0.0.1:50051\""), "{out}");
+    assert!(out.contains("data_dir = \"/tmp/elsewhere\""), "{out}");
+}
+
 #[test]
 fn config_default_passes_config_check_and_loads_back_the_same() {
     let default = expect_ok(&["config", "default"], run(&["config", "default"], &[], ""));
