@@ -323,7 +323,8 @@ impl IdService for Service {
         request: Request<DecodeRequest>,
     ) -> Result<Response<DecodeResponse>, Status> {
         let started = Instant::now();
-        let result = decode(&self.state, request.get_ref().id);
+        let request = request.get_ref();
+        let result = decode(&self.state, request.id, &request.key);
         self.finish(DECODE, started, result)
     }
 
@@ -579,15 +580,23 @@ async fn batch(
 }
 
 /// `id`'s parts under the server's layout.
-fn decode(state: &AppState, id: u64) -> Result<DecodeResponse, IssueError> {
+/// `Decode`: `id` read with `key`'s layout (the oracle's for a monotonic
+/// key; the snowflake layout for any other name, or an empty `key`), as
+/// `/v1/decode/{id}?key=` reads it.
+fn decode(state: &AppState, id: u64, key: &str) -> Result<DecodeResponse, IssueError> {
+    let key = (!key.is_empty()).then_some(key);
+    if let Some(key) = key {
+        issue::check_key(key)?;
+    }
+    let (layout, layout_text) = state.decode_layout(key);
     let invalid = |e: idmint_core::Error| {
         IssueError::bad_input("invalid_id", format!("{id} can't be decoded: {e}"))
     };
     let id = Id::new(id).map_err(invalid)?;
-    let d = state.layout.decode(id.get()).map_err(invalid)?;
+    let d = layout.decode(id.get()).map_err(invalid)?;
     Ok(DecodeResponse {
         id: d.id.get(),
-        layout: state.layout_text.clone(),
+        layout: layout_text.to_owned(),
         time: d.time.to_string(),
         unix_ms: d.time.as_millisecond(),
         tick: d.tick,

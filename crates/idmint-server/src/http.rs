@@ -534,16 +534,11 @@ async fn decode(
 ) -> Result<Response, ApiError> {
     let Path(text) = id.map_err(path_error)?;
     let Params(params) = query;
-    let (layout, layout_text) = match params.get("key") {
-        Some(key) => {
-            check_key(key)?;
-            match (&state.monotonic, state.spec(key).strategy) {
-                (Some(m), Strategy::Monotonic) => (&m.layout, m.layout_text.as_str()),
-                _ => (&state.layout, state.layout_text.as_str()),
-            }
-        }
-        None => (&state.layout, state.layout_text.as_str()),
-    };
+    let key = params.get("key").map(String::as_str);
+    if let Some(key) = key {
+        check_key(key)?;
+    }
+    let (layout, layout_text) = state.decode_layout(key);
     let d = decode_text(layout, &text)?;
     Ok(axum::Json(json!({
         "id": d.id.get().to_string(),

@@ -80,6 +80,21 @@ impl AppState {
         self.keys.spec(key)
     }
 
+    /// The layout IDs of `key` are read with, and its text (`/v1/decode`'s
+    /// and gRPC `Decode`'s `key`): the oracle's layout for a monotonic key,
+    /// the snowflake layout for any other name or none. Looks the name up
+    /// without resolving it, so decoding never fixes an undeclared name's
+    /// strategy.
+    pub(crate) fn decode_layout(&self, key: Option<&str>) -> (&idmint_core::Layout, &str) {
+        let monotonic = key
+            .and_then(|k| self.keys.peek(k))
+            .is_some_and(|spec| spec.strategy == crate::config::Strategy::Monotonic);
+        match (&self.monotonic, monotonic) {
+            (Some(m), true) => (&m.layout, m.layout_text.as_str()),
+            _ => (&self.layout, self.layout_text.as_str()),
+        }
+    }
+
     /// The token `key`'s ID requests need, if it has one.
     pub(crate) fn token_for(&self, key: &str) -> Option<&Secret> {
         self.key_tokens.get(key)

@@ -313,7 +313,10 @@ fn serve_grpc_get_ids_issues_each_keys_strategy() {
         .unwrap();
     let internal: u64 = revealed["id"].as_str().unwrap().parse().unwrap();
     let decoded = rt
-        .block_on(c.decode(DecodeRequest { id: internal }))
+        .block_on(c.decode(DecodeRequest {
+            id: internal,
+            ..Default::default()
+        }))
         .unwrap()
         .into_inner();
     assert_eq!(decoded.worker, 0);
@@ -343,7 +346,10 @@ fn serve_grpc_decode_answers_what_http_answers() {
     let ids = rt.block_on(get_ids(&mut c, "sf", 3)).ids;
     for id in ids.into_iter().chain([0, 1, (1 << 63) - 1]) {
         let d = rt
-            .block_on(c.decode(DecodeRequest { id }))
+            .block_on(c.decode(DecodeRequest {
+                id,
+                ..Default::default()
+            }))
             .unwrap()
             .into_inner();
         let (status, body) = get(&client(), &server.url(&format!("/v1/decode/{id}")));
@@ -362,12 +368,71 @@ fn serve_grpc_decode_answers_what_http_answers() {
     // Not IDs: above 2^63 - 1.
     for id in [1 << 63, u64::MAX] {
         let code = expect_status(
-            rt.block_on(c.decode(DecodeRequest { id })),
+            rt.block_on(c.decode(DecodeRequest {
+                id,
+                ..Default::default()
+            })),
             Code::InvalidArgument,
         );
         assert_eq!(code, "invalid_id");
         assert_eq!(code, http_error_code(&server, &format!("/v1/decode/{id}")));
     }
+}
+
+/// gRPC `Decode` takes the key the ID came from, as `/v1/decode/{id}?key=`
+/// does: a monotonic key's IDs are read with the oracle's `tso` layout.
+#[test]
+fn serve_grpc_decode_reads_a_keys_ids_with_its_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Served::start_with_args(
+        &dir.path().join("data"),
+        Some("[keys.seq]\nstrategy = \"monotonic\"\n"),
+        &[],
+        &["--grpc-addr", "127.0.0.1:0"],
+    );
+    let rt = runtime();
+    let mut c = rt.block_on(connect(&grpc_addr(&server)));
+    let id = rt.block_on(get_ids(&mut c, "seq", 1)).ids[0];
+    let with_key = rt
+        .block_on(c.decode(DecodeRequest {
+            id,
+            key: "seq".to_owned(),
+        }))
+        .unwrap()
+        .into_inner();
+    assert_eq!(with_key.layout, "tso");
+    assert!(
+        (jiff::Timestamp::now().as_millisecond() - with_key.unix_ms).abs() < 60_000,
+        "{with_key:?}"
+    );
+    let (status, body) = get(&client(), &server.url(&format!("/v1/decode/{id}?key=seq")));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let h: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (h["layout"].as_str(), h["unix_ms"].as_i64()),
+        (Some("tso"), Some(with_key.unix_ms))
+    );
+    // Without the key: the snowflake layout, as over HTTP.
+    let plain = rt
+        .block_on(c.decode(DecodeRequest {
+            id,
+            ..Default::default()
+        }))
+        .unwrap()
+        .into_inner();
+    assert_eq!(plain.layout, "twitter");
+    // A malformed key is refused as over HTTP.
+    let code = expect_status(
+        rt.block_on(c.decode(DecodeRequest {
+            id,
+            key: "no such/key".to_owned(),
+        })),
+        Code::InvalidArgument,
+    );
+    assert_eq!(
+        code,
+        http_error_code(&server, &format!("/v1/decode/{id}?key=no%20such%2Fkey"))
+    );
 }
 
 #[test]
