@@ -2,6 +2,7 @@
 //! checks its stdout, stderr and exit code. Shared helpers live here; the tests
 //! are grouped by subcommand.
 
+mod api_doc;
 mod bad_input;
 mod bench;
 mod client;
