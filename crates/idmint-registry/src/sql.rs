@@ -98,7 +98,9 @@
 //!   replica's `server_id` to differ from its primary's). SQLite: none; a
 //!   local file has no replica to fail over to. Where PostgreSQL won't show it
 //!   (`pg_control_system()` revoked, as a managed service may), connect warns
-//!   and a change of server goes unseen.
+//!   and a change of server goes unseen: such a node takes whatever server an
+//!   epoch names for its own (a node of the cluster that can read it holds
+//!   claims once, when it first finds `unreadable` recorded).
 //! - **Before every claim** one query reads the identity and the epoch. A
 //!   missing epoch where the cluster has worker rows (an upgrade from an
 //!   idmint without epochs, rows restored without theirs), or an epoch that

@@ -110,14 +110,17 @@ pub(super) enum Plan {
 }
 
 /// The decision of an epoch check, given what the row records (if any),
-/// the identity of the server answering, whether the worker table holds
+/// the identity of the server answering (`None`: it won't show it, and
+/// whatever server the epoch names is taken for this one: such a node never
+/// begins an epoch for a change of server, so nodes that read it and nodes
+/// that can't don't take turns beginning epochs), whether the worker table holds
 /// rows the epoch covers (asked only when there is no row), this node's
 /// hold (lease TTL + mark window) and the highest mark this registry ever
 /// persisted; `raise_floor` when a holder found its epoch gone and the
 /// floor must cover what it issued.
 pub(super) fn plan(
     recorded: Option<&Recorded>,
-    identity: &str,
+    identity: Option<&str>,
     rows_exist: bool,
     my_hold_us: i64,
     my_highest_us: i64,
@@ -134,7 +137,7 @@ pub(super) fn plan(
             hold_us: my_hold_us,
             floor_us: my_highest_us.max(0),
         },
-        Some(r) if r.server != identity => {
+        Some(r) if identity.is_some_and(|id| r.server != id) => {
             let hold_us = r.hold_us.max(my_hold_us);
             Plan::Begin {
                 why: Why::ServerChanged {
@@ -245,6 +248,17 @@ impl Base {
         i64::try_from(self.config.reset_hold().as_micros()).unwrap_or(i64::MAX)
     }
 
+    /// The identity read, for [`plan`]: `None` where the server won't show it.
+    fn known<'a>(&self, identity: &'a str) -> Option<&'a str> {
+        (self.identity() != Identity::Unreadable).then_some(identity)
+    }
+
+    /// Whether the server an epoch records is the one answering, as the
+    /// fenced statements' epoch condition decides it.
+    fn same_server(&self, recorded: &str, identity: &str) -> bool {
+        self.known(identity).is_none_or(|id| id == recorded)
+    }
+
     /// The highest mark persisted (or attempted) through this registry, µs.
     fn highest_us(&self) -> i64 {
         self.highest_mark_us.load(Ordering::Relaxed)
@@ -309,7 +323,7 @@ impl Base {
         if let Some(r) = &recorded {
             let plan = plan(
                 Some(r),
-                &identity,
+                self.known(&identity),
                 true,
                 self.hold_us(),
                 self.highest_us(),
@@ -362,7 +376,14 @@ impl Base {
                     .await?
                     .is_some(),
             };
-            let plan = plan(recorded.as_ref(), &identity, rows_exist, my_hold, highest, raise_floor);
+            let plan = plan(
+                recorded.as_ref(),
+                self.known(&identity),
+                rows_exist,
+                my_hold,
+                highest,
+                raise_floor,
+            );
             let done = match plan {
                 Plan::Keep => {
                     let r = recorded.as_ref().expect("kept only a recorded epoch");
@@ -475,7 +496,9 @@ impl Base {
     /// epoch condition checks, asked when an attempt won nothing.
     pub(super) async fn epoch_current(&self, epoch: &str) -> Result<bool> {
         let (identity, recorded) = self.read_epoch("claim").await?;
-        Ok(recorded.is_some_and(|r| r.epoch == epoch && r.server == identity && r.left_us <= 0))
+        Ok(recorded.is_some_and(|r| {
+            r.epoch == epoch && self.same_server(&r.server, &identity) && r.left_us <= 0
+        }))
     }
 
     /// A claim in the current epoch: checks the epoch (held: the typed
@@ -531,7 +554,7 @@ impl Base {
                 );
             }
             Ok((_, None)) => "the epoch record is gone".to_owned(),
-            Ok((identity, Some(r))) if r.server != identity => format!(
+            Ok((identity, Some(r))) if !self.same_server(&r.server, &identity) => format!(
                 "the database server changed (was {}, now {identity})",
                 r.server
             ),
@@ -575,7 +598,7 @@ mod tests {
     #[test]
     fn a_new_cluster_begins_without_a_hold() {
         assert_eq!(
-            plan(None, "s1", false, 5_000, 0, false),
+            plan(None, Some("s1"), false, 5_000, 0, false),
             Plan::Begin {
                 why: Why::NewCluster,
                 hold_from_now_us: NO_HOLD_US,
@@ -588,7 +611,7 @@ mod tests {
     #[test]
     fn rows_without_an_epoch_are_held() {
         assert_eq!(
-            plan(None, "s1", true, 5_000, 7, false),
+            plan(None, Some("s1"), true, 5_000, 7, false),
             Plan::Begin {
                 why: Why::Missing,
                 hold_from_now_us: 5_000,
@@ -602,7 +625,7 @@ mod tests {
     fn another_server_begins_a_held_epoch_with_the_longest_hold_and_floor() {
         let r = recorded("s1", -10, 9_000, 100);
         assert_eq!(
-            plan(Some(&r), "s2", true, 5_000, 50, false),
+            plan(Some(&r), Some("s2"), true, 5_000, 50, false),
             Plan::Begin {
                 why: Why::ServerChanged {
                     from: "s1".to_owned()
@@ -618,7 +641,7 @@ mod tests {
             hold_from_now_us,
             floor_us,
             ..
-        } = plan(Some(&r), "s2", true, 5_000, 500, false)
+        } = plan(Some(&r), Some("s2"), true, 5_000, 500, false)
         else {
             panic!("a new epoch");
         };
@@ -628,22 +651,38 @@ mod tests {
     #[test]
     fn the_same_server_keeps_its_epoch_and_raises_only_what_is_asked() {
         let r = recorded("s1", 0, 5_000, 100);
-        assert_eq!(plan(Some(&r), "s1", true, 5_000, 900, false), Plan::Keep);
-        assert_eq!(plan(Some(&r), "s1", true, 4_000, 50, true), Plan::Keep);
         assert_eq!(
-            plan(Some(&r), "s1", true, 5_000, 900, true),
+            plan(Some(&r), Some("s1"), true, 5_000, 900, false),
+            Plan::Keep
+        );
+        assert_eq!(
+            plan(Some(&r), Some("s1"), true, 4_000, 50, true),
+            Plan::Keep
+        );
+        assert_eq!(
+            plan(Some(&r), Some("s1"), true, 5_000, 900, true),
             Plan::Raise {
                 hold_us: 5_000,
                 floor_us: 900
             }
         );
         assert_eq!(
-            plan(Some(&r), "s1", true, 8_000, 900, false),
+            plan(Some(&r), Some("s1"), true, 8_000, 900, false),
             Plan::Raise {
                 hold_us: 8_000,
                 floor_us: 100
             }
         );
+    }
+
+    #[test]
+    fn a_node_that_cant_read_the_server_never_begins_an_epoch_for_it() {
+        let r = recorded("s1", 0, 5_000, 100);
+        assert_eq!(plan(Some(&r), None, true, 5_000, 0, false), Plan::Keep);
+        let Plan::Begin { why, .. } = plan(None, None, true, 5_000, 0, false) else {
+            panic!("a missing epoch begins one");
+        };
+        assert_eq!(why, Why::Missing);
     }
 
     #[test]

@@ -283,7 +283,8 @@ pub(super) enum Identity {
     Sqlite,
     /// A constant: the server would not show its identity (PostgreSQL
     /// without access to `pg_control_system()`), so a change of server is
-    /// not detected; connect warns.
+    /// not detected, and the fenced statements don't compare it; connect
+    /// warns.
     Unreadable,
 }
 
@@ -306,19 +307,19 @@ impl Identity {
         }
     }
 
-    /// An SQL condition: `column` holds the identity. On MySQL/MariaDB the
-    /// bytes are compared: the column's collation and the connection's can
-    /// differ, which `=` on text refuses ("illegal mix of collations"), and
-    /// an identity is ASCII.
+    /// An SQL condition: `column` holds the identity (always true where it
+    /// can't be read: whatever server the epoch names is taken for this
+    /// one). On MySQL/MariaDB the bytes are compared: the column's collation
+    /// and the connection's can differ, which `=` on text refuses ("illegal
+    /// mix of collations"), and an identity is ASCII.
     pub(super) fn held_in(self, column: &str) -> String {
         let id = self.expr();
         match self {
             Identity::MySql | Identity::MariaDb => {
                 format!("CAST({column} AS BINARY) = CAST({id} AS BINARY)")
             }
-            Identity::Postgres | Identity::Sqlite | Identity::Unreadable => {
-                format!("{column} = {id}")
-            }
+            Identity::Postgres | Identity::Sqlite => format!("{column} = {id}"),
+            Identity::Unreadable => "1 = 1".to_owned(),
         }
     }
 }

@@ -742,3 +742,55 @@ async fn mariadb_with_another_server_id_holds_claims_and_fences_holders() {
         "the next holder starts above the old holder's mark: {floor} < {far}"
     );
 }
+
+/// A PostgreSQL that won't show its identity (`pg_control_system()`
+/// revoked, as a managed service may): the registry still connects and
+/// claims, warning that a change of server goes unseen, and reports no
+/// identity. A node of the same cluster that does read it (another role)
+/// takes the recorded "unreadable" for another server and holds claims
+/// once; after that both go on, neither beginning epochs for the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_hiding_its_identity_still_serves() {
+    let Some(pg) = PrivateService::start(Service::Postgres) else {
+        return;
+    };
+    let url = pg.address().to_owned();
+    for sql in [
+        "CREATE ROLE app LOGIN",
+        "GRANT CREATE ON SCHEMA public TO app",
+        "REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC",
+    ] {
+        sql_admin(&url, sql).await;
+    }
+    let as_app = url.replacen("postgres://postgres@", "postgres://app@", 1);
+    assert_ne!(as_app, url);
+    let registry = SqlRegistry::connect(&as_app, forgetful_sql_config())
+        .await
+        .unwrap();
+    assert_eq!(registry.server_identity().await.unwrap(), None);
+    let claim = registry.claim(&identity(1), 4).await.unwrap();
+    registry.renew(&claim).await.unwrap();
+    registry
+        .persist_mark(&claim, jiff::Timestamp::now(), jiff::Timestamp::now())
+        .await
+        .unwrap();
+    // As a superuser the same server does show it: the registry read as `app`.
+    let reader = SqlRegistry::connect(&url, forgetful_sql_config())
+        .await
+        .unwrap();
+    assert!(reader.server_identity().await.unwrap().is_some());
+    let err = reader.claim(&identity(2), 4).await.unwrap_err();
+    let idmint_registry::RegistryError::Held { retry_after, .. } = &err else {
+        panic!("the reader takes \"unreadable\" for another server, not {err}");
+    };
+    tokio::time::sleep(*retry_after + Duration::from_millis(20)).await;
+    let theirs = reader.claim(&identity(2), 4).await.unwrap();
+    // The old claim's epoch is gone; the next ones are not held, either way.
+    let err = registry.renew(&claim).await.unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{err}");
+    let ours = registry.claim(&identity(1), 4).await.unwrap();
+    registry.renew(&ours).await.unwrap();
+    reader.renew(&theirs).await.unwrap();
+    let third = reader.claim(&identity(3), 4).await.unwrap();
+    assert_ne!(third.worker, ours.worker);
+}
