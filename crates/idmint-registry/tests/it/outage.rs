@@ -561,10 +561,11 @@ async fn sql_admin(url: &str, sql: &str) {
 /// issues on the primary only, and the replica is promoted on the same port
 /// (a new timeline, and neither the claim nor the marks). Without the epoch
 /// a newcomer would be handed worker 0 at once and issue the holder's IDs.
-/// Here the newcomer's start waits out the hold and still gets worker 0 (the
-/// replica lost the claim), the holder fences at its next renewal and raises
-/// the floor, and every worker-0 ID of the newcomer is above the holder's,
-/// with no ID issued twice.
+/// Here the newcomer's start waits out the hold, the holder fences at its
+/// next renewal and raises the floor, and worker 0, free again in the
+/// promoted database, goes to one of them (whichever claims first once the
+/// hold is over); no ID is issued twice, and each worker's IDs keep
+/// increasing across its holders.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_promoted_replica_holds_claims_and_fences_holders() {
     let Some(pg) = PrivateService::start(Service::Postgres) else {
@@ -617,6 +618,18 @@ async fn postgres_promoted_replica_holds_claims_and_fences_holders() {
         timeline.parse::<u32>().unwrap() + 1,
         "{before} → {after}"
     );
+    // The promoted database lost the claim: no worker is held there (nothing
+    // is claimed before the hold is over).
+    let held_sql = "SELECT COUNT(*) FROM idmint_worker WHERE CLUSTER = 'forgets' \
+                    AND TOKEN IS NOT NULL";
+    let db = idmint_sql::Database::connect(&idmint_sql::ConnectOptions::new(url.clone()))
+        .await
+        .unwrap();
+    let held_rows: i64 = idmint_sql::on_pool!(db.pool(), p => {
+        sqlx::query_scalar(held_sql).fetch_one(p).await
+    })
+    .unwrap();
+    assert_eq!(held_rows, 0, "the replica knew of the holder's claim");
 
     let starting = Instant::now();
     let newcomer = WorkerKeeper::start(
@@ -628,11 +641,7 @@ async fn postgres_promoted_replica_holds_claims_and_fences_holders() {
     .await
     .expect("the newcomer starts once the hold is over");
     let waited = starting.elapsed();
-    assert_eq!(
-        newcomer.handle().worker(),
-        0,
-        "the promoted replica lost the holder's claim"
-    );
+    let hold_over = Instant::now();
     assert!(waited >= Duration::from_millis(500), "no hold: {waited:?}");
     let newcomer_ids = Issuer::start(newcomer.handle().clone());
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -641,9 +650,6 @@ async fn postgres_promoted_replica_holds_claims_and_fences_holders() {
 
     // The holder fenced and raised the new epoch's floor above its marks.
     let floor_sql = "SELECT FLOOR_US FROM idmint_registry_epoch WHERE CLUSTER = 'forgets'";
-    let db = idmint_sql::Database::connect(&idmint_sql::ConnectOptions::new(url.clone()))
-        .await
-        .unwrap();
     let floor: i64 = idmint_sql::on_pool!(db.pool(), p => {
         sqlx::query_scalar(floor_sql).fetch_one(p).await
     })
@@ -654,33 +660,44 @@ async fn postgres_promoted_replica_holds_claims_and_fences_holders() {
         "floor {floor} below the holder's mark {persisted}"
     );
 
-    let ids = |log: &[Attempt]| -> Vec<u64> {
+    let issued_by = |log: &[Attempt]| -> Vec<(Instant, u64)> {
         log.iter()
-            .filter_map(|a| a.result.as_ref().ok().copied())
+            .filter_map(|a| a.result.as_ref().ok().map(|id| (a.at, *id)))
             .collect()
     };
-    let (old, new) = (ids(&holder_log), ids(&newcomer_log));
+    let (old, new) = (issued_by(&holder_log), issued_by(&newcomer_log));
     assert!(
         old.len() > 100 && new.len() > 100,
         "{} {}",
         old.len(),
         new.len()
     );
-    let seen: std::collections::HashSet<u64> = old.iter().copied().collect();
-    assert!(
-        new.iter().all(|id| !seen.contains(id)),
-        "an ID issued twice"
-    );
+    let mut issued: Vec<(Instant, u64)> = old.iter().chain(&new).copied().collect();
+    issued.sort_by_key(|(at, _)| *at);
+    let distinct: std::collections::HashSet<u64> = issued.iter().map(|(_, id)| *id).collect();
+    assert_eq!(distinct.len(), issued.len(), "an ID issued twice");
     let worker_of = |id: u64| LAYOUT.decode(id).unwrap().worker;
-    let old_max = old.iter().copied().filter(|id| worker_of(*id) == 0).max();
-    let new_min = new.iter().copied().min().unwrap();
+    let mut last = std::collections::HashMap::new();
+    for (_, id) in &issued {
+        if let Some(previous) = last.insert(worker_of(*id), *id) {
+            assert!(
+                *id > previous,
+                "worker {}: {id} after {previous}",
+                worker_of(*id)
+            );
+        }
+    }
     assert!(
-        old_max.is_some_and(|m| new_min > m),
-        "worker 0 again: {new_min} is not above {old_max:?}"
+        issued
+            .iter()
+            .any(|(at, id)| *at > hold_over && worker_of(*id) == 0),
+        "worker 0 was held again after the failover"
     );
     eprintln!(
-        "postgres promotion: promoted in {promoted_in:?}; the newcomer waited {waited:?}; \
-         the holder issued {} IDs (re-claimed as worker {}, generation {}), the newcomer {}",
+        "postgres promotion: promoted in {promoted_in:?}; the newcomer waited {waited:?} \
+         (worker {}); the holder issued {} IDs (re-claimed as worker {}, generation {}), \
+         the newcomer {}",
+        newcomer.handle().worker(),
         old.len(),
         held.worker(),
         held.status().generation,
