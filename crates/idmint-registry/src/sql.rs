@@ -1,7 +1,8 @@
-// Size: about 1,070 lines before the tests, some 300 of them docs (the
-// module's contract for all three modes). The rest is the public
-// configuration and `Base`, the plumbing the modes share; each mode is its own
-// type in `sql/`, and the statements and DDL are in `sql/statements.rs`.
+// Size: about 1,350 lines before the tests, some 430 of them docs (the
+// module's contract for all three modes, and the epochs every mode relies
+// on). The rest is the public configuration and `Base`, the plumbing the modes
+// share; each mode is its own type in `sql/`, the epochs' logic is in
+// `sql/epoch.rs`, and the statements and DDL are in `sql/statements.rs`.
 //! The `sql` worker registry: worker IDs and high-water marks in a table on
 //! PostgreSQL, MySQL/MariaDB or SQLite (sqlx, runtime queries only).
 //!
@@ -68,6 +69,87 @@
 //! a node that lost its worker ID can neither extend the new holder's lease nor
 //! raise the mark the new holder started from. `persist_mark` only ever raises
 //! the mark (a `CASE` that keeps the larger value, portable to all three).
+//! Claims, `renew` and `persist_mark` also check the cluster's epoch in the
+//! same statement (next section).
+//!
+//! # When the database forgets
+//! A database promoted from an asynchronous replica (a failover) can lack the
+//! last committed writes: a lease claimed or renewed just before, a mark
+//! raised just before, a disposable or uid-generator row inserted just before
+//! (whose auto-increment `ID` the promoted server then hands out again). A node
+//! that claimed at once would be handed a worker ID that a live node holds,
+//! with a mark below what that node issued, and both would issue the same IDs
+//! until the holder's next renewal. So each cluster has an **epoch**: a row of
+//! the table [`EPOCH_TABLE`], shared by every worker table and mode on the
+//! database and keyed by the worker table (the side table in uid-generator
+//! mode) and the cluster, holding the epoch's ID, the identity of the server it
+//! was last seen on, when its hold on claims ends (`HOLD_UNTIL`, on the
+//! database's clock), the longest hold any node asked for, and the floor of
+//! every claim's mark (µs, as the marks).
+//!
+//! - **The server's identity** ([`SqlRegistry::server_identity`]).
+//!   PostgreSQL: `<system_identifier>/<timeline>`; a restore into a new
+//!   cluster has another system identifier (`pg_control_system()`), and a
+//!   promotion or a point-in-time recovery starts the next timeline (the
+//!   higher of `pg_control_checkpoint()`'s and the one WAL is written on,
+//!   which moves at once, where the checkpoint's waits for the next
+//!   checkpoint after a fast promotion). MySQL: `@@server_uuid`. MariaDB,
+//!   which has none: `<server_id>@<hostname>` (replication requires a
+//!   replica's `server_id` to differ from its primary's). SQLite: none; a
+//!   local file has no replica to fail over to. Where PostgreSQL won't show it
+//!   (`pg_control_system()` revoked, as a managed service may), connect warns
+//!   and a change of server goes unseen: such a node takes whatever server an
+//!   epoch names for its own (a node of the cluster that can read it holds
+//!   claims once, when it first finds `unreadable` recorded).
+//! - **Before every claim** one query reads the identity and the epoch. A
+//!   missing epoch where the cluster has worker rows (an upgrade from an
+//!   idmint without epochs, rows restored without theirs), or an epoch that
+//!   names another server, starts a **new epoch** with a **hold**: no claim
+//!   until the lease TTL plus the keepers' mark window
+//!   ([`SqlConfig::with_mark_window`]) has passed. By then every earlier
+//!   holder has stopped (a lease ends at most one TTL after its last
+//!   renewal; a disposable holder stops at its last persisted mark), and
+//!   every clock has passed what they persisted (a mark leads its node's
+//!   clock by at most the window). Claims meanwhile fail with
+//!   [`RegistryError::Held`] (`registry_held`), saying why and how long is
+//!   left by the database's clock; the keeper waits it out at start, and
+//!   retries just past it when claiming again. The epoch is written in one
+//!   transaction that locks its row (`SELECT … FOR UPDATE`; SQLite's
+//!   `BEGIN IMMEDIATE`), so nodes that notice together begin one epoch. A new
+//!   cluster, with neither an epoch nor rows, starts without a hold.
+//! - **Every fenced statement checks the epoch itself.** Claims (the
+//!   takeover `UPDATE`, the `INSERT … SELECT` of a new row; in uid-generator
+//!   mode the side table's, uid-generator's own insert is left as theirs and
+//!   follows the check), renewals and marks carry an `EXISTS` on the epoch's
+//!   row: the epoch is still the claim's (every token begins with its epoch's
+//!   ID), the server running the statement is the one the epoch names, and
+//!   for a claim the hold is over. So no claim slips in between the check and
+//!   a failover, and a holder fences at its next renewal or mark, with no
+//!   extra round trip: such a statement changes nothing, the registry reads
+//!   why, and answers [`RegistryError::LeaseLost`] naming it (`the registry's
+//!   epoch changed (…)`).
+//! - **The floor.** Before it reports that loss, the holder raises the new
+//!   epoch's floor to the highest mark this registry ever persisted (best
+//!   effort); every claim returns the higher of its worker's mark and the
+//!   floor as `stored_mark`. So the next holder starts above everything an
+//!   old holder issued, even ahead of its clock (the oracle's leader
+//!   borrowing), as long as the old holder reached the database within the
+//!   hold.
+//!
+//! The cost: one query before each claim. Renewals (every lease TTL / 3) and
+//! marks take no extra round trip: the condition rides in their statement
+//! (on PostgreSQL it reads the control file, a few kilobytes). Issuing IDs
+//! never touches the database. Restarting the same server keeps its
+//! identity and costs nothing.
+//!
+//! What this cannot see: a backup restored into the same server (same
+//! identity: `pg_restore`, a reloaded `mysqldump`, a SQLite file copied
+//! back), commits a crash lost with `synchronous_commit = off` or
+//! `innodb_flush_log_at_trx_commit` ≠ 1, a cluster's epoch and rows restored
+//! together from before its first claim, rows edited by hand, and nodes of an
+//! idmint without epochs (they don't fence). After such a restore, keep every
+//! node of the cluster stopped for the lease TTL plus the mark window before
+//! starting any.
 //!
 //! # The fleet
 //! [`WorkerRegistry::fleet`] is one `SELECT` (one snapshot): the rows holding
@@ -94,6 +176,15 @@
 //! | version | PostgreSQL, MySQL/MariaDB, SQLite |
 //! |---|---|
 //! | 1 | `CREATE TABLE IF NOT EXISTS` the table above, exactly as idmint created it before it had migrations |
+//!
+//! The epoch table [`EPOCH_TABLE`] has its own component,
+//! `registry:idmint_registry_epoch` ([`SqlRegistry::epoch_migrations`]),
+//! whose version 1 creates it: `WORKER_TABLE`, `CLUSTER` (the key),
+//! `EPOCH_ID`, `SERVER_IDENTITY`, `HOLD_UNTIL`, `HOLD_US`, `FLOOR_US`,
+//! `HOLD_REASON`, `STARTED`, `MODIFIED`. Dropped after it was recorded, it is
+//! refused at connect as the worker table is (recreated empty it would be
+//! safe, each cluster with rows held once, but not behind the operator's
+//! back).
 //!
 //! **Tables from before migrations are adopted, not recreated.** Earlier idmint
 //! created the same table with the same `CREATE TABLE IF NOT EXISTS` at every
@@ -129,8 +220,9 @@
 //! every step to it. Each mode is one type implementing the steps (claim,
 //! renew, persist, peers, fleet, release): `sql/lease.rs`, `sql/disposable.rs`
 //! and `sql/uid_generator.rs` (with that mode's own statements and side
-//! table). `sql/statements.rs` holds the worker table's migrations (its DDL)
-//! beside the statements run on it.
+//! table). `sql/statements.rs` holds the worker table's and the epoch table's
+//! migrations (their DDL) beside the statements run on them, and
+//! `sql/epoch.rs` the epoch check, its decision and the fencing errors.
 //!
 //! # References
 //! - uid-generator's `WORKER_NODE` table and `DisposableWorkerIdAssigner`.
@@ -138,7 +230,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
@@ -156,14 +248,20 @@ use crate::registry::{
 use crate::util::{bounded, random_u64};
 
 mod disposable;
+mod epoch;
 mod lease;
 mod statements;
 mod uid_generator;
 
 use self::disposable::Disposable;
 use self::lease::Leased;
-use self::statements::{COLUMNS, FleetRow, Statements, micros_left, table_in};
+use self::statements::{
+    COLUMNS, EPOCH_COLUMNS, EpochStatements, FleetRow, Guards, Identity, Statements, epoch_table,
+    micros_left, table_in,
+};
 use self::uid_generator::UidGenerator;
+
+pub use self::statements::EPOCH_TABLE;
 
 const REGISTRY: &str = "sql";
 
@@ -229,6 +327,7 @@ pub struct SqlConfig {
     cluster: String,
     table: String,
     lease_ttl: Duration,
+    mark_window: Duration,
     timeout: Duration,
     max_connections: u32,
 }
@@ -245,13 +344,15 @@ impl SqlConfig {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
     /// The default size of the connection pool.
     pub const DEFAULT_MAX_CONNECTIONS: u32 = 2;
+    /// The keepers' mark window assumed unless set (the keeper's default).
+    pub const DEFAULT_MARK_WINDOW: Duration = Duration::from_secs(3);
 
     /// The default table of [`SqlMode::UidGenerator`], uid-generator's.
     pub const UID_GENERATOR_TABLE: &'static str = "WORKER_NODE";
 
     /// A configuration for `mode` with the defaults: table `idmint_worker`
     /// (`WORKER_NODE` in uid-generator mode), cluster `default`, lease TTL
-    /// 30 s, timeout 5 s, 2 connections.
+    /// 30 s, mark window 3 s, timeout 5 s, 2 connections.
     pub fn new(mode: SqlMode) -> Self {
         let table = match mode {
             SqlMode::UidGenerator => Self::UID_GENERATOR_TABLE,
@@ -262,6 +363,7 @@ impl SqlConfig {
             cluster: Self::DEFAULT_CLUSTER.to_owned(),
             table: table.to_owned(),
             lease_ttl: Self::DEFAULT_LEASE_TTL,
+            mark_window: Self::DEFAULT_MARK_WINDOW,
             timeout: Self::DEFAULT_TIMEOUT,
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
         }
@@ -284,6 +386,16 @@ impl SqlConfig {
     /// The lease time to live granted by `claim` and `renew` (at least 1 ms).
     pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
+        self
+    }
+
+    /// How far ahead of their time the keepers on this registry persist
+    /// their marks (`KeeperConfig::with_window`; default 3 s). After the
+    /// database forgot (see the [module docs](self#when-the-database-forgets)),
+    /// claims wait the lease TTL plus this window: by then no earlier holder
+    /// issues, and every clock has passed what they persisted.
+    pub fn with_mark_window(mut self, window: Duration) -> Self {
+        self.mark_window = window;
         self
     }
 
@@ -324,6 +436,17 @@ impl SqlConfig {
         self.timeout
     }
 
+    /// The keepers' mark window this registry assumes.
+    pub fn mark_window(&self) -> Duration {
+        self.mark_window
+    }
+
+    /// How long claims wait after the database forgot: the lease TTL plus
+    /// the mark window.
+    pub fn reset_hold(&self) -> Duration {
+        self.lease_ttl.saturating_add(self.mark_window)
+    }
+
     /// Checks the settings without connecting: the table name, the cluster
     /// name, the lease TTL, the timeout and the pool size. [`SqlRegistry::connect`]
     /// runs it first; a server's config check runs it before any I/O.
@@ -333,6 +456,12 @@ impl SqlConfig {
     pub fn validate(&self) -> Result<()> {
         Identifier::new(self.table.as_str())
             .map_err(|e| RegistryError::config(REGISTRY, format!("table: {e}")))?;
+        if self.table.eq_ignore_ascii_case(EPOCH_TABLE) {
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!("table: {EPOCH_TABLE} is the registry's epoch table; name another"),
+            ));
+        }
         if self.cluster.is_empty() || self.cluster.chars().count() > 128 {
             return Err(RegistryError::config(
                 REGISTRY,
@@ -417,6 +546,8 @@ impl fmt::Debug for SqlRegistry {
             .field("table", &base.config.table)
             .field("cluster", &base.config.cluster)
             .field("lease_ttl", &base.config.lease_ttl)
+            .field("mark_window", &base.config.mark_window)
+            .field("identity", &base.identity())
             .field("timeout", &base.config.timeout)
             .finish_non_exhaustive()
     }
@@ -457,15 +588,8 @@ impl SqlRegistry {
             ));
         }
         let table = table_in(dialect, &given);
-        let uid = match config.mode {
-            SqlMode::UidGenerator => {
-                let side = table_in(dialect, &uid_generator::side_table(&given)?);
-                Some(uid_generator::Statements::new(
-                    dialect,
-                    &dialect.quote(&table),
-                    side,
-                ))
-            }
+        let side = match config.mode {
+            SqlMode::UidGenerator => Some(table_in(dialect, &uid_generator::side_table(&given)?)),
             SqlMode::Disposable | SqlMode::Lease => None,
         };
         let timeout = config.timeout;
@@ -480,20 +604,46 @@ impl SqlRegistry {
             let db = Database::connect(&options)
                 .await
                 .map_err(sql_error("connect"))?;
+            let identity = epoch::probe_identity(&db).await?;
+            let guards = Guards::new(dialect, identity);
+            let t = dialect.quote(&table);
+            // The epoch covers the cluster's rows of the worker table, or
+            // in uid-generator mode the side table's (the table is one
+            // cluster): the rows that show a missing epoch is not a new
+            // cluster's.
+            let (epoch_table_key, epoch_cluster, rows_probe) = match &side {
+                Some(side) => (
+                    side.to_string(),
+                    String::new(),
+                    format!("SELECT WORKER_ID FROM {} LIMIT 1", dialect.quote(side)),
+                ),
+                None => (
+                    table.to_string(),
+                    config.cluster.clone(),
+                    format!("SELECT ID FROM {t} WHERE CLUSTER = ? LIMIT 1"),
+                ),
+            };
             let base = Base {
-                sql: Statements::new(dialect, &dialect.quote(&table)),
+                sql: Statements::new(dialect, &t, &guards),
+                epoch: EpochStatements::new(dialect, identity, &rows_probe),
                 backend: SqlBackend::from_dialect(dialect),
                 db,
                 table,
                 config,
+                epoch_table_key,
+                epoch_cluster,
+                highest_mark_us: AtomicI64::new(0),
             };
-            let protocol = if let Some(uid) = uid {
+            let protocol = if let Some(side) = side {
+                let uid = uid_generator::Statements::new(dialect, &t, side, &guards);
                 let protocol = UidGenerator::new(base, uid);
                 protocol.ready().await?;
+                protocol.base().ready_epochs().await?;
                 Protocol::UidGenerator(Box::new(protocol))
             } else {
                 base.ready_table(&SqlRegistry::migrations(dialect, &given))
                     .await?;
+                base.ready_epochs().await?;
                 if base.config.mode == SqlMode::Lease {
                     Protocol::Lease(Leased { base })
                 } else {
@@ -521,6 +671,34 @@ impl SqlRegistry {
     /// ```
     pub fn migrations(dialect: Dialect, table: &Identifier) -> MigrationSet {
         statements::migrations(dialect, table)
+    }
+
+    /// The migrations of the epoch table ([`EPOCH_TABLE`], component
+    /// `registry:idmint_registry_epoch`, shared by every worker table and
+    /// mode on a database), as [`SqlRegistry::connect`] runs them; see the
+    /// [module docs](self#when-the-database-forgets).
+    pub fn epoch_migrations(dialect: Dialect) -> MigrationSet {
+        statements::epoch_migrations(dialect)
+    }
+
+    /// The identity of the database server as the registry reads it before
+    /// every claim and within every renewal (see the [module
+    /// docs](self#when-the-database-forgets)): on PostgreSQL
+    /// `<system_identifier>/<timeline>`, on MySQL `@@server_uuid`, on
+    /// MariaDB `<server_id>@<hostname>`; `None` on SQLite, and where
+    /// PostgreSQL does not show it.
+    ///
+    /// # Errors
+    /// [`RegistryError::Timeout`] or [`RegistryError::Backend`] when the
+    /// database fails.
+    pub async fn server_identity(&self) -> Result<Option<String>> {
+        let base = self.base();
+        match base.identity() {
+            Identity::Sqlite | Identity::Unreadable => Ok(None),
+            Identity::Postgres | Identity::MySql | Identity::MariaDb => {
+                base.read_identity().await.map(Some)
+            }
+        }
     }
 
     /// The database behind this registry.
@@ -613,6 +791,16 @@ struct Base {
     table: Identifier,
     config: SqlConfig,
     sql: Statements,
+    epoch: EpochStatements,
+    /// The epoch row's key: the worker table (the side table in
+    /// uid-generator mode) as the database names it…
+    epoch_table_key: String,
+    /// …and the cluster (empty in uid-generator mode).
+    epoch_cluster: String,
+    /// The highest mark persisted (or attempted) through this registry, µs:
+    /// no holding of this registry issued past it. A holder that finds its
+    /// epoch gone raises the new epoch's floor to it.
+    highest_mark_us: AtomicI64,
 }
 
 impl fmt::Debug for Base {
@@ -627,6 +815,59 @@ impl fmt::Debug for Base {
 }
 
 impl Base {
+    /// Where the server's identity comes from.
+    fn identity(&self) -> Identity {
+        self.epoch.identity_source
+    }
+
+    /// The binds of the epoch's rows probe: the cluster, except in
+    /// uid-generator mode.
+    fn rows_probe_binds(&self) -> Vec<Bind<'_>> {
+        if self.config.mode == SqlMode::UidGenerator {
+            Vec::new()
+        } else {
+            vec![Bind::Text(&self.config.cluster)]
+        }
+    }
+
+    /// Migrates and checks the epoch table ([`EPOCH_TABLE`]). Dropped after
+    /// it was migrated, it is refused like the worker table: recreated
+    /// empty, it would hold every cluster's first claim (safe), but it is
+    /// not recreated behind the operator's back either.
+    async fn ready_epochs(&self) -> Result<()> {
+        let set = statements::epoch_migrations(self.db.dialect());
+        self.db.migrate(&set).await.map_err(sql_error("migrate"))?;
+        let columns = self.columns_of(&epoch_table()).await?;
+        if columns.is_empty() {
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "the epoch table {EPOCH_TABLE} does not exist in {}, yet {MIGRATIONS_TABLE} \
+                 records its migrations: it was dropped; to create it again delete the rows of \
+                 component {:?} from {MIGRATIONS_TABLE} (the first claim of each cluster with \
+                 worker rows is then held for the lease TTL plus the mark window)",
+                    self.db.redacted_url(),
+                    set.component(),
+                ),
+            ));
+        }
+        let missing: Vec<&str> = EPOCH_COLUMNS
+            .into_iter()
+            .filter(|c| !columns.iter().any(|have| have == c))
+            .collect();
+        if !missing.is_empty() {
+            return Err(RegistryError::config(
+                REGISTRY,
+                format!(
+                    "table {EPOCH_TABLE} in {} lacks column(s) {}: it is not idmint's epoch table",
+                    self.db.redacted_url(),
+                    missing.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Migrates, then checks the table; see the [module docs](self#schema).
     async fn ready_table(&self, set: &MigrationSet) -> Result<()> {
         let recorded = self
@@ -799,21 +1040,28 @@ impl Base {
     }
 
     /// Runs `sql`, an `INSERT` into an auto-increment table (ending in
-    /// `RETURNING ID` except on MySQL), and returns the new row's `ID`.
+    /// `RETURNING ID` except on MySQL), and returns the new row's `ID`;
+    /// `None` when it inserted nothing (an `INSERT … SELECT` whose
+    /// condition failed).
     async fn insert_returning_id(
         &self,
         sql: &str,
         binds: &[Bind<'_>],
-    ) -> std::result::Result<i64, sqlx::Error> {
+    ) -> std::result::Result<Option<i64>, sqlx::Error> {
         match self.db.pool() {
             // MySQL has no `INSERT … RETURNING` (MariaDB only from 10.5).
             Pool::MySql(p) => {
                 let done = bind_all!(sqlx::query(sql), binds).execute(p).await?;
-                Ok(i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX))
+                if done.rows_affected() == 0 {
+                    return Ok(None);
+                }
+                Ok(Some(
+                    i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX),
+                ))
             }
             Pool::Postgres(_) | Pool::Sqlite(_) => {
                 let ids = self.fetch_ints(sql, binds).await?;
-                ids.first().copied().ok_or_else(|| sqlx::Error::RowNotFound)
+                Ok(ids.first().copied())
             }
         }
     }
@@ -850,33 +1098,41 @@ impl Base {
         .await
     }
 
-    /// `Ok` when a renewal changed a row (`rows`), else the lost lease.
-    fn renewed(&self, claim: &Claim, rows: u64) -> Result<()> {
+    /// `Ok` when a renewal changed a row (`rows`), else why not: the epoch
+    /// moved, or the lease is lost.
+    async fn renewed(&self, claim: &Claim, rows: u64) -> Result<()> {
         if rows == 0 {
-            return Err(self.lease_lost(
-                claim,
-                "renew found the lease expired or held under another token",
-            ));
+            return Err(self
+                .refused(
+                    claim,
+                    "renew",
+                    "renew found the lease expired or held under another token".to_owned(),
+                )
+                .await);
         }
         Ok(())
     }
 
     /// Renews a row keyed by its `ID` (the disposable modes: no lease, only
-    /// the liveness deadline).
+    /// the liveness deadline), in the claim's epoch.
     async fn renew_by_id(&self, sql: &str, claim: &Claim) -> Result<Option<Lease>> {
+        let [table, cluster, epoch] = self.guard_binds(&claim.token);
         let binds = [
             Bind::Int(self.ttl_us()),
             Bind::Int(i64::from(claim.worker)),
             Bind::Text(&claim.token),
+            table,
+            cluster,
+            epoch,
         ];
         let rows = self.exec("renew", sql, &binds).await?;
-        self.renewed(claim, rows)?;
+        self.renewed(claim, rows).await?;
         Ok(None)
     }
 
     /// Raises the mark with `sql`, whose binds are the mark (twice), the
     /// reported time, `key` (the cluster in lease mode, the TTL in the
-    /// disposable modes), the worker and the token.
+    /// disposable modes), the worker, the token and the epoch condition's.
     async fn persist(
         &self,
         sql: &str,
@@ -886,6 +1142,11 @@ impl Base {
         reported: Timestamp,
     ) -> Result<()> {
         let mark_us = mark_to_us_ceil(mark);
+        // Before the write: a write that lands but whose answer is lost
+        // still counts (persist, then allow: nothing past it is issued
+        // unless the write succeeded, so this bound is never low).
+        self.note_mark(mark_us);
+        let [table, cluster, epoch] = self.guard_binds(&claim.token);
         let binds = [
             Bind::Int(mark_us),
             Bind::Int(mark_us),
@@ -893,15 +1154,22 @@ impl Base {
             key,
             Bind::Int(i64::from(claim.worker)),
             Bind::Text(&claim.token),
+            table,
+            cluster,
+            epoch,
         ];
         let rows = self.exec("persist mark", sql, &binds).await?;
         if rows == 0 {
-            return Err(self.lease_lost(
-                claim,
-                &format!(
-                    "mark {mark} not persisted: the lease expired or is held under another token"
-                ),
-            ));
+            return Err(self
+                .refused(
+                    claim,
+                    "persist mark",
+                    format!(
+                        "mark {mark} not persisted: the lease expired or is held under another \
+                         token"
+                    ),
+                )
+                .await);
         }
         Ok(())
     }
@@ -1056,10 +1324,12 @@ fn timestamp_from_us(us: i64) -> Result<Timestamp> {
     })
 }
 
-/// A fresh 128-bit claim token. Only uniqueness matters (it fences a stale holder),
-/// not secrecy: std's per-instance random hash keys, a process-wide counter, the
-/// process id and the wall time make collisions practically impossible.
-fn new_token() -> String {
+/// A fresh claim token: the epoch the claim is made in, `/`, and 128 bits.
+/// Only uniqueness matters (it fences a stale holder), not secrecy: std's
+/// per-instance random hash keys, a process-wide counter, the process id and
+/// the wall time make collisions practically impossible. At most 49
+/// characters (the token columns hold 64).
+fn new_token(epoch: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = SystemTime::now()
@@ -1070,7 +1340,12 @@ fn new_token() -> String {
         &std::collections::hash_map::RandomState::new(),
         (nanos, n, std::process::id()),
     );
-    format!("{a:016x}{b:016x}")
+    format!("{epoch}/{a:016x}{b:016x}")
+}
+
+/// The epoch a token of [`new_token`] was made in; `None` for another token.
+fn token_epoch(token: &str) -> Option<&str> {
+    token.split_once('/').map(|(epoch, _)| epoch)
 }
 
 #[cfg(test)]
@@ -1093,6 +1368,7 @@ mod tests {
             SqlConfig::new(SqlMode::Lease).with_cluster(""),
             SqlConfig::new(SqlMode::Lease).with_lease_ttl(Duration::ZERO),
             SqlConfig::new(SqlMode::Lease).with_max_connections(0),
+            SqlConfig::new(SqlMode::Lease).with_table("IDMINT_REGISTRY_EPOCH"),
         ];
         for config in bad {
             let err = config.validate().unwrap_err();
@@ -1116,7 +1392,7 @@ mod tests {
 
     #[tokio::test]
     async fn uid_generator_mode_refuses_sqlite_before_any_io() {
-        let dir = std::env::temp_dir().join(format!("idmint-uidgen-{}.db", new_token()));
+        let dir = std::env::temp_dir().join(format!("idmint-uidgen-{}.db", random_u64()));
         let url = format!("sqlite:{}", dir.display());
         let err = SqlRegistry::connect(&url, SqlConfig::new(SqlMode::UidGenerator))
             .await
@@ -1170,10 +1446,12 @@ mod tests {
     }
 
     #[test]
-    fn tokens_are_distinct() {
-        let a = new_token();
-        let b = new_token();
+    fn tokens_are_distinct_and_name_their_epoch() {
+        let a = new_token("0123456789abcdef");
+        let b = new_token("0123456789abcdef");
         assert_ne!(a, b);
-        assert_eq!(a.len(), 32);
+        assert_eq!(a.len(), 49);
+        assert_eq!(token_epoch(&a), Some("0123456789abcdef"));
+        assert_eq!(token_epoch("not-the-token"), None);
     }
 }

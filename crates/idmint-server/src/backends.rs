@@ -122,7 +122,8 @@ pub(crate) fn leader_sql_config(config: &Config) -> SqlConfig {
     let s = &config.snowflake.sql;
     let sql_config = SqlConfig::new(SqlMode::Lease)
         .with_cluster(leader_cluster(&s.cluster))
-        .with_lease_ttl(config.monotonic.lease_ttl);
+        .with_lease_ttl(config.monotonic.lease_ttl)
+        .with_mark_window(config.monotonic.window);
     // uid-generator's WORKER_NODE has no cluster column: idmint's own table.
     match &s.table {
         Some(table) if s.mode != SqlModeName::UidGenerator => sql_config.with_table(table.clone()),
@@ -205,7 +206,8 @@ pub(crate) fn sql_registry_config(config: &Config) -> SqlConfig {
     };
     let sql_config = SqlConfig::new(mode)
         .with_cluster(s.cluster.clone())
-        .with_lease_ttl(s.lease_ttl);
+        .with_lease_ttl(s.lease_ttl)
+        .with_mark_window(config.snowflake.window);
     // Unset: the mode's own default (`WORKER_NODE` for uid-generator).
     match &s.table {
         Some(table) => sql_config.with_table(table.clone()),
@@ -600,6 +602,27 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains(r#"key="order""#), "{text}");
+    }
+
+    /// After the database forgot, claims wait the lease TTL plus the window
+    /// the keepers persist ahead by: each registry is told its keepers'.
+    #[test]
+    fn sql_registries_hold_for_their_keepers_window() {
+        let mut config = Config::default();
+        config.snowflake.window = Duration::from_secs(7);
+        config.monotonic.window = Duration::from_millis(1500);
+        let workers = sql_registry_config(&config);
+        assert_eq!(workers.mark_window(), Duration::from_secs(7));
+        assert_eq!(
+            workers.reset_hold(),
+            config.snowflake.sql.lease_ttl + Duration::from_secs(7)
+        );
+        let leader = leader_sql_config(&config);
+        assert_eq!(leader.mark_window(), Duration::from_millis(1500));
+        assert_eq!(
+            leader.reset_hold(),
+            config.monotonic.lease_ttl + Duration::from_millis(1500)
+        );
     }
 
     #[test]

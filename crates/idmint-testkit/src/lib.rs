@@ -195,6 +195,33 @@ impl PrivateService {
         assert_eq!(again, self.address, "restarted on another address");
     }
 
+    /// PostgreSQL only: copies the running cluster into a replica that
+    /// receives nothing after, as an asynchronous replica that lags
+    /// (`scripts/postgres replica`).
+    pub fn replicate(&self) {
+        assert_eq!(
+            self.service,
+            Service::Postgres,
+            "only PostgreSQL has replicas here"
+        );
+        self.run("replica");
+    }
+
+    /// PostgreSQL only: fails over to the replica of [`Self::replicate`] on
+    /// the same port: the primary stops, the replica is promoted (a new
+    /// timeline) and lacks every write made after it was copied
+    /// (`scripts/postgres promote`).
+    pub fn promote(&self) {
+        assert_eq!(
+            self.service,
+            Service::Postgres,
+            "only PostgreSQL has replicas here"
+        );
+        self.run("promote");
+        let again = self.read_env();
+        assert_eq!(again, self.address, "promoted on another address");
+    }
+
     fn run(&self, action: &str) {
         if let Err(why) = run_script(self.service, action, self.dir.path()) {
             panic!("{why}");

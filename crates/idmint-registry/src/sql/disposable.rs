@@ -21,17 +21,28 @@ pub(super) struct Disposable {
 }
 
 impl Disposable {
-    /// Inserts a disposable row and returns its `ID`.
-    async fn insert_disposable(&self, binds: &[Bind<'_>]) -> std::result::Result<i64, sqlx::Error> {
+    /// Inserts a disposable row and returns its `ID`; `None` when the epoch
+    /// condition refused it.
+    async fn insert_disposable(
+        &self,
+        binds: &[Bind<'_>],
+    ) -> std::result::Result<Option<i64>, sqlx::Error> {
         self.base
             .insert_returning_id(&self.base.sql.disposable_insert, binds)
             .await
     }
 
-    async fn claim_row(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+    /// A new row in `epoch`; `None` when the epoch moved under it.
+    async fn claim_row(
+        &self,
+        node: &NodeIdentity,
+        range: u32,
+        epoch: String,
+    ) -> Result<Option<Claim>> {
         const OP: &str = "claim";
         let port = node.port.to_string();
-        let token = new_token();
+        let token = new_token(&epoch);
+        let [e_table, e_cluster, e_id] = self.base.guard_binds(&token);
         let id = self
             .insert_disposable(&[
                 Bind::Text(&self.base.config.cluster),
@@ -41,9 +52,15 @@ impl Disposable {
                 Bind::Int(NODE_TYPE_ACTUAL),
                 Bind::Text(&token),
                 Bind::Int(self.base.ttl_us()),
+                e_table,
+                e_cluster,
+                e_id,
             ])
             .await
             .map_err(backend_error(OP))?;
+        let Some(id) = id else {
+            return Ok(None);
+        };
         if id >= i64::from(range) || id < 0 {
             // The row stays (IDs are never reused) but must not look alive.
             self.base
@@ -67,12 +84,12 @@ impl Disposable {
                 range: u64::from(range),
             });
         }
-        Ok(Claim {
+        Ok(Some(Claim {
             worker: worker_u32(id)?,
             stored_mark: None,
             lease: None,
             token,
-        })
+        }))
     }
 }
 
@@ -84,7 +101,10 @@ impl WorkerRegistry for Disposable {
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         debug_assert_eq!(self.base.config.mode, SqlMode::Disposable);
-        self.base.timed("claim", self.claim_row(node, range)).await
+        let claim = self
+            .base
+            .claim_in_epoch(|epoch| self.claim_row(node, range, epoch));
+        self.base.timed("claim", claim).await
     }
 
     async fn claim_worker(&self, _node: &NodeIdentity, _worker: u32, _range: u32) -> Result<Claim> {

@@ -1,8 +1,9 @@
 //! [`SqlMode::Lease`]: worker IDs `0..range` of a cluster are rows `(CLUSTER,
 //! WORKER)`, taken over by a compare-and-set once their lease expired or
 //! created on first use, and renewed by a heartbeat. See the [parent
-//! module](super)'s docs for why each claim is atomic and how the token
-//! fences a stale holder.
+//! module](super)'s docs for why each claim is atomic, how the token
+//! fences a stale holder, and how the epoch fences every holder when the
+//! database forgot.
 
 use std::time::{Duration, Instant};
 
@@ -27,8 +28,25 @@ pub(super) struct Leased {
     pub(super) base: Base,
 }
 
+/// What an insert of a new worker row did.
+enum Inserted {
+    Won(Claim),
+    /// The row exists (someone created it first), or a transient error:
+    /// look again.
+    Taken,
+    /// The epoch condition refused it: the epoch moved.
+    Refused,
+}
+
 impl Leased {
-    async fn claim_any(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+    /// A claim of any free worker ID in `epoch`; `None` when the epoch moved
+    /// under it (check it again).
+    async fn claim_any(
+        &self,
+        node: &NodeIdentity,
+        range: u32,
+        epoch: String,
+    ) -> Result<Option<Claim>> {
         const OP: &str = "claim";
         let cluster = self.base.config.cluster.as_str();
         let range_i = i64::from(range);
@@ -57,12 +75,17 @@ impl Leased {
                 (random_u64() % candidates.len() as u64) as usize
             };
             for &worker in candidates[start..].iter().chain(&candidates[..start]) {
-                if let Some(claim) = self.take_row(node, worker).await? {
-                    return Ok(claim);
+                if let Some(claim) = self.take_row(node, worker, &epoch).await? {
+                    return Ok(Some(claim));
                 }
             }
             if !candidates.is_empty() {
-                // Every candidate went to someone else; look again.
+                // Every candidate went to someone else, or the epoch
+                // condition refused them all: look again, in this epoch
+                // only if it still stands.
+                if !self.base.epoch_current(&epoch).await? {
+                    return Ok(None);
+                }
                 continue;
             }
             let max = match self
@@ -90,20 +113,29 @@ impl Leased {
                     range: u64::from(range),
                 });
             }
-            if let Some(claim) = self.insert_row(node, next).await? {
-                return Ok(claim);
+            match self.insert_row(node, next, &epoch).await? {
+                Inserted::Won(claim) => return Ok(Some(claim)),
+                Inserted::Refused => return Ok(None),
+                // Someone else created this number first: look again.
+                Inserted::Taken => {}
             }
-            // Someone else created this number first: look again.
         }
     }
 
     /// One compare-and-set takeover of `worker`'s row, whose lease must be free
-    /// or expired. `None`: not taken (held, or lost again at once, or a
-    /// transient error): look again.
-    async fn take_row(&self, node: &NodeIdentity, worker: i64) -> Result<Option<Claim>> {
+    /// or expired, in `epoch`. `None`: not taken (held, or lost again at
+    /// once, or a transient error, or the epoch condition refused it): look
+    /// again.
+    async fn take_row(
+        &self,
+        node: &NodeIdentity,
+        worker: i64,
+        epoch: &str,
+    ) -> Result<Option<Claim>> {
         const OP: &str = "claim";
         let cluster = self.base.config.cluster.as_str();
-        let token = new_token();
+        let token = new_token(epoch);
+        let [e_table, e_cluster, e_id] = self.base.guard_binds(&token);
         let before = Instant::now();
         let taken = self
             .base
@@ -117,6 +149,9 @@ impl Leased {
                     Bind::Text(&node.address),
                     Bind::Text(cluster),
                     Bind::Int(worker),
+                    e_table,
+                    e_cluster,
+                    e_id,
                 ],
             )
             .await;
@@ -148,10 +183,10 @@ impl Leased {
         }))
     }
 
-    /// Creates `worker`'s row, held by `node`. `None`: the row exists (someone
-    /// created it first) or a transient error: look again.
-    async fn insert_row(&self, node: &NodeIdentity, worker: i64) -> Result<Option<Claim>> {
-        let token = new_token();
+    /// Creates `worker`'s row, held by `node`, in `epoch`.
+    async fn insert_row(&self, node: &NodeIdentity, worker: i64, epoch: &str) -> Result<Inserted> {
+        let token = new_token(epoch);
+        let [e_table, e_cluster, e_id] = self.base.guard_binds(&token);
         let before = Instant::now();
         let inserted = self
             .base
@@ -166,28 +201,38 @@ impl Leased {
                     Bind::Int(NODE_TYPE_ACTUAL),
                     Bind::Text(&token),
                     Bind::Int(self.base.ttl_us()),
+                    e_table,
+                    e_cluster,
+                    e_id,
                 ],
             )
             .await;
         match inserted {
-            Ok(_) => Ok(Some(Claim {
+            Ok(0) => Ok(Inserted::Refused),
+            Ok(_) => Ok(Inserted::Won(Claim {
                 worker: worker_u32(worker)?,
                 stored_mark: None,
                 lease: Some(self.base.lease_from(before)),
                 token,
             })),
-            Err(e) if is_unique_violation(&e) || is_retryable(&e) => Ok(None),
+            Err(e) if is_unique_violation(&e) || is_retryable(&e) => Ok(Inserted::Taken),
             Err(e) => Err(backend_error("claim")(e)),
         }
     }
 
-    /// Takes `worker`'s row if its lease is free, or creates it if there is none;
-    /// names the holder when it is held.
-    async fn claim_given(&self, node: &NodeIdentity, worker: u32) -> Result<Claim> {
+    /// Takes `worker`'s row if its lease is free, or creates it if there is none,
+    /// in `epoch`; names the holder when it is held. `None` when the epoch
+    /// moved under it.
+    async fn claim_given(
+        &self,
+        node: &NodeIdentity,
+        worker: u32,
+        epoch: String,
+    ) -> Result<Option<Claim>> {
         let worker_i = i64::from(worker);
         loop {
-            if let Some(claim) = self.take_row(node, worker_i).await? {
-                return Ok(claim);
+            if let Some(claim) = self.take_row(node, worker_i, &epoch).await? {
+                return Ok(Some(claim));
             }
             // Not taken: held by someone, or there is no row yet.
             let holder = match self
@@ -211,10 +256,16 @@ impl Leased {
                     origin: None,
                 });
             }
-            if let Some(claim) = self.insert_row(node, worker_i).await? {
-                return Ok(claim);
+            // Not held: free, or refused by the epoch condition.
+            if !self.base.epoch_current(&epoch).await? {
+                return Ok(None);
             }
-            // The row appeared or was freed meanwhile: look again.
+            match self.insert_row(node, worker_i, &epoch).await? {
+                Inserted::Won(claim) => return Ok(Some(claim)),
+                Inserted::Refused => return Ok(None),
+                // The row appeared or was freed meanwhile: look again.
+                Inserted::Taken => {}
+            }
         }
     }
 }
@@ -227,17 +278,22 @@ impl WorkerRegistry for Leased {
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         debug_assert_eq!(self.base.config.mode, SqlMode::Lease);
-        self.base.timed("claim", self.claim_any(node, range)).await
+        let claim = self
+            .base
+            .claim_in_epoch(|epoch| self.claim_any(node, range, epoch));
+        self.base.timed("claim", claim).await
     }
 
     async fn claim_worker(&self, node: &NodeIdentity, worker: u32, _range: u32) -> Result<Claim> {
-        self.base
-            .timed("claim", self.claim_given(node, worker))
-            .await
+        let claim = self
+            .base
+            .claim_in_epoch(|epoch| self.claim_given(node, worker, epoch));
+        self.base.timed("claim", claim).await
     }
 
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
         let before = Instant::now();
+        let [e_table, e_cluster, e_id] = self.base.guard_binds(&claim.token);
         let rows = self
             .base
             .exec(
@@ -248,10 +304,13 @@ impl WorkerRegistry for Leased {
                     Bind::Text(&self.base.config.cluster),
                     Bind::Int(i64::from(claim.worker)),
                     Bind::Text(&claim.token),
+                    e_table,
+                    e_cluster,
+                    e_id,
                 ],
             )
             .await?;
-        self.base.renewed(claim, rows)?;
+        self.base.renewed(claim, rows).await?;
         Ok(Some(self.base.lease_from(before)))
     }
 

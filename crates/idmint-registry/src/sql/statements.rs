@@ -164,32 +164,295 @@ pub(super) fn micros_left(dialect: Dialect, column: &str) -> String {
     }
 }
 
-impl Statements {
-    /// `t`: the table, quoted.
-    pub(super) fn new(dialect: Dialect, t: &str) -> Self {
-        // `now` is comparable with LEASE_EXPIRES; `wall` fills MODIFIED/CREATED.
-        let (now, expires_in, wall, today) = match dialect {
-            Dialect::Postgres => (
-                "now()",
-                "(now() + ?::bigint * interval '1 microsecond')",
-                "now()",
-                "CURRENT_DATE",
-            ),
-            Dialect::MySql => (
-                "UTC_TIMESTAMP(6)",
-                "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)",
-                "UTC_TIMESTAMP(6)",
-                "UTC_DATE()",
-            ),
+/// The time expressions of a dialect's statements: `now` is comparable with
+/// `LEASE_EXPIRES`-like columns, `expires_in` is now plus a bound number of
+/// microseconds (in the same form), `wall` fills `MODIFIED`/`CREATED`-like
+/// columns and `today` a `DATE`.
+pub(super) struct Clock {
+    pub(super) now: &'static str,
+    pub(super) expires_in: &'static str,
+    pub(super) wall: &'static str,
+    pub(super) today: &'static str,
+}
+
+impl Clock {
+    pub(super) fn of(dialect: Dialect) -> Clock {
+        match dialect {
+            Dialect::Postgres => Clock {
+                now: "now()",
+                expires_in: "(now() + ?::bigint * interval '1 microsecond')",
+                wall: "now()",
+                today: "CURRENT_DATE",
+            },
+            Dialect::MySql => Clock {
+                now: "UTC_TIMESTAMP(6)",
+                expires_in: "DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)",
+                wall: "UTC_TIMESTAMP(6)",
+                today: "UTC_DATE()",
+            },
             // SQLite has no timestamp type: LEASE_EXPIRES is microseconds since
             // the Unix epoch. `'now'` is fixed for the whole statement.
-            Dialect::Sqlite => (
-                "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
-                "(CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER) + ?)",
-                "strftime('%Y-%m-%d %H:%M:%f', 'now')",
-                "date('now')",
-            ),
+            Dialect::Sqlite => Clock {
+                now: "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
+                expires_in: "(CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER) + ?)",
+                wall: "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+                today: "date('now')",
+            },
+        }
+    }
+}
+
+/// The table of the clusters' epochs (see the parent module, "When the
+/// database forgets"): one row per worker table and cluster, shared by every
+/// registry on the database, in every mode.
+pub const EPOCH_TABLE: &str = "idmint_registry_epoch";
+
+/// The epoch table's columns.
+pub(super) const EPOCH_COLUMNS: [&str; 10] = [
+    "WORKER_TABLE",
+    "CLUSTER",
+    "EPOCH_ID",
+    "SERVER_IDENTITY",
+    "HOLD_UNTIL",
+    "HOLD_US",
+    "FLOOR_US",
+    "HOLD_REASON",
+    "STARTED",
+    "MODIFIED",
+];
+
+/// The longest hold reason the epoch table keeps.
+pub(super) const HOLD_REASON_LEN: usize = 1024;
+
+/// The epoch table's migrations (component `registry:idmint_registry_epoch`).
+pub(super) fn epoch_migrations(dialect: Dialect) -> MigrationSet {
+    let t = dialect.quote(&epoch_table());
+    let (time, hold_until, engine) = match dialect {
+        Dialect::Postgres => ("TIMESTAMPTZ", "TIMESTAMPTZ", ""),
+        Dialect::MySql => ("DATETIME(6)", "DATETIME(6)", " ENGINE=InnoDB"),
+        // Microseconds since the Unix epoch, as the worker table's leases.
+        Dialect::Sqlite => ("TEXT", "INTEGER", ""),
+    };
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {t} (
+            WORKER_TABLE VARCHAR(64) NOT NULL,
+            CLUSTER VARCHAR(128) NOT NULL,
+            EPOCH_ID VARCHAR(32) NOT NULL,
+            SERVER_IDENTITY VARCHAR(255) NOT NULL,
+            HOLD_UNTIL {hold_until} NOT NULL,
+            HOLD_US BIGINT NOT NULL,
+            FLOOR_US BIGINT NOT NULL,
+            HOLD_REASON VARCHAR({HOLD_REASON_LEN}) NOT NULL,
+            STARTED {time} NOT NULL,
+            MODIFIED {time} NOT NULL,
+            PRIMARY KEY (WORKER_TABLE, CLUSTER)
+        ){engine}"
+    );
+    MigrationSet::new(format!("registry:{EPOCH_TABLE}")).with_migration(
+        1,
+        "create the epoch table (per worker table and cluster: the epoch, the database server \
+         it was last seen on, the hold on claims and the floor of every claim's mark)",
+        [create],
+    )
+}
+
+/// [`EPOCH_TABLE`] as an identifier.
+pub(super) fn epoch_table() -> Identifier {
+    Identifier::new(EPOCH_TABLE).expect("the epoch table's name is an identifier")
+}
+
+/// Where the identity of the database server comes from: what changes when
+/// a replica is promoted or a backup is restored into a new server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Identity {
+    /// `<system_identifier>/<timeline>`: the cluster's system identifier
+    /// (`pg_control_system()`; a new one for every `initdb`) and its timeline
+    /// (a promotion or a point-in-time recovery starts the next). The
+    /// timeline is the higher of the last checkpoint's
+    /// (`pg_control_checkpoint()`) and the one WAL is written on now (read
+    /// from `pg_walfile_name(pg_current_wal_insert_lsn())`): after a fast
+    /// promotion the checkpoint's moves only once the next checkpoint ends.
+    Postgres,
+    /// `@@server_uuid`: MySQL generates it at a server's first start
+    /// (`auto.cnf`); a replica has its own.
+    MySql,
+    /// `<server_id>@<hostname>`: MariaDB has no `server_uuid`; replication
+    /// requires the primary and its replicas to have different `server_id`s.
+    MariaDb,
+    /// A constant: SQLite is a local file, with no replica to fail over to.
+    Sqlite,
+    /// A constant: the server would not show its identity (PostgreSQL
+    /// without access to `pg_control_system()`), so a change of server is
+    /// not detected, and the fenced statements don't compare it; connect
+    /// warns.
+    Unreadable,
+}
+
+impl Identity {
+    /// The SQL expression of the identity, as text.
+    pub(super) fn expr(self) -> &'static str {
+        match self {
+            Identity::Postgres => {
+                "(SELECT CAST(s.system_identifier AS TEXT) || '/' || CAST(GREATEST(c.timeline_id, \
+                 CAST(CAST('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8) \
+                 AS bit(32)) AS integer)) AS TEXT) FROM pg_control_system() s, \
+                 pg_control_checkpoint() c)"
+            }
+            Identity::MySql => "CAST(@@GLOBAL.server_uuid AS CHAR(255))",
+            Identity::MariaDb => {
+                "CAST(CONCAT(@@GLOBAL.server_id, '@', @@GLOBAL.hostname) AS CHAR(255))"
+            }
+            Identity::Sqlite => "'sqlite'",
+            Identity::Unreadable => "'unreadable'",
+        }
+    }
+
+    /// An SQL condition: `column` holds the identity (always true where it
+    /// can't be read: whatever server the epoch names is taken for this
+    /// one). On MySQL/MariaDB the bytes are compared: the column's collation
+    /// and the connection's can differ, which `=` on text refuses ("illegal
+    /// mix of collations"), and an identity is ASCII.
+    pub(super) fn held_in(self, column: &str) -> String {
+        let id = self.expr();
+        match self {
+            Identity::MySql | Identity::MariaDb => {
+                format!("CAST({column} AS BINARY) = CAST({id} AS BINARY)")
+            }
+            Identity::Postgres | Identity::Sqlite => format!("{column} = {id}"),
+            Identity::Unreadable => "1 = 1".to_owned(),
+        }
+    }
+}
+
+/// The epoch conditions the fenced statements carry, each an `EXISTS` on the
+/// epoch table binding the worker table, the cluster and the claim's epoch:
+/// the epoch is still the claim's, and the server the statement runs on is
+/// the one the epoch records, checked in the same statement as the write.
+pub(super) struct Guards {
+    /// For claims: also, the epoch's hold is over.
+    pub(super) claim: String,
+    /// For renewals and marks.
+    pub(super) holder: String,
+}
+
+impl Guards {
+    pub(super) fn new(dialect: Dialect, identity: Identity) -> Guards {
+        let e = dialect.quote(&epoch_table());
+        let on_server = identity.held_in("g.SERVER_IDENTITY");
+        let now = Clock::of(dialect).now;
+        let holder = format!(
+            "EXISTS (SELECT 1 FROM {e} g WHERE g.WORKER_TABLE = ? AND g.CLUSTER = ? \
+             AND g.EPOCH_ID = ? AND {on_server})"
+        );
+        let claim = format!(
+            "EXISTS (SELECT 1 FROM {e} g WHERE g.WORKER_TABLE = ? AND g.CLUSTER = ? \
+             AND g.EPOCH_ID = ? AND {on_server} AND g.HOLD_UNTIL <= {now})"
+        );
+        Guards { claim, holder }
+    }
+}
+
+/// The statements on the epoch table, built once per registry.
+#[derive(Debug)]
+pub(super) struct EpochStatements {
+    /// Where the server's identity comes from.
+    pub(super) identity_source: Identity,
+    /// The server's identity and the epoch's row, if any (binds: worker
+    /// table, cluster): `(identity, epoch, server, µs of hold left, hold µs,
+    /// floor µs, reason)`.
+    pub(super) read: String,
+    /// The server's identity.
+    pub(super) identity: String,
+    /// The epoch's row, locked for the transaction (binds: worker table,
+    /// cluster): `(epoch, server, µs of hold left, hold µs, floor µs, reason)`.
+    pub(super) lock: String,
+    /// Any one of the rows the epoch covers (the mode's binds).
+    pub(super) rows_probe: String,
+    /// A first epoch (binds: worker table, cluster, epoch, server, hold µs
+    /// from now, longest hold µs, floor µs, reason).
+    pub(super) insert: String,
+    /// A new epoch on the row (binds: epoch, server, hold µs from now,
+    /// longest hold µs, floor µs, reason, worker table, cluster).
+    pub(super) begin: String,
+    /// The same epoch with a longer hold or a higher floor (binds: longest
+    /// hold µs, floor µs, worker table, cluster).
+    pub(super) raise: String,
+}
+
+/// One epoch row as [`EpochStatements::lock`] reads it.
+pub(super) type EpochRow = (String, String, Option<i64>, i64, i64, String);
+
+/// One answer of [`EpochStatements::read`].
+pub(super) type EpochRead = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+);
+
+impl EpochStatements {
+    /// `rows_probe`: a query (with `?` placeholders) returning a row when
+    /// the epoch's worker table holds rows of its cluster.
+    pub(super) fn new(dialect: Dialect, identity: Identity, rows_probe: &str) -> EpochStatements {
+        let e = dialect.quote(&epoch_table());
+        let id = identity.expr();
+        let Clock {
+            expires_in, wall, ..
+        } = Clock::of(dialect);
+        let left = micros_left(dialect, "HOLD_UNTIL");
+        let e_left = micros_left(dialect, "e.HOLD_UNTIL");
+        let for_update = if dialect == Dialect::Sqlite {
+            // The transaction is `BEGIN IMMEDIATE`: the whole database is locked.
+            ""
+        } else {
+            " FOR UPDATE"
         };
+        let s = |sql: String| dialect.placeholders(&sql);
+        EpochStatements {
+            identity_source: identity,
+            read: s(format!(
+                "SELECT i.IDENT, e.EPOCH_ID, e.SERVER_IDENTITY, {e_left}, e.HOLD_US, e.FLOOR_US, \
+                 e.HOLD_REASON FROM (SELECT {id} AS IDENT) i LEFT JOIN {e} e \
+                 ON e.WORKER_TABLE = ? AND e.CLUSTER = ?"
+            )),
+            identity: format!("SELECT {id}"),
+            lock: s(format!(
+                "SELECT EPOCH_ID, SERVER_IDENTITY, {left}, HOLD_US, FLOOR_US, HOLD_REASON FROM {e} \
+                 WHERE WORKER_TABLE = ? AND CLUSTER = ?{for_update}"
+            )),
+            rows_probe: s(rows_probe.to_owned()),
+            insert: s(format!(
+                "INSERT INTO {e} (WORKER_TABLE, CLUSTER, EPOCH_ID, SERVER_IDENTITY, HOLD_UNTIL, \
+                 HOLD_US, FLOOR_US, HOLD_REASON, STARTED, MODIFIED) \
+                 VALUES (?, ?, ?, ?, {expires_in}, ?, ?, ?, {wall}, {wall})"
+            )),
+            begin: s(format!(
+                "UPDATE {e} SET EPOCH_ID = ?, SERVER_IDENTITY = ?, HOLD_UNTIL = {expires_in}, \
+                 HOLD_US = ?, FLOOR_US = ?, HOLD_REASON = ?, STARTED = {wall}, MODIFIED = {wall} \
+                 WHERE WORKER_TABLE = ? AND CLUSTER = ?"
+            )),
+            raise: s(format!(
+                "UPDATE {e} SET HOLD_US = ?, FLOOR_US = ?, MODIFIED = {wall} \
+                 WHERE WORKER_TABLE = ? AND CLUSTER = ?"
+            )),
+        }
+    }
+}
+
+impl Statements {
+    /// `t`: the table, quoted; `guards`: the epoch conditions of the fenced
+    /// statements.
+    pub(super) fn new(dialect: Dialect, t: &str, guards: &Guards) -> Self {
+        // `now` is comparable with LEASE_EXPIRES; `wall` fills MODIFIED/CREATED.
+        let Clock {
+            now,
+            expires_in,
+            wall,
+            today,
+        } = Clock::of(dialect);
         let columns = match dialect {
             Dialect::Postgres => {
                 "SELECT CAST(column_name AS TEXT) FROM information_schema.columns \
@@ -206,6 +469,18 @@ impl Statements {
         let raise_mark =
             "MARK_US = CASE WHEN MARK_US IS NULL OR MARK_US < ? THEN ? ELSE MARK_US END";
         let s = |sql: String| dialect.placeholders(&sql);
+        let Guards { claim, holder } = guards;
+        // `INSERT … SELECT … WHERE`: MySQL wants a table to select from.
+        let dual = if dialect == Dialect::MySql {
+            " FROM DUAL"
+        } else {
+            ""
+        };
+        let returning = if dialect == Dialect::MySql {
+            ""
+        } else {
+            " RETURNING ID"
+        };
         Statements {
             columns: s(columns.to_owned()),
             lease_candidates: s(format!(
@@ -215,7 +490,7 @@ impl Statements {
             lease_take: s(format!(
                 "UPDATE {t} SET TOKEN = ?, LEASE_EXPIRES = {expires_in}, HOST_NAME = ?, PORT = ?, \
                  ADDRESS = ?, LAUNCH_DATE = {today}, MODIFIED = {wall}, REPORTED_US = NULL \
-                 WHERE CLUSTER = ? AND WORKER = ? AND {free}"
+                 WHERE CLUSTER = ? AND WORKER = ? AND {free} AND {claim}"
             )),
             lease_mark: s(format!(
                 "SELECT MARK_US FROM {t} WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ?"
@@ -224,7 +499,8 @@ impl Statements {
             lease_insert: s(format!(
                 "INSERT INTO {t} (CLUSTER, WORKER, HOST_NAME, PORT, ADDRESS, TYPE, LAUNCH_DATE, \
                  MODIFIED, CREATED, TOKEN, LEASE_EXPIRES) \
-                 VALUES (?, ?, ?, ?, ?, ?, {today}, {wall}, {wall}, ?, {expires_in})"
+                 SELECT ?, ?, ?, ?, ?, ?, {today}, {wall}, {wall}, ?, {expires_in}{dual} \
+                 WHERE {claim}"
             )),
             lease_in_use: s(format!(
                 "SELECT COUNT(*) FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL AND WORKER < ? \
@@ -236,11 +512,13 @@ impl Statements {
             )),
             lease_renew: s(format!(
                 "UPDATE {t} SET LEASE_EXPIRES = {expires_in}, MODIFIED = {wall} \
-                 WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now}"
+                 WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now} \
+                 AND {holder}"
             )),
             lease_persist: s(format!(
                 "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, MODIFIED = {wall} \
-                 WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now}"
+                 WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now} \
+                 AND {holder}"
             )),
             lease_peers: s(format!(
                 "SELECT WORKER, REPORTED_US FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL \
@@ -260,25 +538,21 @@ impl Statements {
             disposable_insert: s(format!(
                 "INSERT INTO {t} (CLUSTER, HOST_NAME, PORT, ADDRESS, TYPE, LAUNCH_DATE, MODIFIED, \
                  CREATED, TOKEN, LEASE_EXPIRES) \
-                 VALUES (?, ?, ?, ?, ?, {today}, {wall}, {wall}, ?, {expires_in}){}",
-                if dialect == Dialect::MySql {
-                    ""
-                } else {
-                    " RETURNING ID"
-                }
+                 SELECT ?, ?, ?, ?, ?, {today}, {wall}, {wall}, ?, {expires_in}{dual} \
+                 WHERE {claim}{returning}"
             )),
             disposable_in_use: s(format!("SELECT COUNT(*) FROM {t} WHERE ID < ?")),
             // Disposable rows have no lease; LEASE_EXPIRES is only a liveness
             // deadline for `peers`, so renew does not require it unexpired.
             disposable_renew: s(format!(
                 "UPDATE {t} SET LEASE_EXPIRES = {expires_in}, MODIFIED = {wall} \
-                 WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
+                 WHERE ID = ? AND WORKER IS NULL AND TOKEN = ? AND {holder}"
             )),
             // The keeper never renews a claim without a lease, but reports
             // every few seconds: each report extends the liveness deadline.
             disposable_persist: s(format!(
                 "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, LEASE_EXPIRES = {expires_in}, \
-                 MODIFIED = {wall} WHERE ID = ? AND WORKER IS NULL AND TOKEN = ?"
+                 MODIFIED = {wall} WHERE ID = ? AND WORKER IS NULL AND TOKEN = ? AND {holder}"
             )),
             disposable_peers: s(format!(
                 "SELECT ID, REPORTED_US FROM {t} WHERE CLUSTER = ? AND WORKER IS NULL AND ID <> ? \
@@ -314,12 +588,21 @@ pub(super) fn table_in(dialect: Dialect, table: &Identifier) -> Identifier {
 mod tests {
     use super::*;
 
+    fn statements(dialect: Dialect, t: &str) -> Statements {
+        let identity = match dialect {
+            Dialect::Postgres => Identity::Postgres,
+            Dialect::MySql => Identity::MariaDb,
+            Dialect::Sqlite => Identity::Sqlite,
+        };
+        Statements::new(dialect, t, &Guards::new(dialect, identity))
+    }
+
     #[test]
     fn postgres_placeholders_are_numbered() {
-        let s = Statements::new(Dialect::Postgres, "\"t\"");
-        assert!(s.lease_take.contains("$7") && !s.lease_take.contains('?'));
+        let s = statements(Dialect::Postgres, "\"t\"");
+        assert!(s.lease_take.contains("$10") && !s.lease_take.contains('?'));
         assert!(s.columns.ends_with("table_name = $1"), "{}", s.columns);
-        let s = Statements::new(Dialect::MySql, "`t`");
+        let s = statements(Dialect::MySql, "`t`");
         assert!(!s.lease_take.contains('$'));
     }
 
@@ -366,20 +649,80 @@ mod tests {
 
     #[test]
     fn every_statement_binds_what_the_code_binds() {
-        let s = Statements::new(Dialect::MySql, "`t`");
+        let s = statements(Dialect::MySql, "`t`");
         let count = |sql: &str| sql.matches('?').count();
+        // The fenced statements end in the epoch condition's three binds.
         assert_eq!(count(&s.lease_candidates), 3);
-        assert_eq!(count(&s.lease_take), 7);
-        assert_eq!(count(&s.lease_insert), 8);
+        assert_eq!(count(&s.lease_take), 7 + 3);
+        assert_eq!(count(&s.lease_insert), 8 + 3);
         assert_eq!(count(&s.lease_holder), 2);
-        assert_eq!(count(&s.lease_renew), 4);
-        assert_eq!(count(&s.lease_persist), 6);
+        assert_eq!(count(&s.lease_renew), 4 + 3);
+        assert_eq!(count(&s.lease_persist), 6 + 3);
         assert_eq!(count(&s.lease_peers), 2);
         assert_eq!(count(&s.lease_release), 3);
-        assert_eq!(count(&s.disposable_insert), 7);
-        assert_eq!(count(&s.disposable_renew), 3);
-        assert_eq!(count(&s.disposable_persist), 6);
+        assert_eq!(count(&s.disposable_insert), 7 + 3);
+        assert_eq!(count(&s.disposable_renew), 3 + 3);
+        assert_eq!(count(&s.disposable_persist), 6 + 3);
         assert_eq!(count(&s.disposable_peers), 2);
         assert_eq!(count(&s.disposable_release), 2);
+        for fenced in [&s.lease_take, &s.lease_insert, &s.disposable_insert] {
+            assert!(
+                fenced.contains("g.HOLD_UNTIL <= UTC_TIMESTAMP(6)"),
+                "{fenced}"
+            );
+        }
+        for fenced in [
+            &s.lease_renew,
+            &s.lease_persist,
+            &s.disposable_renew,
+            &s.disposable_persist,
+        ] {
+            assert!(fenced.contains(
+                "CAST(g.SERVER_IDENTITY AS BINARY) = CAST(CAST(CONCAT(@@GLOBAL.server_id"
+            ));
+            assert!(
+                !fenced.contains("HOLD_UNTIL"),
+                "holders are not held: {fenced}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_epoch_statements_bind_what_the_code_binds() {
+        for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
+            let e = EpochStatements::new(dialect, Identity::Sqlite, "SELECT 1 WHERE ? = ?");
+            let n = |sql: &str| {
+                if dialect == Dialect::Postgres {
+                    sql.matches('$').count()
+                } else {
+                    sql.matches('?').count()
+                }
+            };
+            assert_eq!(n(&e.read), 2, "{dialect}");
+            assert_eq!(n(&e.lock), 2, "{dialect}");
+            assert_eq!(n(&e.identity), 0, "{dialect}");
+            assert_eq!(n(&e.insert), 8, "{dialect}");
+            assert_eq!(n(&e.begin), 8, "{dialect}");
+            assert_eq!(n(&e.raise), 4, "{dialect}");
+            assert_eq!(n(&e.rows_probe), 2, "{dialect}");
+            assert_eq!(e.lock.ends_with("FOR UPDATE"), dialect != Dialect::Sqlite);
+        }
+    }
+
+    #[test]
+    fn the_epoch_table_has_its_own_component() {
+        for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
+            let set = epoch_migrations(dialect);
+            set.validate().unwrap();
+            assert_eq!(set.component(), "registry:idmint_registry_epoch");
+            assert_eq!(set.latest_version(), 1);
+            let create = &set.migrations()[0].statements()[0];
+            for column in EPOCH_COLUMNS {
+                assert!(
+                    create.contains(&format!("{column} ")),
+                    "{dialect}: {column}"
+                );
+            }
+        }
     }
 }

@@ -55,6 +55,7 @@ use async_trait::async_trait;
 use idmint_sql::{Bind, Dialect, Identifier, MigrationSet};
 use jiff::Timestamp;
 
+use super::statements::Guards;
 use super::{
     Base, REGISTRY, SqlMode, backend_error, new_token, recent_us, row_ids_only, timestamp_from_us,
     worker_u32,
@@ -217,8 +218,10 @@ pub(super) struct Statements {
 
 impl Statements {
     /// `t`: uid-generator's table, quoted; `side`: the side table as the
-    /// database names it.
-    pub(super) fn new(dialect: Dialect, t: &str, side: Identifier) -> Self {
+    /// database names it; `guards`: the epoch conditions of the fenced
+    /// statements (uid-generator's own insert carries none: it stays
+    /// theirs, and a claim checks the epoch before it).
+    pub(super) fn new(dialect: Dialect, t: &str, side: Identifier, guards: &Guards) -> Self {
         let s_q = dialect.quote(&side);
         let s = &s_q;
         // `db_now`/`live_for` for LIVE_UNTIL (compared on the database clock),
@@ -252,6 +255,12 @@ impl Statements {
         let raise_mark =
             "MARK_US = CASE WHEN MARK_US IS NULL OR MARK_US < ? THEN ? ELSE MARK_US END";
         let p = |sql: String| dialect.placeholders(&sql);
+        let Guards { claim, holder } = guards;
+        let dual = if dialect == Dialect::MySql {
+            " FROM DUAL"
+        } else {
+            ""
+        };
         Statements {
             max_id: p(format!("SELECT MAX(ID) FROM {t}")),
             insert_node: p(format!(
@@ -266,11 +275,12 @@ impl Statements {
             count_below: p(format!("SELECT COUNT(*) FROM {t} WHERE ID < ?")),
             side_insert: p(format!(
                 "INSERT INTO {s} (WORKER_ID, HOLDER, TOKEN, LIVE_UNTIL, MODIFIED) \
-                 VALUES (?, ?, ?, {live_for}, {wall})"
+                 SELECT ?, ?, ?, {live_for}, {wall}{dual} WHERE {claim}"
             )),
             side_take: p(format!(
                 "UPDATE {s} SET HOLDER = ?, TOKEN = ?, LIVE_UNTIL = {live_for}, \
-                 REPORTED_US = NULL, MODIFIED = {wall} WHERE WORKER_ID = ? AND {free}"
+                 REPORTED_US = NULL, MODIFIED = {wall} WHERE WORKER_ID = ? AND {free} \
+                 AND {claim}"
             )),
             side_mark: p(format!(
                 "SELECT MARK_US FROM {s} WHERE WORKER_ID = ? AND TOKEN = ?"
@@ -280,13 +290,13 @@ impl Statements {
             // peer, so renewing does not require it unexpired.
             side_renew: p(format!(
                 "UPDATE {s} SET LIVE_UNTIL = {live_for}, MODIFIED = {wall} \
-                 WHERE WORKER_ID = ? AND TOKEN = ?"
+                 WHERE WORKER_ID = ? AND TOKEN = ? AND {holder}"
             )),
             // The keeper renews only claims with a lease, but reports every
             // few seconds: each report extends the liveness deadline.
             side_persist: p(format!(
                 "UPDATE {s} SET {raise_mark}, REPORTED_US = ?, LIVE_UNTIL = {live_for}, \
-                 MODIFIED = {wall} WHERE WORKER_ID = ? AND TOKEN = ?"
+                 MODIFIED = {wall} WHERE WORKER_ID = ? AND TOKEN = ? AND {holder}"
             )),
             side_peers: p(format!(
                 "SELECT WORKER_ID, REPORTED_US FROM {s} WHERE WORKER_ID <> ? \
@@ -396,7 +406,15 @@ impl UidGenerator {
         })
     }
 
-    async fn claim_row(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+    /// A new `WORKER_NODE` row and its side row, in `epoch`; `None` when the
+    /// epoch moved under it (the `WORKER_NODE` row then stays unused, like
+    /// one past the range: IDs are never reused).
+    async fn claim_row(
+        &self,
+        node: &NodeIdentity,
+        range: u32,
+        epoch: String,
+    ) -> Result<Option<Claim>> {
         const OP: &str = "claim";
         debug_assert_eq!(self.base.config.mode, SqlMode::UidGenerator);
         let st = &self.uid;
@@ -424,7 +442,8 @@ impl UidGenerator {
                 )
                 .await;
             match inserted {
-                Ok(id) => break id,
+                Ok(Some(id)) => break id,
+                Ok(None) => return Err(backend_error(OP)(sqlx::Error::RowNotFound)),
                 Err(e) if idmint_sql::is_retryable(&e) => continue,
                 Err(e) => return Err(backend_error(OP)(e)),
             }
@@ -436,7 +455,8 @@ impl UidGenerator {
         }
         let holder = node.to_string();
         loop {
-            let token = new_token();
+            let token = new_token(&epoch);
+            let [e_table, e_cluster, e_id] = self.base.guard_binds(&token);
             let inserted = self
                 .base
                 .exec_rows(
@@ -446,17 +466,21 @@ impl UidGenerator {
                         Bind::Text(&holder),
                         Bind::Text(&token),
                         Bind::Int(self.base.ttl_us()),
+                        e_table,
+                        e_cluster,
+                        e_id,
                     ],
                 )
                 .await;
             match inserted {
+                Ok(0) => return Ok(None),
                 Ok(_) => {
-                    return Ok(Claim {
+                    return Ok(Some(Claim {
                         worker: worker_u32(id)?,
                         stored_mark: None,
                         lease: None,
                         token,
-                    });
+                    }));
                 }
                 Err(e) if idmint_sql::is_unique_violation(&e) => {}
                 Err(e) if idmint_sql::is_retryable(&e) => continue,
@@ -473,6 +497,9 @@ impl UidGenerator {
                         Bind::Text(&token),
                         Bind::Int(self.base.ttl_us()),
                         Bind::Int(id),
+                        e_table,
+                        e_cluster,
+                        e_id,
                     ],
                 )
                 .await;
@@ -486,12 +513,12 @@ impl UidGenerator {
                     let Some(mark_us) = mark else {
                         continue;
                     };
-                    return Ok(Claim {
+                    return Ok(Some(Claim {
                         worker: worker_u32(id)?,
                         stored_mark: mark_us.map(timestamp_from_us).transpose()?,
                         lease: None,
                         token,
-                    });
+                    }));
                 }
                 Ok(_) => {}
                 Err(e) if idmint_sql::is_retryable(&e) => continue,
@@ -506,6 +533,10 @@ impl UidGenerator {
                 // Gone meanwhile: insert again.
                 continue;
             };
+            // Not taken over: held, or refused by the epoch condition.
+            if !self.base.epoch_current(&epoch).await? {
+                return Ok(None);
+            }
             return Err(RegistryError::WorkerTaken {
                 registry: REGISTRY,
                 worker: worker_u32(id)?,
@@ -528,7 +559,10 @@ impl WorkerRegistry for UidGenerator {
     }
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
-        self.base.timed("claim", self.claim_row(node, range)).await
+        let claim = self
+            .base
+            .claim_in_epoch(|epoch| self.claim_row(node, range, epoch));
+        self.base.timed("claim", claim).await
     }
 
     async fn claim_worker(&self, _node: &NodeIdentity, _worker: u32, _range: u32) -> Result<Claim> {
@@ -627,14 +661,17 @@ mod tests {
     #[test]
     fn statements_bind_what_the_code_binds() {
         let side = Identifier::new("WORKER_NODE_IDMINT").unwrap();
-        let s = Statements::new(Dialect::MySql, "`WORKER_NODE`", side);
+        let guards = Guards::new(Dialect::MySql, super::super::statements::Identity::MySql);
+        let s = Statements::new(Dialect::MySql, "`WORKER_NODE`", side, &guards);
         let count = |sql: &str| sql.matches('?').count();
+        // The side table's fenced statements end in the epoch condition's
+        // three binds; uid-generator's own insert has none.
         assert_eq!(count(&s.insert_node), 3);
-        assert_eq!(count(&s.side_insert), 4);
-        assert_eq!(count(&s.side_take), 4);
+        assert_eq!(count(&s.side_insert), 4 + 3);
+        assert_eq!(count(&s.side_take), 4 + 3);
         assert_eq!(count(&s.side_mark), 2);
-        assert_eq!(count(&s.side_renew), 3);
-        assert_eq!(count(&s.side_persist), 6);
+        assert_eq!(count(&s.side_renew), 3 + 3);
+        assert_eq!(count(&s.side_persist), 6 + 3);
         assert_eq!(count(&s.side_peers), 1);
         assert_eq!(count(&s.side_release), 2);
         // uid-generator's own statement, on its own columns only.
@@ -646,6 +683,12 @@ mod tests {
             s.insert_node
         );
         assert!(s.insert_node.contains("NOW(), NOW()"), "{}", s.insert_node);
+        assert!(!s.insert_node.contains("EXISTS"), "{}", s.insert_node);
+        assert!(
+            s.side_insert.contains("FROM DUAL WHERE EXISTS"),
+            "{}",
+            s.side_insert
+        );
     }
 
     #[test]

@@ -12,6 +12,11 @@
 //! - when the service is back the keeper resumes on its own (renewing, or
 //!   claiming again), and every ID after is above every ID before.
 //!
+//! Then the coordinator that forgets: Redis restarted empty or from a
+//! snapshot, a lagging PostgreSQL replica promoted (`PrivateService::promote`),
+//! MariaDB answering with another `server_id`. Claims are held, holders fence,
+//! and the next holder starts above what the old one issued.
+//!
 //! A service whose software is missing skips the test loudly, or fails it
 //! under `CI=true`.
 
@@ -518,4 +523,291 @@ async fn redis_restarted_from_a_snapshot_starts_a_new_epoch() {
     assert_eq!(err.code(), "registry_held", "{err}");
     let (claim, _) = claim_through_holds(&newcomer, 2).await;
     newcomer.release(&claim).await.unwrap();
+}
+
+/// The settings of the database-forgets tests: a 1 s lease and a 500 ms
+/// mark window, so a hold lasts 1.5 s.
+fn forgetful_sql_config() -> SqlConfig {
+    SqlConfig::new(SqlMode::Lease)
+        .with_cluster("forgets")
+        .with_lease_ttl(Duration::from_secs(1))
+        .with_mark_window(Duration::from_millis(500))
+        .with_timeout(Duration::from_secs(1))
+}
+
+/// A keeper persisting 500 ms ahead, as [`forgetful_sql_config`] assumes.
+fn forgetful_keeper() -> KeeperConfig {
+    KeeperConfig::new()
+        .with_window(Duration::from_millis(500))
+        .with_check_interval(Duration::from_millis(50))
+        .with_report_interval(Duration::from_millis(250))
+        .with_lease_margin(Duration::from_millis(250))
+        .with_call_timeout(Duration::from_millis(800))
+        .with_retry_interval(Duration::from_millis(100))
+}
+
+/// One statement on the database at `url`, outside any registry.
+async fn sql_admin(url: &str, sql: &str) {
+    let db = idmint_sql::Database::connect(&idmint_sql::ConnectOptions::new(url.to_owned()))
+        .await
+        .unwrap();
+    idmint_sql::on_pool!(db.pool(), p => sqlx::query(sql).execute(p).await.map(|_| ()))
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    db.close().await;
+}
+
+/// A real failover to an asynchronous replica that lags: the replica is
+/// copied once the cluster's epoch exists, a keeper then claims worker 0 and
+/// issues on the primary only, and the replica is promoted on the same port
+/// (a new timeline, and neither the claim nor the marks). Without the epoch
+/// a newcomer would be handed worker 0 at once and issue the holder's IDs.
+/// Here the newcomer's start waits out the hold, the holder fences at its
+/// next renewal and raises the floor, and worker 0, free again in the
+/// promoted database, goes to one of them (whichever claims first once the
+/// hold is over); no ID is issued twice, and each worker's IDs keep
+/// increasing across its holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_promoted_replica_holds_claims_and_fences_holders() {
+    let Some(pg) = PrivateService::start(Service::Postgres) else {
+        return;
+    };
+    let url = pg.address().to_owned();
+    let first = SqlRegistry::connect(&url, forgetful_sql_config())
+        .await
+        .unwrap();
+    let before = first
+        .server_identity()
+        .await
+        .unwrap()
+        .expect("postgres shows its identity");
+    let claim = first.claim(&identity(9), 4).await.unwrap();
+    first.release(&claim).await.unwrap();
+    first.close().await;
+    tokio::task::block_in_place(|| pg.replicate());
+
+    let holder = WorkerKeeper::start(
+        Arc::new(
+            SqlRegistry::connect(&url, forgetful_sql_config())
+                .await
+                .unwrap(),
+        ),
+        identity(1),
+        GeneratorSettings::new(LAYOUT),
+        forgetful_keeper(),
+    )
+    .await
+    .unwrap();
+    let held = holder.handle().clone();
+    assert_eq!(held.worker(), 0);
+    let holder_ids = Issuer::start(held.clone());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let persisted = held.status().persisted_mark.expect("a persisted mark");
+
+    let promoting = Instant::now();
+    tokio::task::block_in_place(|| pg.promote());
+    let promoted_in = promoting.elapsed();
+    let registry = SqlRegistry::connect(&url, forgetful_sql_config())
+        .await
+        .unwrap();
+    let after = registry.server_identity().await.unwrap().unwrap();
+    let (system, timeline) = before.split_once('/').unwrap();
+    let (system_after, timeline_after) = after.split_once('/').unwrap();
+    assert_eq!(system, system_after, "{before} → {after}");
+    assert_eq!(
+        timeline_after.parse::<u32>().unwrap(),
+        timeline.parse::<u32>().unwrap() + 1,
+        "{before} → {after}"
+    );
+    // The promoted database lost the claim: no worker is held there (nothing
+    // is claimed before the hold is over).
+    let held_sql = "SELECT COUNT(*) FROM idmint_worker WHERE CLUSTER = 'forgets' \
+                    AND TOKEN IS NOT NULL";
+    let db = idmint_sql::Database::connect(&idmint_sql::ConnectOptions::new(url.clone()))
+        .await
+        .unwrap();
+    let held_rows: i64 = idmint_sql::on_pool!(db.pool(), p => {
+        sqlx::query_scalar(held_sql).fetch_one(p).await
+    })
+    .unwrap();
+    assert_eq!(held_rows, 0, "the replica knew of the holder's claim");
+
+    let starting = Instant::now();
+    let newcomer = WorkerKeeper::start(
+        Arc::new(registry),
+        identity(2),
+        GeneratorSettings::new(LAYOUT),
+        forgetful_keeper(),
+    )
+    .await
+    .expect("the newcomer starts once the hold is over");
+    let waited = starting.elapsed();
+    let hold_over = Instant::now();
+    assert!(waited >= Duration::from_millis(500), "no hold: {waited:?}");
+    let newcomer_ids = Issuer::start(newcomer.handle().clone());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let newcomer_log = newcomer_ids.finish();
+    let holder_log = holder_ids.finish();
+
+    // The holder fenced and raised the new epoch's floor above its marks.
+    let floor_sql = "SELECT FLOOR_US FROM idmint_registry_epoch WHERE CLUSTER = 'forgets'";
+    let floor: i64 = idmint_sql::on_pool!(db.pool(), p => {
+        sqlx::query_scalar(floor_sql).fetch_one(p).await
+    })
+    .unwrap();
+    db.close().await;
+    assert!(
+        floor >= persisted.as_microsecond(),
+        "floor {floor} below the holder's mark {persisted}"
+    );
+
+    let issued_by = |log: &[Attempt]| -> Vec<(Instant, u64)> {
+        log.iter()
+            .filter_map(|a| a.result.as_ref().ok().map(|id| (a.at, *id)))
+            .collect()
+    };
+    let (old, new) = (issued_by(&holder_log), issued_by(&newcomer_log));
+    assert!(
+        old.len() > 100 && new.len() > 100,
+        "{} {}",
+        old.len(),
+        new.len()
+    );
+    let mut issued: Vec<(Instant, u64)> = old.iter().chain(&new).copied().collect();
+    issued.sort_by_key(|(at, _)| *at);
+    let distinct: std::collections::HashSet<u64> = issued.iter().map(|(_, id)| *id).collect();
+    assert_eq!(distinct.len(), issued.len(), "an ID issued twice");
+    let worker_of = |id: u64| LAYOUT.decode(id).unwrap().worker;
+    let mut last = std::collections::HashMap::new();
+    for (_, id) in &issued {
+        if let Some(previous) = last.insert(worker_of(*id), *id) {
+            assert!(
+                *id > previous,
+                "worker {}: {id} after {previous}",
+                worker_of(*id)
+            );
+        }
+    }
+    assert!(
+        issued
+            .iter()
+            .any(|(at, id)| *at > hold_over && worker_of(*id) == 0),
+        "worker 0 was held again after the failover"
+    );
+    eprintln!(
+        "postgres promotion: promoted in {promoted_in:?}; the newcomer waited {waited:?} \
+         (worker {}); the holder issued {} IDs (re-claimed as worker {}, generation {}), \
+         the newcomer {}",
+        newcomer.handle().worker(),
+        old.len(),
+        held.worker(),
+        held.status().generation,
+        new.len()
+    );
+    newcomer.shutdown().await;
+    holder.shutdown().await;
+}
+
+/// MariaDB answering with another `server_id`, as a replica promoted in a
+/// failover does (replication requires them to differ; here `SET GLOBAL
+/// server_id` on a private server, so the registry reads a real change):
+/// claims are held, the holder's renewal fences it, and after the hold a
+/// claim starts above the holder's highest mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_with_another_server_id_holds_claims_and_fences_holders() {
+    let Some(maria) = PrivateService::start(Service::MariaDb) else {
+        return;
+    };
+    let url = maria.address().to_owned();
+    let holder = SqlRegistry::connect(&url, forgetful_sql_config())
+        .await
+        .unwrap();
+    let before = holder.server_identity().await.unwrap().unwrap();
+    let claim = holder.claim(&identity(1), 4).await.unwrap();
+    let far = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600);
+    holder
+        .persist_mark(&claim, far, jiff::Timestamp::now())
+        .await
+        .unwrap();
+
+    sql_admin(&url, "SET GLOBAL server_id = 4242").await;
+    let after = holder.server_identity().await.unwrap().unwrap();
+    assert!(
+        after.starts_with("4242@") && after != before,
+        "{before} → {after}"
+    );
+    let newcomer = SqlRegistry::connect(&url, forgetful_sql_config())
+        .await
+        .unwrap();
+    let err = newcomer.claim(&identity(2), 4).await.unwrap_err();
+    let idmint_registry::RegistryError::Held { retry_after, .. } = &err else {
+        panic!("claims are held, not {err}");
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("was {before}, now {after}")),
+        "{text}"
+    );
+    let err = holder.renew(&claim).await.unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{err}");
+    assert!(err.to_string().contains("epoch changed"), "{err}");
+
+    tokio::time::sleep(*retry_after + Duration::from_millis(20)).await;
+    let taken = newcomer.claim(&identity(2), 4).await.unwrap();
+    let floor = taken.stored_mark.expect("the new epoch's floor");
+    assert!(
+        floor >= far.round(jiff::Unit::Microsecond).unwrap() - jiff::SignedDuration::from_micros(1),
+        "the next holder starts above the old holder's mark: {floor} < {far}"
+    );
+}
+
+/// A PostgreSQL that won't show its identity (`pg_control_system()`
+/// revoked, as a managed service may): the registry still connects and
+/// claims, warning that a change of server goes unseen, and reports no
+/// identity. A node of the same cluster that does read it (another role)
+/// takes the recorded "unreadable" for another server and holds claims
+/// once; after that both go on, neither beginning epochs for the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_hiding_its_identity_still_serves() {
+    let Some(pg) = PrivateService::start(Service::Postgres) else {
+        return;
+    };
+    let url = pg.address().to_owned();
+    for sql in [
+        "CREATE ROLE app LOGIN",
+        "GRANT CREATE ON SCHEMA public TO app",
+        "REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC",
+    ] {
+        sql_admin(&url, sql).await;
+    }
+    let as_app = url.replacen("postgres://postgres@", "postgres://app@", 1);
+    assert_ne!(as_app, url);
+    let registry = SqlRegistry::connect(&as_app, forgetful_sql_config())
+        .await
+        .unwrap();
+    assert_eq!(registry.server_identity().await.unwrap(), None);
+    let claim = registry.claim(&identity(1), 4).await.unwrap();
+    registry.renew(&claim).await.unwrap();
+    registry
+        .persist_mark(&claim, jiff::Timestamp::now(), jiff::Timestamp::now())
+        .await
+        .unwrap();
+    // As a superuser the same server does show it: the registry read as `app`.
+    let reader = SqlRegistry::connect(&url, forgetful_sql_config())
+        .await
+        .unwrap();
+    assert!(reader.server_identity().await.unwrap().is_some());
+    let err = reader.claim(&identity(2), 4).await.unwrap_err();
+    let idmint_registry::RegistryError::Held { retry_after, .. } = &err else {
+        panic!("the reader takes \"unreadable\" for another server, not {err}");
+    };
+    tokio::time::sleep(*retry_after + Duration::from_millis(20)).await;
+    let theirs = reader.claim(&identity(2), 4).await.unwrap();
+    // The old claim's epoch is gone; the next ones are not held, either way.
+    let err = registry.renew(&claim).await.unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{err}");
+    let ours = registry.claim(&identity(1), 4).await.unwrap();
+    registry.renew(&ours).await.unwrap();
+    reader.renew(&theirs).await.unwrap();
+    let third = reader.claim(&identity(3), 4).await.unwrap();
+    assert_ne!(third.worker, ours.worker);
 }

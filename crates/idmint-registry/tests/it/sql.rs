@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
+use idmint_registry::sql::{EPOCH_TABLE, SqlConfig, SqlMode, SqlRegistry};
 use idmint_registry::{RegistryError, WorkerRegistry};
 use idmint_sql::{ConnectOptions, MIGRATIONS_TABLE, on_pool};
 use jiff::{SignedDuration, Timestamp};
@@ -104,6 +104,50 @@ impl SqlBackend {
             .unwrap_or_else(|e| panic!("admin connect to {:?} failed: {e}", self.db))
     }
 
+    /// A 400 ms lease and a 300 ms mark window: after the database forgot,
+    /// claims are held for 700 ms.
+    fn forgetful(&self, mode: SqlMode) -> SqlConfig {
+        self.config(mode)
+            .with_lease_ttl(Duration::from_millis(400))
+            .with_mark_window(Duration::from_millis(300))
+    }
+
+    /// The epoch row of the test's table and `cluster`: `(epoch, server,
+    /// floor µs, reason)`.
+    async fn epoch_row(&self, cluster: &str) -> Option<(String, String, i64, String)> {
+        let admin = self.admin().await;
+        let sql = format!(
+            "SELECT EPOCH_ID, SERVER_IDENTITY, FLOOR_US, HOLD_REASON FROM {EPOCH_TABLE} \
+             WHERE WORKER_TABLE = '{}' AND CLUSTER = '{cluster}'",
+            self.table
+        );
+        let row = on_pool!(admin.pool(), p => {
+            sqlx::query_as::<_, (String, String, i64, String)>(&sql)
+                .fetch_optional(p)
+                .await
+        })
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        admin.close().await;
+        row
+    }
+
+    /// What a promoted replica or a backup restored into another server
+    /// looks like from the epoch's side: the server it records is not the
+    /// one answering.
+    async fn record_another_server(&self, cluster: &str) {
+        let admin = self.admin().await;
+        exec(
+            &admin,
+            &[format!(
+                "UPDATE {EPOCH_TABLE} SET SERVER_IDENTITY = 'the-old-primary' \
+                 WHERE WORKER_TABLE = '{}' AND CLUSTER = '{cluster}'",
+                self.table
+            )],
+        )
+        .await;
+        admin.close().await;
+    }
+
     /// The versions of the registry's component recorded in the database.
     async fn recorded_versions(&self) -> Vec<i64> {
         let admin = self.admin().await;
@@ -161,6 +205,10 @@ impl Drop for SqlBackend {
             format!(
                 "DELETE FROM {MIGRATIONS_TABLE} WHERE component = '{}'",
                 self.component()
+            ),
+            format!(
+                "DELETE FROM {EPOCH_TABLE} WHERE WORKER_TABLE = '{}'",
+                self.table
             ),
         ];
         block_on_side(move || {
@@ -466,8 +514,25 @@ async fn a_pre_migration_table_is_adopted(env: SqlBackend) {
     admin.close().await;
     assert!(env.recorded_versions().await.is_empty());
 
-    let node = env.node_with(config.clone()).await;
+    // Rows, and no epoch: the first claim is held once, for the lease TTL
+    // and the mark window (the rows can't tell an upgrade from rows restored
+    // without their epoch).
+    let node = env
+        .node_with(
+            config
+                .clone()
+                .with_lease_ttl(Duration::from_millis(300))
+                .with_mark_window(Duration::from_millis(200)),
+        )
+        .await;
     assert_eq!(env.recorded_versions().await, [1], "{:?}", env.db);
+    let err = node.claim(&identity(1), 4).await.unwrap_err();
+    let RegistryError::Held { retry_after, .. } = &err else {
+        panic!("{:?}: an upgrade's first claim is held, not {err}", env.db);
+    };
+    assert!(*retry_after <= Duration::from_millis(500), "{err}");
+    assert!(err.to_string().contains("no epoch is recorded"), "{err}");
+    tokio::time::sleep(*retry_after + Duration::from_millis(20)).await;
     let claim = node.claim(&identity(1), 4).await.unwrap();
     assert_eq!(claim.worker, 0, "{:?}: the old row is reused", env.db);
     assert_eq!(
@@ -584,6 +649,207 @@ async fn foreign_and_dropped_tables_are_refused(env: SqlBackend) {
     assert!(text.contains(MIGRATIONS_TABLE), "{text}");
 }
 
+/// Claims on `node`, waiting out its holds (bounded); returns the claim and
+/// how many holds were met.
+async fn claim_through_holds(
+    node: &SqlRegistry,
+    n: usize,
+    range: u32,
+) -> (idmint_registry::Claim, u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut holds = 0;
+    loop {
+        match node.claim(&identity(n), range).await {
+            Ok(claim) => return (claim, holds),
+            Err(RegistryError::Held { retry_after, .. }) if Instant::now() < deadline => {
+                holds += 1;
+                tokio::time::sleep(retry_after + Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("claim failed: {e}"),
+        }
+    }
+}
+
+/// A new cluster has nothing to forget: its first claim is not held, and
+/// begins the cluster's epoch on the server answering; every claim's token
+/// names the epoch. Another cluster's rows in the same table don't make a
+/// new cluster an upgrade.
+async fn a_new_cluster_is_not_held_and_records_its_server(env: SqlBackend) {
+    let node = env.node_with(env.config(SqlMode::Lease)).await;
+    let identity_now = node.server_identity().await.unwrap();
+    assert_eq!(
+        identity_now.is_none(),
+        env.db == Database::Sqlite,
+        "{:?}: {identity_now:?}",
+        env.db
+    );
+    let claim = node.claim(&identity(1), 4).await.unwrap();
+    let cluster = env.config(SqlMode::Lease).cluster().to_owned();
+    let (epoch, server, floor, reason) = env.epoch_row(&cluster).await.expect("an epoch");
+    assert_eq!(
+        server,
+        identity_now.unwrap_or_else(|| "sqlite".to_owned()),
+        "{:?}",
+        env.db
+    );
+    assert_eq!((floor, reason.as_str()), (0, ""));
+    assert!(claim.token.starts_with(&format!("{epoch}/")), "{claim:?}");
+    let other = env
+        .node_with(env.config(SqlMode::Lease).with_cluster("second"))
+        .await;
+    let started = Instant::now();
+    other.claim(&identity(2), 4).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(env.epoch_row("second").await.is_some());
+}
+
+/// The database server changed under a running cluster (a promoted
+/// replica, a backup restored into another server; here its recorded
+/// identity is edited, which is what the registry sees). A claim is held,
+/// with the typed error and how long to wait; the holder fences at its
+/// next renewal (or mark) and raises the new epoch's floor to the highest
+/// mark it persisted; after the hold a claim starts above it.
+async fn a_changed_server_holds_claims_and_fences_holders(env: SqlBackend, mode: SqlMode) {
+    let config = env.forgetful(mode);
+    let cluster = config.cluster().to_owned();
+    let holder = env.node_with(config.clone()).await;
+    let (claim, holds) = claim_through_holds(&holder, 1, 64).await;
+    assert_eq!(holds, 0, "{:?}: a new cluster is not held", env.db);
+    let far = mark_at(SignedDuration::from_mins(10));
+    holder
+        .persist_mark(&claim, far, Timestamp::now())
+        .await
+        .unwrap();
+
+    env.record_another_server(&cluster).await;
+    let newcomer = env.node_with(config.clone()).await;
+    let err = newcomer.claim(&identity(2), 64).await.unwrap_err();
+    let RegistryError::Held {
+        retry_after,
+        reason,
+        ..
+    } = &err
+    else {
+        panic!("{:?}: claims are held, not {err}", env.db);
+    };
+    assert_eq!(err.code(), "registry_held");
+    assert!(
+        !retry_after.is_zero() && *retry_after <= config.reset_hold(),
+        "{retry_after:?}"
+    );
+    assert!(reason.contains("server changed"), "{reason}");
+    assert!(reason.contains("was the-old-primary"), "{reason}");
+
+    // The holder fences at its next renewal (the disposable modes renew
+    // only their liveness) and at its next mark.
+    let err = holder.renew(&claim).await.unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{:?}: {err}", env.db);
+    assert!(err.to_string().contains("epoch changed"), "{err}");
+    assert!(err.to_string().contains("server changed"), "{err}");
+    let err = holder
+        .persist_mark(&claim, far, Timestamp::now())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        "lease_lost",
+        "a fenced holder persists nothing: {err}"
+    );
+    let (_, _, floor, _) = env.epoch_row(&cluster).await.unwrap();
+    assert!(floor >= far.as_microsecond(), "{:?}: floor {floor}", env.db);
+
+    let (taken, holds) = claim_through_holds(&newcomer, 2, 64).await;
+    assert!(holds >= 1);
+    assert!(
+        taken.stored_mark >= Some(far),
+        "{:?}: the next holder starts above the old holder's mark: {:?} < {far}",
+        env.db,
+        taken.stored_mark
+    );
+    // The hold is over: claims go on at once.
+    newcomer.claim(&identity(3), 64).await.unwrap();
+}
+
+async fn a_changed_server_holds_lease_claims(env: SqlBackend) {
+    a_changed_server_holds_claims_and_fences_holders(env, SqlMode::Lease).await;
+}
+
+async fn a_changed_server_holds_disposable_claims(env: SqlBackend) {
+    a_changed_server_holds_claims_and_fences_holders(env, SqlMode::Disposable).await;
+}
+
+/// Worker rows without their epoch (rows restored without it; the epoch
+/// row deleted): the holder finds its epoch gone at its next renewal and
+/// fences, which begins a new epoch, held once.
+async fn rows_without_an_epoch_hold_claims_once(env: SqlBackend) {
+    let config = env.forgetful(SqlMode::Lease);
+    let cluster = config.cluster().to_owned();
+    let holder = env.node_with(config.clone()).await;
+    let claim = holder.claim(&identity(1), 8).await.unwrap();
+    let mark = mark_at(SignedDuration::from_secs(90));
+    holder
+        .persist_mark(&claim, mark, Timestamp::now())
+        .await
+        .unwrap();
+    let admin = env.admin().await;
+    exec(
+        &admin,
+        &[format!(
+            "DELETE FROM {EPOCH_TABLE} WHERE WORKER_TABLE = '{}'",
+            env.table
+        )],
+    )
+    .await;
+    admin.close().await;
+    let err = holder.renew(&claim).await.unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{err}");
+    assert!(err.to_string().contains("epoch record is gone"), "{err}");
+    let (_, _, floor, reason) = env.epoch_row(&cluster).await.expect("a new epoch");
+    assert!(reason.contains("no epoch is recorded"), "{reason}");
+    assert!(floor >= mark.as_microsecond());
+    let newcomer = env.node_with(config).await;
+    let err = newcomer.claim(&identity(2), 8).await.unwrap_err();
+    assert_eq!(err.code(), "registry_held", "{err}");
+    let (taken, _) = claim_through_holds(&newcomer, 2, 8).await;
+    assert!(taken.stored_mark >= Some(mark), "{:?}", taken.stored_mark);
+    let started = Instant::now();
+    newcomer.claim(&identity(3), 8).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "held once only"
+    );
+}
+
+/// The identity the registry reads is the server's own: PostgreSQL's system
+/// identifier and timeline, MariaDB's `server_id` and host name; SQLite has
+/// none.
+async fn the_server_identity_is_the_servers(env: SqlBackend) {
+    let node = env.node_with(env.config(SqlMode::Lease)).await;
+    let admin = env.admin().await;
+    let expected = match env.db {
+        Database::Sqlite => None,
+        Database::Postgres => {
+            let sql = "SELECT CAST(s.system_identifier AS TEXT), CAST(c.timeline_id AS TEXT) \
+                       FROM pg_control_system() s, pg_control_checkpoint() c";
+            let (system, timeline) = on_pool!(admin.pool(), p => {
+                sqlx::query_as::<_, (String, String)>(sql).fetch_one(p).await
+            })
+            .unwrap();
+            Some(format!("{system}/{timeline}"))
+        }
+        Database::MariaDb => {
+            let sql = "SELECT CAST(@@server_id AS CHAR), CAST(@@hostname AS CHAR)";
+            let (id, host) = on_pool!(admin.pool(), p => {
+                sqlx::query_as::<_, (String, String)>(sql).fetch_one(p).await
+            })
+            .unwrap();
+            Some(format!("{id}@{host}"))
+        }
+    };
+    admin.close().await;
+    assert_eq!(node.server_identity().await.unwrap(), expected);
+}
+
 /// Runs SQL-only scenarios, each a test named after it in the invoking module.
 macro_rules! sql_only {
     ($make:ident: $($test:ident),+ $(,)?) => {
@@ -618,6 +884,11 @@ macro_rules! per_database {
                 a_newer_schema_version_is_refused,
                 concurrent_connects_on_a_fresh_table_both_succeed,
                 foreign_and_dropped_tables_are_refused,
+                a_new_cluster_is_not_held_and_records_its_server,
+                a_changed_server_holds_lease_claims,
+                a_changed_server_holds_disposable_claims,
+                rows_without_an_epoch_hold_claims_once,
+                the_server_identity_is_the_servers,
             );
         }
     };

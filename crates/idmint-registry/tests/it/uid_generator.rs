@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use idmint_registry::sql::{SqlConfig, SqlMode, SqlRegistry};
+use idmint_registry::sql::{EPOCH_TABLE, SqlConfig, SqlMode, SqlRegistry};
 use idmint_registry::{Claim, NodeIdentity, RegistryError, WorkerRegistry};
 use idmint_sql::{ConnectOptions, MIGRATIONS_TABLE, on_pool};
 use jiff::{SignedDuration, Timestamp};
@@ -167,12 +167,17 @@ impl TheirTable {
         format!("{}_IDMINT", self.table)
     }
 
+    /// The side table as the database names it: the key of its epoch row.
+    fn epoch_key(&self) -> String {
+        match self.db {
+            Db::Postgres => self.side().to_ascii_lowercase(),
+            Db::MariaDb => self.side(),
+        }
+    }
+
     /// The side table's migration component, as the database names the table.
     fn component(&self) -> String {
-        match self.db {
-            Db::Postgres => format!("registry:{}", self.side().to_ascii_lowercase()),
-            Db::MariaDb => format!("registry:{}", self.side()),
-        }
+        format!("registry:{}", self.epoch_key())
     }
 
     async fn admin(&self) -> idmint_sql::Database {
@@ -286,6 +291,10 @@ impl Drop for TheirTable {
             format!(
                 "DELETE FROM {MIGRATIONS_TABLE} WHERE component = '{}'",
                 self.component()
+            ),
+            format!(
+                "DELETE FROM {EPOCH_TABLE} WHERE WORKER_TABLE = '{}'",
+                self.epoch_key()
             ),
         ];
         block_on_side(move || {
@@ -598,6 +607,62 @@ async fn a_missing_or_foreign_table_is_refused(env: TheirTable) {
     assert_eq!(env.row_count().await, 5, "nothing inserted");
 }
 
+/// The database server changed under a running node (a promoted replica;
+/// here the epoch's recorded server is edited, which is what the registry
+/// sees): a replica that lacks the last `WORKER_NODE` insert hands its `ID`
+/// out again, so a claim is held (and inserts no row while held), the
+/// holder fences at its next mark, and the next claim starts above the
+/// highest mark it persisted.
+async fn a_changed_server_holds_claims_and_fences_holders(env: TheirTable) {
+    let config = env
+        .config()
+        .with_lease_ttl(std::time::Duration::from_millis(300))
+        .with_mark_window(std::time::Duration::from_millis(200));
+    let holder = SqlRegistry::connect(&env.url, config.clone())
+        .await
+        .unwrap();
+    let claim = holder.claim(&identity(1), BAIDU_RANGE).await.unwrap();
+    assert_eq!(claim.worker, 6, "a new cluster is not held");
+    let far = mark_at(SignedDuration::from_mins(10));
+    holder
+        .persist_mark(&claim, far, Timestamp::now())
+        .await
+        .unwrap();
+    env.exec(&[format!(
+        "UPDATE {EPOCH_TABLE} SET SERVER_IDENTITY = 'the-old-primary' WHERE WORKER_TABLE = '{}'",
+        env.epoch_key()
+    )])
+    .await;
+
+    let newcomer = SqlRegistry::connect(&env.url, config).await.unwrap();
+    let rows = env.row_count().await;
+    let err = newcomer.claim(&identity(2), BAIDU_RANGE).await.unwrap_err();
+    let RegistryError::Held { retry_after, .. } = &err else {
+        panic!("{:?}: claims are held, not {err}", env.db);
+    };
+    assert!(err.to_string().contains("server changed"), "{err}");
+    assert_eq!(env.row_count().await, rows, "nothing inserted while held");
+
+    let err = holder
+        .persist_mark(&claim, far, Timestamp::now())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{err}");
+    assert!(err.to_string().contains("epoch changed"), "{err}");
+    let err = holder.renew(&claim).await.unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{err}");
+
+    tokio::time::sleep(*retry_after + std::time::Duration::from_millis(20)).await;
+    let taken = newcomer.claim(&identity(2), BAIDU_RANGE).await.unwrap();
+    assert_eq!(taken.worker, 7);
+    assert!(
+        taken.stored_mark >= Some(far),
+        "{:?}: the floor: {:?}",
+        env.db,
+        taken.stored_mark
+    );
+}
+
 impl TheirTable {
     async fn row_count(&self) -> usize {
         self.texts(&format!("SELECT {} FROM {}", self.text("ID"), self.table))
@@ -633,6 +698,7 @@ macro_rules! per_database {
                 an_id_handed_out_again_starts_above_its_mark,
                 a_full_range_is_a_typed_error_that_inserts_nothing,
                 a_missing_or_foreign_table_is_refused,
+                a_changed_server_holds_claims_and_fences_holders,
             );
         }
     };

@@ -1,6 +1,7 @@
 //! Coordinators that forget: the worker registry's service comes back
-//! without what it was told (Redis restarted with persistence off), while
-//! nodes hold worker IDs and a new node starts at once.
+//! without what it was told (Redis restarted with persistence off; a
+//! PostgreSQL replica that lags promoted in a failover), while nodes hold
+//! worker IDs and a new node starts at once.
 //!
 //! What must hold (docs/design.md, "When the coordinator forgets"): no claim
 //! is granted while an earlier holder could still issue; a holder that finds
@@ -29,10 +30,16 @@ const FULL_IDS: u64 = 1_000_000;
 
 /// The scenarios of coordinators that forget.
 pub fn scenarios() -> Vec<Scenario> {
-    vec![Scenario {
-        name: "registry-forgets[redis]",
-        run: redis_restarts_empty,
-    }]
+    vec![
+        Scenario {
+            name: "registry-forgets[redis]",
+            run: redis_restarts_empty,
+        },
+        Scenario {
+            name: "registry-forgets[postgres]",
+            run: postgres_fails_over_to_a_lagging_replica,
+        },
+    ]
 }
 
 /// `registry-forgets[redis]`: nodes a and b hold the two workers of a 1-bit
@@ -117,6 +124,101 @@ fn redis_restarts_empty(ctx: &Ctx) -> Result<Outcome> {
     );
     out.note(format!(
         "node c {} {:.1}s after the restart; layout {} ({} workers)",
+        if c_serves { "served" } else { "was refused" },
+        c_after.as_secs_f64(),
+        LAYOUT,
+        layout.workers()
+    ));
+    Ok(out)
+}
+
+/// `registry-forgets[postgres]`: the `sql` registry (lease mode) on a
+/// PostgreSQL whose replica lags. Node z claims worker 0 and is killed, so
+/// the cluster has an epoch and worker 0's row; once z's lease has run out
+/// the replica is copied, and it gets nothing after. Nodes a and b then hold
+/// both workers under load, on the primary only. The replica is promoted
+/// on the same port (a new timeline, neither claim): node c, started at once,
+/// would be handed worker 0 again and issue beside its holder. Now c waits
+/// out the hold (lease TTL + mark window), a and b fence at their next
+/// renewal and raise the floor, and whoever holds a worker next starts above
+/// its old holder's marks.
+fn postgres_fails_over_to_a_lagging_replica(ctx: &Ctx) -> Result<Outcome> {
+    let coordinator = Registry::Postgres.coordinator(ctx)?;
+    let config = ServeConfig::new(coordinator.clone(), ctx.unique("forgets"))
+        .with_layout(LAYOUT)
+        .with_lease_ttl(TTL);
+    let layout = config.layout()?;
+    let mut z = Node::new(ctx, "z", &config, 3)?;
+    z.start()?;
+    z.wait_ready(Duration::from_secs(30))?;
+    z.kill()?;
+    std::thread::sleep(TTL + Duration::from_millis(500));
+    coordinator.replicate()?;
+
+    let mut nodes = vec![
+        Node::new(ctx, "a", &config, 0)?,
+        Node::new(ctx, "b", &config, 1)?,
+    ];
+    for node in &mut nodes {
+        node.start()?;
+        node.wait_ready(Duration::from_secs(30))?;
+    }
+    let batch = ctx.scale(50, 500);
+    let load = Load::start(Vec::new(), LoadOptions::new());
+    for node in &nodes {
+        load.add_all(config.targets(node, batch)?);
+    }
+    load.wait_ok(None, ctx.scale(20, 200), WAIT)?;
+    if ctx.mode == crate::harness::Mode::Full {
+        load.wait_ids(FULL_IDS / 2, Duration::from_secs(300))?;
+    }
+
+    coordinator.promote()?;
+    let promoted = Instant::now();
+    let mut c = Node::new(ctx, "c", &config, 2)?;
+    // Two workers, three nodes: after the hold one of them is left without
+    // a worker, which for c is a refused start.
+    let attempts = c.start_retrying(&["workers_exhausted"], TTL * 5)?;
+    let c_serves = attempts.result.is_ok();
+    let c_after = promoted.elapsed();
+    let waited = c.log_says("waiting to claim a worker ID", Duration::ZERO);
+    if c_serves {
+        load.add_all(config.targets(&c, batch)?);
+        load.wait_ok(Some("c"), ctx.scale(20, 200), WAIT)?;
+        load.retire("c");
+        c.kill()?;
+    }
+    load.wait_ok(None, ctx.scale(20, 200), WAIT)?;
+    if ctx.mode == crate::harness::Mode::Full {
+        load.wait_ids(FULL_IDS, Duration::from_secs(300))?;
+    }
+    let record = load.finish();
+
+    let mut out = Checker::new(
+        "postgres fails over to a replica that lags (promoted without two nodes' claims \
+         and marks) and a third node starts at once: claims wait for the lease and the mark \
+         window, holders fence at their next renewal, the next holder of a worker starts \
+         above the old one's mark; no ID twice, each worker's IDs increase across holders",
+    )
+    .check(&record);
+    out.count_refusals(&attempts.retried);
+    if let Err(refusal) = &attempts.result {
+        out.count(&format!("start:{}", refusal.code), 1);
+    }
+    out.require(
+        waited,
+        "node c did not wait for the hold after the failover (its log has no \
+         \"waiting to claim a worker ID\")",
+    );
+    out.require(
+        !c_serves || c_after >= TTL,
+        format!(
+            "node c served {:.1}s after the failover, before the old leases could end",
+            c_after.as_secs_f64()
+        ),
+    );
+    out.note(format!(
+        "node c {} {:.1}s after the failover; layout {} ({} workers)",
         if c_serves { "served" } else { "was refused" },
         c_after.as_secs_f64(),
         LAYOUT,

@@ -136,6 +136,37 @@ impl Coordinator {
         service.restart();
         Ok(())
     }
+
+    /// PostgreSQL: copies the running cluster into a replica that gets
+    /// nothing after ([`PrivateService::replicate`]).
+    ///
+    /// # Errors
+    /// When the registry is not on PostgreSQL.
+    pub fn replicate(&self) -> Result<()> {
+        self.postgres()?.replicate();
+        Ok(())
+    }
+
+    /// PostgreSQL: fails over to the replica of [`Coordinator::replicate`]
+    /// on the same port ([`PrivateService::promote`]).
+    ///
+    /// # Errors
+    /// When the registry is not on PostgreSQL.
+    pub fn promote(&self) -> Result<()> {
+        self.postgres()?.promote();
+        Ok(())
+    }
+
+    /// The private PostgreSQL.
+    fn postgres(&self) -> Result<&PrivateService> {
+        match (&self.service, self.registry) {
+            (Some(service), Registry::Postgres) => Ok(service),
+            _ => Err(anyhow!(
+                "the {} registry has no replica to promote",
+                self.registry.name()
+            )),
+        }
+    }
 }
 
 /// An `idmint serve` config for the nodes of one scenario: the registry, the
