@@ -30,11 +30,16 @@
 //! Latency is kept in a log-linear histogram (1/64 relative precision), not
 //! as samples, so a long in-process run needs no memory for it; the IDs
 //! themselves are kept, to check them.
+//!
+//! While a run lasts, a live line on stderr shows the time, the IDs so far
+//! and the current rate ([`LiveProgress`]), but only when stderr is a
+//! terminal: piped or redirected, the output is the report alone.
 
 use std::fmt::{self, Write as _};
-use std::io::Write as _;
+use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
@@ -369,9 +374,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let mut strategies = args.strategy.clone();
         strategies.dedup();
         for strategy in strategies {
+            let progress = LiveProgress::start(args.duration);
             let report = match strategy {
-                InProcess::Snowflake => bench_snowflake(&args)?,
-                InProcess::Segment => runtime.block_on(bench_segment(&args))?,
+                InProcess::Snowflake => bench_snowflake(&args, &progress)?,
+                InProcess::Segment => runtime.block_on(bench_segment(&args, &progress))?,
             };
             reports.push(report);
         }
@@ -398,7 +404,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
             // ring, as everywhere in idmint. Already set is fine.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        reports.push(runtime.block_on(bench_targets(&args, &targets, &tls))?);
+        let progress = LiveProgress::start(args.duration);
+        reports.push(runtime.block_on(bench_targets(&args, &targets, &tls, &progress))?);
     }
     let mut out = String::new();
     for (i, report) in reports.iter().enumerate() {
@@ -445,7 +452,12 @@ fn http_client(
     ))
 }
 
-async fn bench_targets(args: &BenchArgs, targets: &[Target], tls: &TlsFiles) -> Result<Report> {
+async fn bench_targets(
+    args: &BenchArgs,
+    targets: &[Target],
+    tls: &TlsFiles,
+    progress: &LiveProgress,
+) -> Result<Report> {
     let shared = targets
         .iter()
         .map(|t| http_client(args, t, tls))
@@ -481,8 +493,9 @@ async fn bench_targets(args: &BenchArgs, targets: &[Target], tls: &TlsFiles) -> 
         .map(|mut conn| {
             let key = args.key.clone();
             let batch = args.batch;
+            let counter = progress.counter();
             tokio::spawn(async move {
-                let mut w = Worker::new(check_order);
+                let mut w = Worker::new(check_order, counter);
                 while Instant::now() < deadline {
                     let t = Instant::now();
                     let result = conn.next_ids(&key, batch).await;
@@ -504,7 +517,7 @@ async fn bench_targets(args: &BenchArgs, targets: &[Target], tls: &TlsFiles) -> 
     ))
 }
 
-fn bench_snowflake(args: &BenchArgs) -> Result<Report> {
+fn bench_snowflake(args: &BenchArgs, progress: &LiveProgress) -> Result<Report> {
     let generator = Snowflake::builder(Layout::TWITTER)
         .with_worker(0)
         .with_sequence_exhausted(SequenceExhausted::Wait)
@@ -517,8 +530,9 @@ fn bench_snowflake(args: &BenchArgs) -> Result<Report> {
         let handles: Vec<_> = (0..args.concurrency)
             .map(|_| {
                 let generator = &generator;
+                let counter = progress.counter();
                 s.spawn(move || {
-                    let mut w = Worker::new(check_order);
+                    let mut w = Worker::new(check_order, counter);
                     while Instant::now() < deadline {
                         let t = Instant::now();
                         let result = if batch == 1 {
@@ -549,7 +563,7 @@ fn bench_snowflake(args: &BenchArgs) -> Result<Report> {
     ))
 }
 
-async fn bench_segment(args: &BenchArgs) -> Result<Report> {
+async fn bench_segment(args: &BenchArgs, progress: &LiveProgress) -> Result<Report> {
     let allocator = Arc::new(SegmentAllocator::new(
         MemoryStore::new(),
         SegmentConfig::new(),
@@ -566,8 +580,9 @@ async fn bench_segment(args: &BenchArgs) -> Result<Report> {
             let allocator = Arc::clone(&allocator);
             let key = args.key.clone();
             let batch = args.batch;
+            let counter = progress.counter();
             tokio::spawn(async move {
-                let mut w = Worker::new(check_order);
+                let mut w = Worker::new(check_order, counter);
                 while Instant::now() < deadline {
                     let t = Instant::now();
                     let result = if batch == 1 {
@@ -615,7 +630,16 @@ struct Worker {
     ids: Vec<u64>,
     /// With `--check-order`: every successful call, in the order made.
     spans: Option<Vec<Span>>,
+    /// The live line's count of IDs, added to every [`PUBLISH_EVERY`] calls.
+    progress: Option<Arc<AtomicU64>>,
+    /// IDs received since the last addition to `progress`.
+    unpublished: u64,
 }
+
+/// How many calls a worker makes between additions to the live line's
+/// count: one shared atomic add per call would cost more than the call
+/// itself in process.
+const PUBLISH_EVERY: u64 = 256;
 
 /// One successful call as the worker saw it, for the order check: when it
 /// began (before the request was sent) and ended (after the answer came),
@@ -632,9 +656,10 @@ struct Span {
 }
 
 impl Worker {
-    fn new(check_order: bool) -> Worker {
+    fn new(check_order: bool, progress: Option<Arc<AtomicU64>>) -> Worker {
         Worker {
             spans: check_order.then(Vec::new),
+            progress,
             ..Worker::default()
         }
     }
@@ -658,6 +683,7 @@ impl Worker {
                         increasing: ids.windows(2).all(|w| w[0] < w[1]),
                     });
                 }
+                self.unpublished += ids.len() as u64;
                 self.ids.extend(ids);
             }
             Err(e) => {
@@ -665,7 +691,88 @@ impl Worker {
                 self.first_error.get_or_insert(e);
             }
         }
+        if self.calls % PUBLISH_EVERY == 0 {
+            if let Some(progress) = &self.progress {
+                progress.fetch_add(std::mem::take(&mut self.unpublished), Ordering::Relaxed);
+            }
+        }
     }
+}
+
+/// The live line on stderr while a run lasts: the time, the IDs received so
+/// far and the rate over the last half second, redrawn twice a second by a
+/// thread of its own. Only when stderr is a terminal; otherwise nothing is
+/// started and nothing printed. Cleared when dropped, before the report.
+struct LiveProgress {
+    ids: Arc<AtomicU64>,
+    live: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+}
+
+impl LiveProgress {
+    fn start(duration: Duration) -> LiveProgress {
+        let ids = Arc::new(AtomicU64::new(0));
+        if !std::io::stderr().is_terminal() {
+            return LiveProgress { ids, live: None };
+        }
+        let total_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        let style = indicatif::ProgressStyle::with_template("{bar:30} {elapsed_precise} / {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        let bar = indicatif::ProgressBar::new(total_ms).with_style(style);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (count, done) = (ids.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let (mut last_ids, mut last_at) = (0u64, started);
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(500));
+                let now = Instant::now();
+                let n = count.load(Ordering::Relaxed);
+                let rate = (n - last_ids) as f64 / now.duration_since(last_at).as_secs_f64();
+                (last_ids, last_at) = (n, now);
+                bar.set_position(
+                    u64::try_from(now.duration_since(started).as_millis()).unwrap_or(u64::MAX),
+                );
+                bar.set_message(format!(
+                    "{:.0?}: {} IDs so far, {} IDs/s now",
+                    Duration::from_millis(total_ms),
+                    group(n),
+                    group(rate as u64)
+                ));
+            }
+            bar.finish_and_clear();
+        });
+        LiveProgress {
+            ids,
+            live: Some((stop, thread)),
+        }
+    }
+
+    /// The count workers add to, when the line is shown.
+    fn counter(&self) -> Option<Arc<AtomicU64>> {
+        self.live.as_ref().map(|_| self.ids.clone())
+    }
+}
+
+impl Drop for LiveProgress {
+    fn drop(&mut self) {
+        if let Some((stop, thread)) = self.live.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// `1234567` as `1,234,567`.
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// What the order check found.
@@ -1023,6 +1130,15 @@ fn format_nanos(ns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(group(0), "0");
+        assert_eq!(group(999), "999");
+        assert_eq!(group(1000), "1,000");
+        assert_eq!(group(4_064_163), "4,064,163");
+        assert_eq!(group(u64::MAX), "18,446,744,073,709,551,615");
+    }
 
     #[test]
     fn durations_parse() {

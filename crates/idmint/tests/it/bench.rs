@@ -129,6 +129,39 @@ fn bench_in_process_runs_snowflake_and_segment() {
     assert_eq!(check_report(&out) % 1000, 0, "{out}");
 }
 
+/// A run shows a live line (time, IDs so far, rate) on a terminal only: run
+/// under a pseudo-terminal (`script` from util-linux) it draws it; piped, the
+/// output is the report alone and stderr stays empty.
+#[test]
+fn bench_shows_live_progress_on_a_terminal_only() {
+    let bin = env!("CARGO_BIN_EXE_idmint");
+    let run = "bench --in-process --strategy snowflake --concurrency 1 --duration 1500ms";
+    let tty = std::process::Command::new("script")
+        .args(["-qec", &format!("{bin} {run}"), "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script (util-linux) runs a command under a pseudo-terminal");
+    let seen = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{seen}");
+    assert!(
+        seen.contains("IDs so far"),
+        "no live line on a terminal: {seen}"
+    );
+    assert!(seen.contains("in-process snowflake"), "{seen}");
+
+    let piped = std::process::Command::new(bin)
+        .args(run.split(' '))
+        .output()
+        .unwrap();
+    assert!(piped.status.success());
+    assert!(
+        piped.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&piped.stdout).contains("IDs so far"));
+}
+
 #[test]
 fn bench_failures_exit_non_zero() {
     // A key the server doesn't know: every call fails, and the run fails.
