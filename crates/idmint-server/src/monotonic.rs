@@ -23,6 +23,7 @@
 //! registry at once. A forward that timed out may still have reserved IDs on
 //! the leader; they are never handed out (a gap, never a repeat).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -31,13 +32,14 @@ use idmint_registry::{Oracle, RegistryError};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Channel, Endpoint};
 
 use crate::config::Secret;
 use crate::error::IssueError;
 use crate::metrics::scrape::OracleReadings;
 use crate::proto::ReserveRequest;
 use crate::proto::id_service_client::IdServiceClient;
+use crate::tls::Tls;
 
 /// How long a reservation on the leader waits for the keeper to persist the
 /// next window before answering unavailable.
@@ -267,12 +269,11 @@ impl Forwarder {
     /// Starts the forwarding task. `max_count` caps one call's sum (the
     /// leader's `server.max_count`); `token` is sent as the bearer token when
     /// the cluster has an admin token; with `tls`, calls go over TLS
-    /// (`https://`), trusting its CA and presenting its identity.
-    pub(crate) fn spawn(
-        max_count: u64,
-        token: Option<Secret>,
-        tls: Option<ClientTlsConfig>,
-    ) -> Forwarder {
+    /// (`https://`), trusting `monotonic.forward_ca` and presenting
+    /// `forward_cert`'s identity as the TLS set in force has them: after a
+    /// reload (`SIGHUP`, or the files changed) the next call connects anew
+    /// with the new files.
+    pub(crate) fn spawn(max_count: u64, token: Option<Secret>, tls: Option<Arc<Tls>>) -> Forwarder {
         let (queue, requests) = mpsc::unbounded_channel();
         let task = tokio::spawn(
             Batcher {
@@ -314,9 +315,10 @@ struct Batcher {
     requests: mpsc::UnboundedReceiver<Pending>,
     max_count: u64,
     token: Option<Secret>,
-    tls: Option<ClientTlsConfig>,
-    /// The client of the leader last forwarded to, by address.
-    client: Option<(String, IdServiceClient<Channel>)>,
+    tls: Option<Arc<Tls>>,
+    /// The client of the leader last forwarded to, by address and by the
+    /// generation of the forwarding TLS files it was made with (0: plain).
+    client: Option<(String, u64, IdServiceClient<Channel>)>,
     /// A request taken from the queue that did not fit the last call.
     held: Option<Pending>,
 }
@@ -381,10 +383,18 @@ impl Batcher {
         total: u64,
         deadline: Instant,
     ) -> Result<Vec<(u64, u64)>, Forward> {
+        let forwarding = self.tls.as_ref().and_then(|t| t.forwarding());
+        let generation = forwarding.as_ref().map_or(0, |f| f.generation);
         let client = match &self.client {
-            Some((addr, client)) if addr == leader => client.clone(),
+            Some((addr, made_with, client)) if addr == leader && *made_with == generation => {
+                client.clone()
+            }
             _ => {
-                let scheme = if self.tls.is_some() { "https" } else { "http" };
+                let scheme = if forwarding.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
                 let bad = |e: tonic::transport::Error| {
                     Forward::NoLeader(format!("leader address {leader:?}: {e}"))
                 };
@@ -392,11 +402,11 @@ impl Batcher {
                     .map_err(bad)?
                     .tcp_nodelay(true)
                     .connect_timeout(Duration::from_secs(1));
-                if let Some(tls) = &self.tls {
-                    endpoint = endpoint.tls_config(tls.clone()).map_err(bad)?;
+                if let Some(f) = forwarding {
+                    endpoint = endpoint.tls_config(f.config).map_err(bad)?;
                 }
                 let client = IdServiceClient::new(endpoint.connect_lazy());
-                self.client = Some((leader.to_owned(), client.clone()));
+                self.client = Some((leader.to_owned(), generation, client.clone()));
                 client
             }
         };

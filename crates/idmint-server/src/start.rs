@@ -17,7 +17,6 @@ use idmint_registry::{
 use idmint_segment::{PreloaderGuard, SegmentAllocator, SegmentError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use crate::backends::{
     CountingRegistry, StoreSettings, etcd_config, generator_settings, keeper_config, key_table,
@@ -34,7 +33,7 @@ use crate::metrics::Metrics;
 use crate::metrics::sampler::SamplerGuard;
 use crate::monotonic::{Forwarder, Monotonic};
 use crate::state::AppState;
-use crate::tls::{Surface, Tls, TlsReload, TlsWatcher};
+use crate::tls::{ForwardFiles, Surface, Tls, TlsReload, TlsWatcher};
 use crate::tokens::{TinyidTokens, TokenRefresher};
 use crate::{grpc, http, resp};
 
@@ -98,7 +97,7 @@ impl Server {
             clock,
             fleet,
         } = claim_worker(&config, layout, node.clone(), &metrics).await?;
-        let oracle = start_oracle(&config, &node, &listeners, &clock).await?;
+        let oracle = start_oracle(&config, &node, &listeners, &clock, tls.as_ref()).await?;
         let Segments {
             allocator,
             preloader,
@@ -357,7 +356,17 @@ fn load_tls(config: &Config) -> Result<Option<Arc<Tls>>, ServerError> {
     let Some(section) = &config.tls else {
         return Ok(None);
     };
-    let tls = Arc::new(Tls::load(section)?);
+    // Followers' forwarding to the oracle's leader rides on the same files
+    // and reloads (SIGHUP, or the files changed).
+    let m = &config.monotonic;
+    let forward = match &m.forward_ca {
+        Some(ca) if section.grpc && config.has_monotonic_keys() => Some(ForwardFiles {
+            ca: ca.clone(),
+            identity: m.forward_cert.clone().zip(m.forward_key.clone()),
+        }),
+        _ => None,
+    };
+    let tls = Arc::new(Tls::load(section, forward)?);
     let cert = tls.cert();
     tracing::info!(subject = %cert.subject, serial = %cert.serial, "TLS certificate loaded");
     Ok(Some(tls))
@@ -521,6 +530,7 @@ async fn start_oracle(
     node: &NodeIdentity,
     listeners: &Listeners,
     clock: &IdClock,
+    tls: Option<&Arc<Tls>>,
 ) -> Result<Option<(CampaignGuard, Arc<Monotonic>)>, ServerError> {
     if !config.has_monotonic_keys() {
         return Ok(None);
@@ -557,7 +567,7 @@ async fn start_oracle(
         Some(Forwarder::spawn(
             config.server.max_count,
             config.server.admin_token.clone(),
-            forwarding_tls(config)?,
+            tls.filter(|t| t.forwarding().is_some()).cloned(),
         ))
     } else {
         None
@@ -576,38 +586,6 @@ async fn start_oracle(
         layout,
     );
     Ok(Some((campaign, Arc::new(monotonic))))
-}
-
-/// The TLS followers forward with when gRPC speaks TLS: the CA of
-/// `monotonic.forward_ca`, and the identity of `monotonic.forward_cert` and
-/// `forward_key` when set. Read once at start (not on `SIGHUP`).
-fn forwarding_tls(config: &Config) -> Result<Option<ClientTlsConfig>, ServerError> {
-    if !config.tls.as_ref().is_some_and(|t| t.grpc) {
-        return Ok(None);
-    }
-    let m = &config.monotonic;
-    let read = |key: &str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| {
-            ServerError::Config(ConfigError::Invalid {
-                key: key.to_owned(),
-                origin: crate::config::CHECKED.to_owned(),
-                message: format!("cannot read {}: {e}", path.display()),
-            })
-        })
-    };
-    let Some(ca) = &m.forward_ca else {
-        // Config::validate requires it with tls.grpc on.
-        return Ok(None);
-    };
-    let mut tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(read("monotonic.forward_ca", ca)?));
-    if let (Some(cert), Some(key)) = (&m.forward_cert, &m.forward_key) {
-        tls = tls.identity(Identity::from_pem(
-            read("monotonic.forward_cert", cert)?,
-            read("monotonic.forward_key", key)?,
-        ));
-    }
-    Ok(Some(tls))
 }
 
 /// The segment allocator, running: its preloader, and Tinyid's tokens with

@@ -15,7 +15,9 @@
 //! A task ([`TlsWatcher`], owned by the server) reloads when asked
 //! ([`TlsReload::request`], which `idmint serve` calls on `SIGHUP`) and when
 //! the modification time or size of one of the files changed (checked every
-//! `tls.poll_interval`). A new set is checked as at start (readable, a
+//! `tls.poll_interval`). The files followers forward to the oracle's leader
+//! with (`monotonic.forward_*`, [`Forwarding`]) are part of the set: read,
+//! checked and reloaded with it. A new set is checked as at start (readable, a
 //! certificate, a key matching it, not expired); one that fails is logged,
 //! counted in `idmint_tls_reload_failures_total` and shown on `/v1/status`,
 //! and the old set keeps serving. Only that task reloads, so reloads never
@@ -105,7 +107,7 @@ pub enum TlsError {
 /// # Errors
 /// As the start's: [`TlsError`] naming the key and file.
 pub fn check_files(section: &TlsSection) -> Result<(), TlsError> {
-    Tls::load(section).map(|_| ())
+    Tls::load(section, None).map(|_| ())
 }
 
 /// A listener that can speak TLS.
@@ -164,6 +166,30 @@ pub(crate) struct CertInfo {
 struct Loaded {
     configs: [Arc<ServerConfig>; 3],
     cert: CertInfo,
+    /// What followers forward to the oracle's leader with
+    /// (`monotonic.forward_*`), when configured; read and reloaded with the
+    /// rest.
+    forward: Option<Forwarding>,
+}
+
+/// The client side of forwarding to the oracle's leader over TLS: the
+/// config made from `monotonic.forward_ca` (and `forward_cert`/`forward_key`),
+/// and which load it came from, so the forwarder sees a reload.
+#[derive(Debug, Clone)]
+pub(crate) struct Forwarding {
+    /// Changes with every load that read the files.
+    pub generation: u64,
+    /// The tonic client config.
+    pub config: tonic::transport::ClientTlsConfig,
+}
+
+/// The files of [`Forwarding`].
+#[derive(Debug, Clone)]
+pub(crate) struct ForwardFiles {
+    /// `monotonic.forward_ca`.
+    pub ca: PathBuf,
+    /// `monotonic.forward_cert` and `monotonic.forward_key`.
+    pub identity: Option<(PathBuf, PathBuf)>,
 }
 
 /// The files' modification times and sizes, to see them change.
@@ -208,7 +234,10 @@ impl Tls {
     /// [`TlsError`] naming the key and file: unreadable, no certificate or
     /// key in it, a key not the certificate's, an expired certificate, a
     /// client CA file without a usable CA certificate.
-    pub(crate) fn load(section: &TlsSection) -> Result<Tls, TlsError> {
+    pub(crate) fn load(
+        section: &TlsSection,
+        forward: Option<ForwardFiles>,
+    ) -> Result<Tls, TlsError> {
         // `Config::validate` refuses these first, with the config's words.
         let missing = |key: &'static str| TlsError::Invalid {
             key,
@@ -219,6 +248,7 @@ impl Tls {
             cert: section.cert.clone().ok_or_else(|| missing("tls.cert"))?,
             key: section.key.clone().ok_or_else(|| missing("tls.key"))?,
             client_ca: section.client_ca.clone(),
+            forward,
         };
         let stamp = files.stamp();
         let loaded = files.read()?;
@@ -244,6 +274,12 @@ impl Tls {
     /// Whether `surface` speaks TLS.
     pub(crate) fn enabled(&self, surface: Surface) -> bool {
         self.enabled[surface.index()]
+    }
+
+    /// What followers forward to the leader with now, when configured:
+    /// a reload (`SIGHUP`, or the files changed) brings a new generation.
+    pub(crate) fn forwarding(&self) -> Option<Forwarding> {
+        self.current.load().forward.clone()
     }
 
     /// The certificate in use.
@@ -328,20 +364,29 @@ struct Files {
     cert: PathBuf,
     key: PathBuf,
     client_ca: Option<PathBuf>,
+    forward: Option<ForwardFiles>,
 }
 
 impl Files {
     /// The files' current stamps (`None` for one that can't be read).
     fn stamp(&self) -> Stamp {
-        [Some(&self.cert), Some(&self.key), self.client_ca.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(|p| {
-                std::fs::metadata(p)
-                    .ok()
-                    .and_then(|m| Some((m.modified().ok()?, m.len(), inode(&m))))
-            })
-            .collect()
+        let forward = self.forward.as_ref();
+        [
+            Some(&self.cert),
+            Some(&self.key),
+            self.client_ca.as_ref(),
+            forward.map(|f| &f.ca),
+            forward.and_then(|f| f.identity.as_ref().map(|(cert, _)| cert)),
+            forward.and_then(|f| f.identity.as_ref().map(|(_, key)| key)),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            std::fs::metadata(p)
+                .ok()
+                .and_then(|m| Some((m.modified().ok()?, m.len(), inode(&m))))
+        })
+        .collect()
     }
 
     /// Reads and checks the files into a new set.
@@ -411,8 +456,40 @@ impl Files {
                 config(Surface::Resp)?,
             ],
             cert,
+            forward: self.forward.as_ref().map(read_forwarding).transpose()?,
         })
     }
+}
+
+/// Reads and checks the forwarding files: a CA with at least one
+/// certificate, and an identity whose certificate file has one.
+fn read_forwarding(files: &ForwardFiles) -> Result<Forwarding, TlsError> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    static GENERATION: AtomicU64 = AtomicU64::new(1);
+    let nonempty = |key: &'static str, path: &Path| -> Result<Vec<u8>, TlsError> {
+        if read_certs(key, path)?.is_empty() {
+            return Err(TlsError::Invalid {
+                key,
+                path: path.to_owned(),
+                message: "no CERTIFICATE block in the PEM file".to_owned(),
+            });
+        }
+        read_file(key, path)
+    };
+    let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(nonempty(
+        "monotonic.forward_ca",
+        &files.ca,
+    )?));
+    if let Some((cert, key)) = &files.identity {
+        config = config.identity(Identity::from_pem(
+            nonempty("monotonic.forward_cert", cert)?,
+            read_file("monotonic.forward_key", key)?,
+        ));
+    }
+    Ok(Forwarding {
+        generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+        config,
+    })
 }
 
 /// The one certificate this server serves, whatever the client asks for.
@@ -726,7 +803,7 @@ mod tests {
     }
 
     fn load_err(section: &TlsSection) -> String {
-        match Tls::load(section) {
+        match Tls::load(section, None) {
             Ok(_) => panic!("loaded {section:?}"),
             Err(e) => e.to_string(),
         }
@@ -849,7 +926,7 @@ mod tests {
             "{e}"
         );
 
-        let good = Tls::load(&section(&cert, &key)).unwrap();
+        let good = Tls::load(&section(&cert, &key), None).unwrap();
         assert_eq!(good.cert().serial, "01");
         assert_eq!(good.cert().subject, "CN=idmint test server 1");
     }
@@ -860,7 +937,7 @@ mod tests {
         let (cert, key) = TestCa::new("test CA").server(1).write(dir.path(), "s");
         let mut s = section(&cert, &key);
         s.resp = false;
-        let tls = Tls::load(&s).unwrap();
+        let tls = Tls::load(&s, None).unwrap();
         assert!(!tls.enabled(Surface::Resp));
         assert!(tls.enabled(Surface::Http) && tls.enabled(Surface::Grpc));
         let alpn = |surface: Surface| {
@@ -879,7 +956,7 @@ mod tests {
         let (cert, key) = ca.server(1).write(dir.path(), "server");
         let mut s = section(&cert, &key);
         s.poll_interval = Duration::from_millis(20);
-        let tls = Arc::new(Tls::load(&s).unwrap());
+        let tls = Arc::new(Tls::load(&s, None).unwrap());
         let _watcher = tls.spawn_watcher();
 
         // Written whole, then moved into place (the key first).

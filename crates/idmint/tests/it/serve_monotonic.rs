@@ -496,7 +496,7 @@ fn serve_monotonic_three_nodes_on_postgres_keep_order_through_a_leader_kill() {
 }
 
 #[test]
-fn serve_monotonic_forwards_over_mutual_tls_and_refuses_a_leader_it_cannot_verify() {
+fn serve_monotonic_forwards_over_mutual_tls_and_refuses_a_leader_it_cannot_verify_until_reloaded() {
     if !postgres_up() {
         return;
     }
@@ -561,6 +561,28 @@ resp = false
     let r = c.get(doubter.url("/v1/ids/seq")).send().unwrap();
     let message = expect_error(r, StatusCode::SERVICE_UNAVAILABLE, "no_leader");
     assert!(message.contains("does not answer"), "{message}");
+    // Its forward_ca replaced by the cluster's CA and SIGHUP: it reloads the
+    // forwarding files with the listeners' and forwards over the new ones.
+    std::fs::copy(&ca_file, &stranger).unwrap();
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &doubter.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let got = loop {
+        if let Some(got) = ids(&c, &doubter, "seq", 3) {
+            break got;
+        }
+        assert!(Instant::now() < deadline, "still refused after the reload");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(got[0] > last, "{got:?} after {last}");
+    assert!(
+        doubter.log().contains("TLS certificate reloaded"),
+        "{}",
+        doubter.log()
+    );
     // A leader without TLS settings for forwarding is refused at start.
     let path = dir.path().join("no-ca.toml");
     std::fs::write(
