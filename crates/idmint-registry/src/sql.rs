@@ -851,10 +851,7 @@ impl Base {
                 ),
             ));
         }
-        let missing: Vec<&str> = EPOCH_COLUMNS
-            .into_iter()
-            .filter(|c| !columns.iter().any(|have| have == c))
-            .collect();
+        let missing = missing_columns(&EPOCH_COLUMNS, &columns);
         if !missing.is_empty() {
             return Err(RegistryError::config(
                 REGISTRY,
@@ -923,10 +920,7 @@ impl Base {
     }
 
     fn check_columns(&self, columns: &[String]) -> Result<()> {
-        let missing: Vec<&str> = COLUMNS
-            .into_iter()
-            .filter(|c| !columns.iter().any(|have| have == c))
-            .collect();
+        let missing = missing_columns(&COLUMNS, columns);
         if missing.is_empty() {
             return Ok(());
         }
@@ -1346,6 +1340,15 @@ fn new_token(epoch: &str) -> String {
 /// The epoch a token of [`new_token`] was made in; `None` for another token.
 fn token_epoch(token: &str) -> Option<&str> {
     token.split_once('/').map(|(epoch, _)| epoch)
+}
+
+/// The names of `want` that `have` (a table's columns, upper-cased by
+/// `Base::columns_of`) lacks: what every table check reports.
+fn missing_columns<'a>(want: &[&'a str], have: &[String]) -> Vec<&'a str> {
+    want.iter()
+        .copied()
+        .filter(|c| !have.iter().any(|h| h == c))
+        .collect()
 }
 
 #[cfg(test)]

@@ -351,10 +351,7 @@ impl UidGenerator {
                 ),
             ));
         }
-        let missing: Vec<&str> = THEIR_COLUMNS
-            .into_iter()
-            .filter(|c| !columns.iter().any(|have| have == c))
-            .collect();
+        let missing = super::missing_columns(&THEIR_COLUMNS, &columns);
         if !missing.is_empty() {
             return Err(RegistryError::config(
                 REGISTRY,
@@ -374,10 +371,7 @@ impl UidGenerator {
             .await
             .map_err(super::sql_error("migrate"))?;
         let columns = self.base.columns_of(side).await?;
-        let missing: Vec<&str> = SIDE_COLUMNS
-            .into_iter()
-            .filter(|c| !columns.iter().any(|have| have == c))
-            .collect();
+        let missing = super::missing_columns(&SIDE_COLUMNS, &columns);
         if !missing.is_empty() {
             return Err(RegistryError::config(
                 REGISTRY,

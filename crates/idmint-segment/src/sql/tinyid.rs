@@ -162,6 +162,50 @@ impl SqlSegmentStore {
             .expect("tinyid statements exist for the tinyid schema")
     }
 
+    /// Tinyid's row of `key` as the lease and the raise read it.
+    async fn read_tinyid(&self, op: &'static str, key: &str) -> Result<Option<InfoRow>> {
+        let sql = self.tinyid_sql();
+        self.retry
+            .run(|| async {
+                on_pool!(self.db.pool(), p => {
+                    sqlx::query_as(&sql.read).bind(key).fetch_optional(p).await
+                })
+            })
+            .await
+            .map_err(self.backend(op))
+    }
+
+    /// Tinyid's optimistic lock: sets `key`'s `max_id` to `new_max` on the
+    /// row `(id, max_id, version)` was read from, only if it still holds that
+    /// `max_id` and `version` (and bumps `version`). Whether it won the race.
+    async fn cas_tinyid(
+        &self,
+        op: &'static str,
+        key: &str,
+        (id, max_id, version): (i64, i64, i64),
+        new_max: i64,
+    ) -> Result<bool> {
+        let sql = self.tinyid_sql();
+        let updated = self
+            .retry
+            .run(|| async {
+                on_pool!(self.db.pool(), p => {
+                    sqlx::query(&sql.cas)
+                        .bind(new_max)
+                        .bind(id)
+                        .bind(max_id)
+                        .bind(version)
+                        .bind(key)
+                        .execute(p)
+                        .await
+                        .map(|done| done.rows_affected())
+                })
+            })
+            .await
+            .map_err(self.backend(op))?;
+        Ok(updated == 1)
+    }
+
     /// A lease on a Tinyid row, exactly as Tinyid takes one (see the
     /// [module docs](self)): read, compare-and-swap on `max_id` and
     /// `version`, again on a lost race.
@@ -174,17 +218,8 @@ impl SqlSegmentStore {
         floor: u64,
     ) -> Result<SegmentGrant> {
         const OP: &str = "fetch";
-        let sql = self.tinyid_sql();
         for race in 1..=MAX_RACES {
-            let row: Option<InfoRow> = self
-                .retry
-                .run(|| async {
-                    on_pool!(self.db.pool(), p => {
-                        sqlx::query_as(&sql.read).bind(key).fetch_optional(p).await
-                    })
-                })
-                .await
-                .map_err(self.backend(OP))?;
+            let row = self.read_tinyid(OP, key).await?;
             let Some((id, max_id, row_step, delta, remainder, version)) = row else {
                 return Err(SegmentError::NotFound {
                     key: key.to_owned(),
@@ -224,24 +259,10 @@ impl SqlSegmentStore {
                 });
             }
             let new_max = max_id + step;
-            let updated = self
-                .retry
-                .run(|| async {
-                    on_pool!(self.db.pool(), p => {
-                        sqlx::query(&sql.cas)
-                            .bind(new_max)
-                            .bind(id)
-                            .bind(max_id)
-                            .bind(version)
-                            .bind(key)
-                            .execute(p)
-                            .await
-                            .map(|done| done.rows_affected())
-                    })
-                })
-                .await
-                .map_err(self.backend(OP))?;
-            if updated == 1 {
+            if self
+                .cas_tinyid(OP, key, (id, max_id, version), new_max)
+                .await?
+            {
                 // All four are positive and checked above.
                 return Ok(SegmentGrant {
                     max_id: new_max as u64 + 1,
@@ -270,19 +291,10 @@ impl SqlSegmentStore {
     /// undone; creates the row when missing.
     pub(super) async fn raise_tinyid(&self, key: &NewKey) -> Result<KeyRow> {
         const OP: &str = "raise";
-        let sql = self.tinyid_sql();
         // validate() bounds the start by MAX_ID: the cast is exact.
         let target = key.start().max(1) as i64 - 1;
         for race in 1..=MAX_RACES {
-            let row: Option<InfoRow> = self
-                .retry
-                .run(|| async {
-                    on_pool!(self.db.pool(), p => {
-                        sqlx::query_as(&sql.read).bind(key.key()).fetch_optional(p).await
-                    })
-                })
-                .await
-                .map_err(self.backend(OP))?;
+            let row = self.read_tinyid(OP, key.key()).await?;
             let Some((id, max_id, _, _, _, version)) = row else {
                 match self.create_tinyid(key).await {
                     Err(SegmentError::KeyExists { .. }) => continue,
@@ -292,24 +304,10 @@ impl SqlSegmentStore {
             if max_id >= target {
                 return self.tinyid_row(key.key()).await;
             }
-            let updated = self
-                .retry
-                .run(|| async {
-                    on_pool!(self.db.pool(), p => {
-                        sqlx::query(&sql.cas)
-                            .bind(target)
-                            .bind(id)
-                            .bind(max_id)
-                            .bind(version)
-                            .bind(key.key())
-                            .execute(p)
-                            .await
-                            .map(|done| done.rows_affected())
-                    })
-                })
-                .await
-                .map_err(self.backend(OP))?;
-            if updated == 1 {
+            if self
+                .cas_tinyid(OP, key.key(), (id, max_id, version), target)
+                .await?
+            {
                 return self.tinyid_row(key.key()).await;
             }
             tokio::time::sleep(self.retry.delay(race.min(6))).await;
