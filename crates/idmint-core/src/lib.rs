@@ -52,7 +52,7 @@ pub use layout::{Decoded, FieldOrder, IdParts, Layout, LayoutSpec};
 pub use obfuscate::{
     ObfuscationKey, Obfuscator, ObfuscatorBuilder, PublicId, PublicIdCodec, TextFormat,
 };
-pub use segment::{BufferStatus, Reservation, SegmentBuffer, Take, TakeOne};
+pub use segment::{BufferPosition, BufferStatus, Reservation, SegmentBuffer, Take, TakeOne};
 pub use snowflake::{
     ClockBehind, SequenceExhausted, SequenceStart, Snowflake, SnowflakeBuilder, SnowflakeStats,
 };

@@ -189,6 +189,37 @@ pub struct BufferStatus {
     pub next: Option<IdRun>,
 }
 
+/// Where a buffer stands, for a preloader that watches buffers rather than
+/// being told by the taker that crossed a preload point
+/// ([`SegmentBuffer::position`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BufferPosition {
+    /// Virtual indices handed out so far ([`SegmentBuffer::handed_out`]).
+    pub handed_out: u64,
+    /// The virtual end of what is buffered ([`SegmentBuffer::buffered_end`]).
+    pub buffered_end: u64,
+    /// The newest segment's preload index, while that segment is the one IDs
+    /// come from (nothing buffered beyond it); `None` while a next segment
+    /// waits, or before the first install.
+    pub preload_at: Option<u64>,
+}
+
+impl BufferPosition {
+    /// The newest segment's preload index was handed out (the same take that
+    /// [`Take::preload`] flags) and no next segment is buffered: it is time to
+    /// fetch one.
+    pub fn wants_next(&self) -> bool {
+        self.preload_at.is_some_and(|at| self.handed_out > at)
+    }
+
+    /// IDs between the preload point and the buffered end: what the takers
+    /// use up while the next segment is being fetched.
+    pub fn runway(&self) -> Option<u64> {
+        self.preload_at
+            .map(|at| self.buffered_end.saturating_sub(at))
+    }
+}
+
 /// The lock-free double buffer of segment mode; see the [module docs](self).
 ///
 /// # Contract
@@ -476,6 +507,42 @@ impl SegmentBuffer {
             .iter()
             .filter_map(Slot::read)
             .all(|view| view.vstart <= cursor)
+    }
+
+    /// Where the buffer stands: handed out, buffered end, and the newest
+    /// segment's preload index while IDs come from it. A few relaxed loads
+    /// and one seqlock read; takers are never disturbed.
+    ///
+    /// # Examples
+    /// ```
+    /// use idmint_core::{IdBatch, IdRun, SegmentBuffer};
+    ///
+    /// let buffer = SegmentBuffer::new(0.1);
+    /// buffer.install(IdRun::from_range(1, 101, 1, 0)?)?;
+    /// assert_eq!(buffer.position().preload_at, Some(10));
+    /// assert!(!buffer.position().wants_next());
+    /// buffer.take(10, &mut IdBatch::new());
+    /// assert!(!buffer.position().wants_next(), "indices 0..=9 taken");
+    /// buffer.take(1, &mut IdBatch::new());
+    /// assert!(buffer.position().wants_next(), "index 10 taken: the 10% point");
+    /// assert_eq!(buffer.position().runway(), Some(90));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn position(&self) -> BufferPosition {
+        let buffered_end = self.buffered_end();
+        let handed_out = self.handed_out();
+        let newest = self
+            .slots
+            .iter()
+            .filter_map(Slot::read)
+            .max_by_key(|view| view.vstart);
+        BufferPosition {
+            handed_out,
+            buffered_end,
+            preload_at: newest
+                .filter(|view| view.vend() == buffered_end && view.vstart <= handed_out)
+                .map(|view| view.preload_at),
+        }
     }
 
     /// The current and next segment, for status pages.

@@ -81,7 +81,8 @@ fn allocator_cost(threads: usize, per_thread: u64, step: u64) -> f64 {
 /// Latencies (ns) of single `next_id` calls on one thread, over `calls` calls
 /// with segments of `step`: the overall p50 and p99.9, and the medians of the
 /// calls that switched to a new segment and of those that crossed a
-/// segment's preload point (and so woke the preloader). One thread from a
+/// segment's preload point (where the preloader's watch sees that the next
+/// segment is due; the caller only rings it if it is parked). One thread from a
 /// fresh key issues 1, 2, 3, …, so a call's ID tells which it was.
 fn latencies(calls: usize, step: u64) -> [f64; 4] {
     let (_rt, key, _guard) = allocator(step);

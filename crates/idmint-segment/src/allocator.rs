@@ -11,11 +11,14 @@
 //! the store is down.
 //!
 //! # Loading
-//! - **Preload**: the taker that crosses a segment's preload point (default
-//!   10% used, as Leaf) queues the key for the preloader task
-//!   ([`SegmentAllocator::spawn_preloader`]), which leases the next segment in
-//!   the background. A failed preload is retried with backoff while the key
-//!   still wants a segment.
+//! - **Preload**: once a segment's preload point is passed (default 10% used,
+//!   as Leaf), the preloader ([`SegmentAllocator::spawn_preloader`]) leases
+//!   the next segment in the background. It is not woken by the taker that
+//!   crosses the point (a thread wake costs that call 10 to 45 µs): its
+//!   thread watches the keys' positions itself, as often as the fastest
+//!   key's pace needs, and parks when nothing moves for a while (only then
+//!   does a crossing taker wake it; see `watch.rs`). A failed preload is
+//!   retried with backoff while the key still wants a segment.
 //! - **On demand**: a caller that finds nothing buffered leases the next
 //!   segment itself, one caller per key at a time (a per-key async lock); the
 //!   others wait for it. A batch asks for a segment big enough for what it
@@ -65,13 +68,19 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use idmint_core::clock::MonotonicClock;
 use idmint_core::{Clock, Id, IdBatch, IdRun, SegmentBuffer, TakeOne};
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use idmint_core::BufferPosition;
 
 use crate::error::{Result, SegmentError};
 use crate::floor::FloorFile;
 use crate::store::StoreEpoch;
 use crate::store::{KeyInfo, MAX_ID, NewKey, SegmentGrant, SegmentStore, validate_key};
+use crate::watch::{Bell, LINGER, Lookout, Scan, Watch};
 
 /// Settings of a [`SegmentAllocator`].
 ///
@@ -257,6 +266,8 @@ struct KeyEntry {
     loader: tokio::sync::Mutex<Loader>,
     /// Mirrors for status pages (read without the async lock).
     loading: AtomicBool,
+    /// The preloader has a lease task for the key.
+    preloading: AtomicBool,
     shown: Mutex<Shown>,
     /// After a failed lease, callers don't try the store again before this:
     /// they fail at once with the failure (the preloader keeps probing).
@@ -326,7 +337,8 @@ struct Inner {
     insert: Mutex<()>,
     /// Unknown keys and until when they count as unknown.
     misses: Mutex<HashMap<String, Instant>>,
-    preload: Mutex<Option<mpsc::UnboundedSender<Arc<KeyEntry>>>>,
+    /// Rings the preloader's watch, if it is parked.
+    bell: Arc<Bell>,
     /// What this node issued from each key, persisted ahead of use.
     floors: Option<Arc<FloorFile>>,
 }
@@ -409,7 +421,7 @@ impl SegmentAllocator {
                 keys: ArcSwap::default(),
                 insert: Mutex::new(()),
                 misses: Mutex::new(HashMap::new()),
-                preload: Mutex::new(None),
+                bell: Arc::default(),
                 floors: None,
             }),
         })
@@ -693,19 +705,29 @@ impl SegmentAllocator {
         keys
     }
 
-    /// Starts the background task that leases the next segment of a key once
-    /// its preload point is crossed. Stops when the guard is dropped.
+    /// Starts the preloader, which leases the next segment of a key once its
+    /// preload point is passed: a thread (`idmint-preload`) that watches the
+    /// keys' positions, and the leases as tasks on the current tokio runtime.
+    /// Stops when the guard is dropped.
     ///
     /// # Panics
-    /// Outside a tokio runtime.
+    /// Outside a tokio runtime, or when the OS refuses a thread.
     pub fn spawn_preloader(&self) -> PreloaderGuard {
-        let (tx, rx) = mpsc::unbounded_channel();
-        *lock(&self.inner.preload) = Some(tx);
-        let task = tokio::spawn(preloader(Arc::downgrade(&self.inner), rx));
-        PreloaderGuard {
+        self.spawn_preloader_lingering(LINGER)
+    }
+
+    /// [`SegmentAllocator::spawn_preloader`] whose watch parks after
+    /// `linger` without a move (tests).
+    fn spawn_preloader_lingering(&self, linger: Duration) -> PreloaderGuard {
+        let lookout = Arc::new(PreloadLookout {
             inner: Arc::downgrade(&self.inner),
-            task,
-        }
+            runtime: tokio::runtime::Handle::current(),
+            seen: Mutex::new(HashMap::new()),
+            loads: Mutex::new(FuturesUnordered::new()),
+        });
+        let watch = Watch::spawn("idmint-preload", self.inner.bell.clone(), lookout, linger)
+            .expect("the OS starts the preloader's thread");
+        PreloaderGuard { watch }
     }
 }
 
@@ -749,58 +771,167 @@ impl SegmentKey {
     }
 }
 
-/// Owns the preloader task; dropping it stops the task (callers then lease
-/// on demand).
+/// Owns the preloader: dropping it stops the watch, whose thread then drops
+/// the leases in flight (callers lease on demand from then on).
 #[derive(Debug)]
 pub struct PreloaderGuard {
-    inner: Weak<Inner>,
-    task: tokio::task::JoinHandle<()>,
+    watch: Watch,
 }
 
 impl Drop for PreloaderGuard {
     fn drop(&mut self) {
-        if let Some(inner) = self.inner.upgrade() {
-            lock(&inner.preload).take();
-        }
-        self.task.abort();
+        self.watch.stop();
     }
 }
 
-/// Receives keys to preload and leases for each in its own task (a JoinSet the
-/// task owns, so aborting the preloader aborts them all).
-async fn preloader(inner: Weak<Inner>, mut rx: mpsc::UnboundedReceiver<Arc<KeyEntry>>) {
-    let mut loads = JoinSet::new();
-    loop {
-        tokio::select! {
-            entry = rx.recv() => {
-                let Some(entry) = entry else { break };
-                let inner = inner.clone();
-                loads.spawn(async move {
-                    let mut backoff = match inner.upgrade() {
-                        Some(inner) => inner.config.retry_after,
-                        None => return,
-                    };
-                    loop {
-                        let Some(strong) = inner.upgrade() else { return };
-                        match strong.preload(&entry).await {
-                            Ok(()) => return,
-                            Err(error) if error.is_transient() => {
-                                tracing::warn!(key = %entry.key, %error, retry_in = ?backoff,
-                                    "segment preload failed");
-                            }
-                            Err(error) => {
-                                tracing::error!(key = %entry.key, %error, "segment preload failed");
-                                return;
-                            }
-                        }
-                        drop(strong);
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(30));
-                    }
-                });
+/// A preload in flight, polled by the watch's thread.
+type Load = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// How long a key's pace is measured over before it is trusted.
+const PACE_WINDOW: Duration = Duration::from_micros(200);
+
+/// The preloader's lookout: each scan reads every key's position, starts a
+/// lease for each key past its preload point (one at a time per key), polls
+/// the leases in flight, and asks to look again within a quarter of the time
+/// the fastest key takes to use up its runway (the IDs between its preload
+/// point and its segment's end), so a lease has three quarters of the
+/// runway to come back in.
+///
+/// The leases run on the watch's thread, in the runtime's context (its
+/// timers, its I/O driver, its blocking pool for floor writes): a lease
+/// from a fast store completes within the scan that started it.
+struct PreloadLookout {
+    inner: Weak<Inner>,
+    runtime: tokio::runtime::Handle,
+    /// Per key, what the last scans saw (only the watch's thread locks it).
+    seen: Mutex<HashMap<Arc<str>, Pace>>,
+    /// The leases in flight; dropping them cancels them.
+    loads: Mutex<FuturesUnordered<Load>>,
+}
+
+/// A key's pace, as the watch measures it.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    /// The position at the last scan.
+    last: u64,
+    /// The start of the current measuring window.
+    from: (u64, Instant),
+    /// IDs per second over the last whole window.
+    per_second: f64,
+    /// The last runway seen (a segment's IDs past its preload point).
+    runway: Option<u64>,
+}
+
+impl Lookout for PreloadLookout {
+    fn scan(&self, cx: &mut Context<'_>) -> Option<Scan> {
+        let inner = self.inner.upgrade()?;
+        let _runtime = self.runtime.enter();
+        let keys = inner.keys.load();
+        let now = Instant::now();
+        let mut scan = Scan::default();
+        let mut seen = lock(&self.seen);
+        let mut loads = lock(&self.loads);
+        for entry in keys.values() {
+            let position = entry.buffer.position();
+            if position.wants_next() && !entry.preloading.swap(true, Ordering::AcqRel) {
+                loads.push(Box::pin(preload(Arc::downgrade(&inner), entry.clone())));
+                scan.moved = true;
             }
-            Some(_) = loads.join_next(), if !loads.is_empty() => {}
+            let pace = seen.entry(entry.key.clone()).or_insert(Pace {
+                last: position.handed_out,
+                from: (position.handed_out, now),
+                per_second: 0.0,
+                runway: None,
+            });
+            if pace.measure(position, now) {
+                scan.moved = true;
+            }
+            if let Some(soon) = pace.look_again() {
+                scan.look_again = Some(scan.look_again.map_or(soon, |d| d.min(soon)));
+            }
         }
+        drop(inner);
+        while let Poll::Ready(Some(())) = loads.poll_next_unpin(cx) {}
+        scan.busy = !loads.is_empty();
+        Some(scan)
+    }
+}
+
+impl std::fmt::Debug for PreloadLookout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreloadLookout")
+            .field("loads", &lock(&self.loads).len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Leases the key's next segment, retrying transient failures with backoff
+/// while the key still wants one; clears the key's `preloading` when done or
+/// dropped.
+async fn preload(inner: Weak<Inner>, entry: Arc<KeyEntry>) {
+    let _done = ClearOnDrop(&entry.preloading);
+    let mut backoff = match inner.upgrade() {
+        Some(inner) => inner.config.retry_after,
+        None => return,
+    };
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        match strong.preload(&entry).await {
+            Ok(()) => return,
+            Err(error) if error.is_transient() => {
+                tracing::warn!(key = %entry.key, %error, retry_in = ?backoff,
+                    "segment preload failed");
+            }
+            Err(error) => {
+                tracing::error!(key = %entry.key, %error, "segment preload failed");
+                return;
+            }
+        }
+        drop(strong);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+impl Pace {
+    /// Takes in a new position; true when the key moved since the last scan.
+    fn measure(&mut self, position: BufferPosition, now: Instant) -> bool {
+        if let Some(runway) = position.runway() {
+            self.runway = Some(runway);
+        }
+        let moved = position.handed_out != self.last;
+        self.last = position.handed_out;
+        let (from, since) = self.from;
+        let window = now.saturating_duration_since(since);
+        if window >= PACE_WINDOW {
+            self.per_second =
+                position.handed_out.saturating_sub(from) as f64 / window.as_secs_f64();
+            self.from = (position.handed_out, now);
+        }
+        moved
+    }
+
+    /// A quarter of the time the key takes to use up its runway at its pace;
+    /// one pace window while a key that moves has no pace yet.
+    fn look_again(&self) -> Option<Duration> {
+        if self.per_second > 0.0 {
+            let runway = self.runway?;
+            return Some(Duration::from_secs_f64(
+                runway as f64 / self.per_second / 4.0,
+            ));
+        }
+        (self.last != self.from.0).then_some(PACE_WINDOW)
+    }
+}
+
+/// Clears a flag when dropped, also when the task holding it is aborted.
+struct ClearOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -822,7 +953,7 @@ impl Inner {
         match entry.buffer.take_one() {
             TakeOne::Id { id, preload } => {
                 if preload {
-                    self.request_preload(entry);
+                    self.request_preload();
                 }
                 Ok(id)
             }
@@ -830,10 +961,11 @@ impl Inner {
         }
     }
 
-    fn request_preload(&self, entry: &Arc<KeyEntry>) {
-        if let Some(tx) = lock(&self.preload).as_ref() {
-            let _ = tx.send(entry.clone());
-        }
+    /// A taker passed a preload point: the watch sees that by itself unless
+    /// it is parked, and only then is woken.
+    #[inline]
+    fn request_preload(&self) {
+        self.bell.ring();
     }
 
     /// The slow path of one ID, carrying on from the fast path's `first`
@@ -849,7 +981,7 @@ impl Inner {
                 match entry.buffer.resolve(reservation, &mut batch) {
                     Ok(resolved) => {
                         if resolved.preload {
-                            self.request_preload(entry);
+                            self.request_preload();
                         }
                         if let Some(id) = batch.first() {
                             return Ok(id);
@@ -888,7 +1020,7 @@ impl Inner {
                 }
             }
             if preload {
-                self.request_preload(entry);
+                self.request_preload();
             }
             if need > 0 && entry.buffer.remaining() == 0 {
                 let target = entry.buffer.handed_out() + 1;
@@ -1208,6 +1340,7 @@ impl KeyEntry {
                 last_end: None,
             }),
             loading: AtomicBool::new(false),
+            preloading: AtomicBool::new(false),
             shown: Mutex::new(Shown {
                 step: info.step,
                 min_step: info.step,

@@ -24,6 +24,7 @@ mod recover;
 pub mod redis;
 pub mod sql;
 mod store;
+mod watch;
 
 pub use allocator::{KeyStatus, PreloaderGuard, SegmentAllocator, SegmentConfig, SegmentKey};
 pub use error::{Result, SegmentError};

@@ -224,3 +224,43 @@ fn take_one_walks_the_segments_without_a_batch() {
     );
     assert_eq!(buffer.take_one(), TakeOne::Empty);
 }
+
+#[test]
+fn position_names_the_preload_point_only_while_the_newest_segment_is_current() {
+    let buffer = SegmentBuffer::new(0.5);
+    assert_eq!(
+        buffer.position(),
+        BufferPosition::default(),
+        "nothing installed"
+    );
+    buffer
+        .install(IdRun::from_range(1, 11, 1, 0).unwrap())
+        .unwrap();
+    let first = buffer.position();
+    assert_eq!((first.preload_at, first.runway()), (Some(5), Some(5)));
+    let mut batch = IdBatch::new();
+    buffer.take(6, &mut batch);
+    assert!(buffer.position().wants_next());
+    buffer
+        .install(IdRun::from_range(11, 31, 1, 0).unwrap())
+        .unwrap();
+    let waiting = buffer.position();
+    assert_eq!(waiting.preload_at, None, "the next segment waits");
+    assert!(!waiting.wants_next());
+    buffer.take(3, &mut batch);
+    assert_eq!(
+        buffer.position().preload_at,
+        None,
+        "still in the first segment"
+    );
+    buffer.take(1, &mut batch);
+    let second = buffer.position();
+    assert_eq!(
+        (second.handed_out, second.buffered_end, second.preload_at),
+        (10, 30, Some(20))
+    );
+    buffer.take(10, &mut batch);
+    assert!(!buffer.position().wants_next(), "indices up to 19 taken");
+    buffer.take(1, &mut batch);
+    assert!(buffer.position().wants_next(), "index 20 taken");
+}

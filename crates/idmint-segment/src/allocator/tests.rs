@@ -359,7 +359,18 @@ async fn the_preloader_leases_ahead_so_the_switch_does_not_wait() {
         key.status().next.is_none(),
         "the preload runs in the background"
     );
+    until_leasing(&key).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
+    // The lease's 100 ms have passed on the paused clock; the watch's thread
+    // installs the segment when the timer wakes it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while key.status().next.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the preload never landed"
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    }
     assert_eq!(key.status().next.map(|(first, _)| first.get()), Some(101));
     key.next_ids(89).await.unwrap();
     let started = tokio::time::Instant::now();
@@ -675,4 +686,60 @@ async fn check_floors_adopts_a_new_store_and_refuses_another_or_lowered_one() {
     };
     assert_ne!(found, remembered);
     assert!(found.is_some());
+}
+
+/// Waits, in real time, until the preloader's watch (a thread, not on this
+/// paused clock) has started a lease for `key`: only then may the paused
+/// clock run on.
+async fn until_leasing(key: &SegmentKey) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !key.status().loading {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the preloader never started a lease"
+        );
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_preloads_without_being_told_and_parks_when_nothing_moves() {
+    let store = Arc::new(FlakyStore::default());
+    let config = config().with_max_step(100);
+    let (allocator, _) = allocator_with(store.clone(), config, &[NewKey::new("k", 100)]).await;
+    let preloader = allocator.spawn_preloader_lingering(Duration::from_millis(30));
+    let key = allocator.key("k").await.unwrap();
+    for round in 0..50u64 {
+        // Past the preload point of each segment, then wait for the next
+        // segment to appear by itself; no switch ever leases on demand.
+        key.next_ids(11).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while key.status().next.is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: no preload"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        key.next_ids(89).await.unwrap();
+        if round % 10 == 9 {
+            // Let the watch park: the next crossing must wake it.
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while !preloader.watch.is_parked() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the watch never parked"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+    assert_eq!(
+        store.fetches.load(Ordering::Relaxed),
+        51,
+        "one lease per segment, each made by the preloader ahead of need"
+    );
+    let id = key.next_id().await.unwrap();
+    assert_eq!(id.get(), 5001);
 }
