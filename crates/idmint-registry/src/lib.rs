@@ -9,10 +9,18 @@
 //!
 //! The generators themselves live in `idmint-core` and do no I/O; this crate
 //! talks to them only through `advance_mark` and `with_start_after`.
+//!
+//! # Features
+//! - `etcd` (off by default): the etcd registry ([`etcd`]). Its client's
+//!   build script generates etcd's gRPC code with `protoc`, so a build with
+//!   it needs one: on `PATH`, or named by the `PROTOC` variable (the
+//!   `protoc-bin-vendored` crate ships one). Every other registry builds with
+//!   a Rust toolchain alone. idmint's server turns it on.
 
 #![deny(missing_docs)]
 
 mod error;
+#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod file;
 pub mod fixed;
