@@ -166,11 +166,14 @@ impl KeeperConfig {
         self
     }
 
-    /// How long a start waits while the registry holds claims
-    /// ([`RegistryError::Held`]: its store forgot, and no claim is safe until
-    /// every earlier holder has stopped), default 60 s. Past it, the start
-    /// fails with that error. A re-claim while running retries for as long as
-    /// it takes, not ready in the meantime.
+    /// How long a start waits to claim, default 60 s: while the registry
+    /// holds claims ([`RegistryError::Held`]: its store forgot, and no claim
+    /// is safe until every earlier holder has stopped), or while every worker
+    /// ID is taken ([`RegistryError::Exhausted`]: a dead node's lease has yet
+    /// to expire, as after a mass restart). Keep it above the registry's lease
+    /// TTL plus a margin. Past it, the start fails with that error. A re-claim
+    /// while running retries for as long as it takes, not ready in the
+    /// meantime.
     pub const fn with_max_claim_wait(mut self, wait: Duration) -> KeeperConfig {
         self.max_claim_wait = wait;
         self
@@ -587,8 +590,10 @@ impl WorkerKeeper {
     /// # Errors
     ///
     /// - The registry's errors (exhausted, timeout, backend, config), each call
-    ///   bounded by the call timeout; [`RegistryError::Held`] once the claim
-    ///   wait has run out.
+    ///   bounded by the call timeout; [`RegistryError::Held`] or
+    ///   [`RegistryError::Exhausted`] once the claim wait has run out (a start
+    ///   that finds every worker ID taken waits for a lease to expire or a
+    ///   worker to be released, up to [`KeeperConfig::with_max_claim_wait`]).
     /// - [`RegistryError::ClockBehindMark`] when the clock is behind the worker's
     ///   stored mark by more than the clock policy absorbs plus the start wait.
     /// - [`RegistryError::ClockSkew`] when the clock is off from the mean of live
@@ -602,6 +607,21 @@ impl WorkerKeeper {
         settings: GeneratorSettings,
         config: KeeperConfig,
     ) -> Result<KeeperGuard> {
+        WorkerKeeper::start_observed(registry, node, settings, config, &|_| {}).await
+    }
+
+    /// [`WorkerKeeper::start`], telling `waiting` why, each time the claim
+    /// waits (a server's `/readyz` names it while it starts).
+    ///
+    /// # Errors
+    /// As [`WorkerKeeper::start`].
+    pub async fn start_observed(
+        registry: Arc<dyn WorkerRegistry>,
+        node: NodeIdentity,
+        settings: GeneratorSettings,
+        config: KeeperConfig,
+        waiting: &(dyn Fn(&RegistryError) + Send + Sync),
+    ) -> Result<KeeperGuard> {
         config.validate(registry.kind())?;
         let ctx = Ctx {
             registry,
@@ -609,7 +629,7 @@ impl WorkerKeeper {
             settings,
             config,
         };
-        let claim = ctx.claim_at_start().await?;
+        let claim = ctx.claim_at_start(waiting).await?;
         let established = ctx.establish(&claim, None).await;
         let est = match established {
             Ok(est) => est,
@@ -707,6 +727,13 @@ fn fence_of(state: LeaseState, lease: Option<Lease>, config: &KeeperConfig) -> u
     }
 }
 
+/// `base` spread over `[base / 2, base · 3/2)`, so that nodes retrying
+/// together drift apart.
+fn jittered(base: Duration) -> Duration {
+    let unit = (crate::util::random_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    base.mul_f64(0.5 + unit)
+}
+
 fn renew_every(lease: &Lease) -> Duration {
     (lease.ttl / 3).max(Duration::from_millis(1))
 }
@@ -742,41 +769,43 @@ impl Ctx {
             .await
     }
 
-    /// A start's claim: waits out the registry's holds
-    /// ([`RegistryError::Held`]) for up to the claim wait, saying once what
-    /// it waits for.
-    async fn claim_at_start(&self) -> Result<Claim> {
+    /// A start's claim. Waits, for up to the claim wait, while the registry
+    /// holds claims ([`RegistryError::Held`]: tries again just past the
+    /// hold) or every worker ID is taken ([`RegistryError::Exhausted`]:
+    /// tries again every retry interval, jittered so a fleet of waiting
+    /// starts doesn't claim in lockstep, until a lease expires or a worker
+    /// is released). Says once what it waits for, and tells `waiting` each
+    /// time; past the wait, fails with the last error.
+    async fn claim_at_start(
+        &self,
+        waiting: &(dyn Fn(&RegistryError) + Send + Sync),
+    ) -> Result<Claim> {
         let deadline = tokio::time::Instant::now() + self.config.max_claim_wait;
         let mut said = false;
         loop {
-            match self.claim().await {
-                Err(RegistryError::Held {
-                    registry,
-                    retry_after,
-                    reason,
-                }) => {
-                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    if left.is_zero() {
-                        return Err(RegistryError::Held {
-                            registry,
-                            retry_after,
-                            reason,
-                        });
-                    }
-                    if !said {
-                        tracing::warn!(
-                            registry,
-                            wait = ?retry_after,
-                            "waiting to claim a worker ID: {reason}"
-                        );
-                        said = true;
-                    }
-                    // Just past the hold's end, as Redis's clock reckons it.
-                    let pause = (retry_after + Duration::from_millis(20)).min(left);
-                    tokio::time::sleep(pause).await;
-                }
+            let error = match self.claim().await {
+                Err(e @ (RegistryError::Held { .. } | RegistryError::Exhausted { .. })) => e,
                 other => return other,
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(error);
             }
+            let pause = match &error {
+                // Just past the hold's end, as the registry's clock reckons it.
+                RegistryError::Held { retry_after, .. } => *retry_after + Duration::from_millis(20),
+                _ => jittered(self.config.retry_interval),
+            };
+            if !said {
+                tracing::warn!(
+                    registry = self.registry.kind(),
+                    wait_up_to = ?left,
+                    "waiting to claim a worker ID: {error}"
+                );
+                said = true;
+            }
+            waiting(&error);
+            tokio::time::sleep(pause.min(left)).await;
         }
     }
 
@@ -1118,7 +1147,9 @@ impl Task {
                     RegistryError::Held { retry_after, .. } => {
                         (*retry_after + Duration::from_millis(20)).max(self.retry_after())
                     }
-                    _ => self.retry_after(),
+                    // Jittered: nodes that lost their leases together don't
+                    // come back to the registry in lockstep.
+                    _ => jittered(self.retry_after()),
                 };
                 self.retry_at = mono_now() + wait;
                 return;

@@ -192,9 +192,24 @@ pub(crate) fn generator_settings(config: &Config, layout: Layout) -> GeneratorSe
 }
 
 pub(crate) fn keeper_config(config: &Config) -> KeeperConfig {
+    let sf = &config.snowflake;
     KeeperConfig::new()
-        .with_window(config.snowflake.window)
-        .with_peer_skew_threshold(config.snowflake.max_peer_skew)
+        .with_window(sf.window)
+        .with_peer_skew_threshold(sf.max_peer_skew)
+        .with_max_claim_wait(sf.claim_wait.resolve(lease_ttl(config), sf.window))
+}
+
+/// How long the configured registry's leases last; `None` for registries
+/// that hold a worker ID without one (file, static, host, k8s).
+pub(crate) fn lease_ttl(config: &Config) -> Option<Duration> {
+    let sf = &config.snowflake;
+    match sf.registry {
+        RegistryKind::Sql => Some(sf.sql.lease_ttl),
+        RegistryKind::Redis => Some(sf.redis.lease_ttl),
+        RegistryKind::Etcd => Some(sf.etcd.lease_ttl),
+        RegistryKind::Zookeeper => Some(sf.zookeeper.session_timeout),
+        RegistryKind::File | RegistryKind::Static | RegistryKind::Host | RegistryKind::K8s => None,
+    }
 }
 
 pub(crate) fn sql_registry_config(config: &Config) -> SqlConfig {

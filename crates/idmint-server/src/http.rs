@@ -69,8 +69,10 @@ use crate::tokens::constant_time_eq;
 
 mod admin;
 mod conn;
+mod starting;
 pub(crate) mod tinyid;
 pub(crate) use conn::serve;
+pub(crate) use starting::{StartProgress, answer_while_starting};
 
 type Shared = State<Arc<AppState>>;
 

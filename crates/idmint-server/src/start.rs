@@ -28,6 +28,7 @@ use crate::clock::IdClock;
 use crate::config::{Config, ConfigError, RegistryKind};
 use crate::error::ServerError;
 use crate::fleet::FleetView;
+use crate::http::{StartProgress, answer_while_starting};
 use crate::listen::{Bound, ConnectionLimits};
 use crate::metrics::Metrics;
 use crate::metrics::sampler::SamplerGuard;
@@ -91,12 +92,23 @@ impl Server {
         let listeners = Listeners::bind(&config).await?;
         let node = node_identity(&config, listeners.http.local_addr);
         let metrics = Arc::new(Metrics::new(node.to_string()));
+        // A claim can wait (every worker ID taken, a registry's hold): the
+        // HTTP port says why meanwhile, instead of leaving probes hanging.
+        let progress = Arc::new(StartProgress::new("claiming a worker ID"));
         let Claimed {
             keeper,
             worker,
             clock,
             fleet,
-        } = claim_worker(&config, layout, node.clone(), &metrics).await?;
+        } = tokio::select! {
+            claimed = claim_worker(&config, layout, node.clone(), &metrics, &progress) => claimed?,
+            never = answer_while_starting(
+                &listeners.http.listener,
+                tls.as_ref(),
+                config.server.read_timeout,
+                &progress,
+            ) => match never {},
+        };
         let oracle = start_oracle(&config, &node, &listeners, &clock, tls.as_ref()).await?;
         let Segments {
             allocator,
@@ -489,6 +501,7 @@ async fn claim_worker(
     layout: Layout,
     node: NodeIdentity,
     metrics: &Arc<Metrics>,
+    progress: &StartProgress,
 ) -> Result<Claimed, ServerError> {
     let kind = config.snowflake.registry;
     let registry_error = |source| ServerError::Registry {
@@ -500,9 +513,17 @@ async fn claim_worker(
     let fleet = FleetView::new(registry.clone(), node.clone());
     let clock = IdClock::new(config.snowflake.clock);
     let settings = generator_settings(config, layout).with_clock(clock.shared());
-    let keeper = WorkerKeeper::start(registry, node.clone(), settings, keeper_config(config))
-        .await
-        .map_err(registry_error)?;
+    let waiting =
+        |error: &RegistryError| progress.set(format!("waiting to claim a worker ID: {error}"));
+    let keeper = WorkerKeeper::start_observed(
+        registry,
+        node.clone(),
+        settings,
+        keeper_config(config),
+        &waiting,
+    )
+    .await
+    .map_err(registry_error)?;
     let worker = keeper.handle().clone();
     let status = worker.status();
     tracing::info!(

@@ -189,6 +189,12 @@ pub struct SnowflakeConfig {
     /// off, the start is refused (`clock_skew`).
     #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub max_peer_skew: Duration,
+    /// How long a start waits to claim a worker ID while every one is taken
+    /// (a dead node's lease has yet to expire) or the registry holds claims:
+    /// `auto` (default: the registry's lease TTL plus the window plus 30 s,
+    /// and at least 60 s) or a duration. Past it, the start fails.
+    #[serde(deserialize_with = "from_text", serialize_with = "show::text")]
+    pub claim_wait: ClaimWait,
     /// The time IDs are made from: `monotonic` (default) or `wall`.
     pub clock: ClockSource,
     /// When the clock is behind the last issued ID: `fail`, `wait:5ms`
@@ -227,6 +233,7 @@ impl Default for SnowflakeConfig {
             datacenter: None,
             window: Duration::from_secs(3),
             max_peer_skew: Duration::from_secs(10),
+            claim_wait: ClaimWait::Auto,
             clock: ClockSource::Monotonic,
             clock_behind: ClockBehind::default(),
             sequence_exhausted: SequenceExhausted::default(),
@@ -730,6 +737,56 @@ impl Default for TlsSection {
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     idmint_core::duration::parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// `snowflake.claim_wait`: `auto` or a duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimWait {
+    /// The registry's lease TTL plus the window plus 30 s, at least 60 s.
+    Auto,
+    /// This long.
+    Fixed(Duration),
+}
+
+impl ClaimWait {
+    /// The wait for a registry whose leases last `lease_ttl` (none for
+    /// registries without leases), with the mark `window`.
+    pub fn resolve(self, lease_ttl: Option<Duration>, window: Duration) -> Duration {
+        match self {
+            ClaimWait::Fixed(wait) => wait,
+            ClaimWait::Auto => {
+                let floor = Duration::from_secs(60);
+                lease_ttl.map_or(floor, |ttl| {
+                    (ttl + window + Duration::from_secs(30)).max(floor)
+                })
+            }
+        }
+    }
+}
+
+impl FromStr for ClaimWait {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<ClaimWait, String> {
+        if text.trim() == "auto" {
+            return Ok(ClaimWait::Auto);
+        }
+        idmint_core::duration::parse_duration(text)
+            .map(ClaimWait::Fixed)
+            .map_err(|e| format!("{e}; or \"auto\""))
+    }
+}
+
+impl fmt::Display for ClaimWait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClaimWait::Auto => f.write_str("auto"),
+            ClaimWait::Fixed(wait) => match idmint_core::duration::format_duration(*wait) {
+                Ok(text) => f.write_str(&text),
+                Err(_) => Err(fmt::Error),
+            },
+        }
+    }
 }
 
 /// Reads a value written in its text form ([`FromStr`]), such as a clock

@@ -49,7 +49,7 @@ use crate::metrics::latency::record_latency;
 use crate::tls::{self, MaybeTls, Surface};
 
 /// The answer to a client speaking plain HTTP to the HTTPS port.
-const PLAIN_TEXT_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
+pub(super) const PLAIN_TEXT_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
     content-type: text/plain\r\n\
     connection: close\r\n\
     content-length: 50\r\n\r\n\

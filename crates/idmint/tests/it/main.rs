@@ -13,6 +13,7 @@ mod guides;
 mod layout;
 mod obfuscate;
 mod serve;
+mod serve_claim_wait;
 mod serve_cluster;
 mod serve_fleet;
 mod serve_grpc;
