@@ -293,6 +293,54 @@ mod tests {
     }
 
     #[test]
+    fn every_503_says_retry_after_every_401_how_and_admin_routes_want_the_token() {
+        let document: serde_json::Value = serde_json::from_slice(&document_json(10)).expect("JSON");
+        let mut operation_ids = std::collections::BTreeSet::new();
+        for (path, item) in document["paths"].as_object().unwrap() {
+            for (method, operation) in item.as_object().unwrap() {
+                let id = operation["operationId"].as_str().unwrap();
+                assert!(operation_ids.insert(id), "operationId {id} twice");
+                let responses = operation["responses"].as_object().unwrap();
+                for (status, response) in responses {
+                    let headers = &response["headers"];
+                    match status.as_str() {
+                        "503" => assert!(
+                            headers.get("Retry-After").is_some(),
+                            "{method} {path}: a 503 without Retry-After"
+                        ),
+                        "401" => assert!(
+                            headers.get("WWW-Authenticate").is_some(),
+                            "{method} {path}: a 401 without WWW-Authenticate"
+                        ),
+                        _ => {}
+                    }
+                }
+                let security = operation["security"].to_string();
+                if path.starts_with("/v1/admin/") {
+                    assert_eq!(security, r#"[{"admin_token":[]}]"#, "{method} {path}");
+                    for status in ["401", "403"] {
+                        assert!(
+                            responses.contains_key(status),
+                            "{method} {path}: no {status}"
+                        );
+                    }
+                } else {
+                    assert!(!security.contains(ADMIN_TOKEN), "{method} {path}");
+                }
+                if path.starts_with("/tinyid/") {
+                    // GET takes the query only; POST also the form body.
+                    assert_eq!(
+                        operation.get("requestBody").is_some(),
+                        method == "post",
+                        "{method} {path}"
+                    );
+                }
+            }
+        }
+        assert!(operation_ids.len() > 20, "{operation_ids:?}");
+    }
+
+    #[test]
     fn the_document_is_openapi_3_1_with_the_crates_version() {
         let document: serde_json::Value = serde_json::from_slice(&document_json(10)).expect("JSON");
         assert_eq!(document["openapi"], "3.1.0");
