@@ -104,10 +104,10 @@ impl KeyBuffer {
                 if let Some(ids) = self.take_locked(&mut state, n) {
                     return Ok(ids);
                 }
-                if let (Some(seen), Some((epoch, error))) = (seen, &state.error) {
-                    if *epoch > seen {
-                        return Err(error.clone());
-                    }
+                if let (Some(seen), Some((epoch, error))) = (seen, &state.error)
+                    && *epoch > seen
+                {
+                    return Err(error.clone());
                 }
                 seen = Some(state.epoch);
                 self.demand.notify_one();

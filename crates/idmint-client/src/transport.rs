@@ -94,19 +94,19 @@ pub(crate) fn decode_ids(
     header_count: Option<&str>,
     n: u64,
 ) -> Result<Vec<u64>, String> {
-    if body.len() % 8 != 0 {
+    if !body.len().is_multiple_of(8) {
         return Err(format!(
             "a body of {} bytes is not a whole number of 64-bit IDs (a UUID key?)",
             body.len()
         ));
     }
     let got = (body.len() / 8) as u64;
-    if let Some(header) = header_count {
-        if header.trim().parse::<u64>().ok() != Some(got) {
-            return Err(format!(
-                "X-Idmint-Count says {header:?} but the body holds {got} IDs"
-            ));
-        }
+    if let Some(header) = header_count
+        && header.trim().parse::<u64>().ok() != Some(got)
+    {
+        return Err(format!(
+            "X-Idmint-Count says {header:?} but the body holds {got} IDs"
+        ));
     }
     if got != n {
         return Err(format!("asked for {n} IDs, got {got}"));

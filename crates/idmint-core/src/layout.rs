@@ -197,7 +197,7 @@ impl LayoutSpec {
     /// The time unit; a whole number of milliseconds from 1 ms to 1 day.
     pub fn with_unit(mut self, unit: Duration) -> LayoutSpec {
         // Sub-millisecond parts are kept so build() can reject them by name.
-        self.unit_ms = if unit.subsec_nanos() % 1_000_000 != 0 {
+        self.unit_ms = if !unit.subsec_nanos().is_multiple_of(1_000_000) {
             0
         } else {
             u64::try_from(unit.as_millis()).unwrap_or(u64::MAX)

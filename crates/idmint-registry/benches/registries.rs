@@ -173,12 +173,12 @@ impl Subject {
                         let _ = sqlx::query(&forget_sql).execute(&pool).await;
                         pool.close().await;
                     }
-                } else if url.starts_with("mysql") {
-                    if let Ok(pool) = sqlx::MySqlPool::connect(&url).await {
-                        let _ = sqlx::query(&drop_sql).execute(&pool).await;
-                        let _ = sqlx::query(&forget_sql).execute(&pool).await;
-                        pool.close().await;
-                    }
+                } else if url.starts_with("mysql")
+                    && let Ok(pool) = sqlx::MySqlPool::connect(&url).await
+                {
+                    let _ = sqlx::query(&drop_sql).execute(&pool).await;
+                    let _ = sqlx::query(&forget_sql).execute(&pool).await;
+                    pool.close().await;
                 }
                 if let Some(path) = sqlite_file {
                     for suffix in ["", "-wal", "-shm"] {

@@ -958,10 +958,9 @@ impl Task {
         if let Some(fence) = self
             .lease
             .and_then(|l| l.valid_until.checked_sub(self.ctx.config.lease_margin))
+            && fence > now
         {
-            if fence > now {
-                wake = wake.min(fence);
-            }
+            wake = wake.min(fence);
         }
         wake.max(now)
     }

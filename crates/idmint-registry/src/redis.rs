@@ -586,13 +586,14 @@ impl RedisRegistry {
             .map_err(|e| call_error(operation, e))?;
         {
             let known = self.known();
-            if !force && known.run_id.as_deref() == Some(facts.run_id.as_str()) {
-                if let Some(id) = &known.epoch {
-                    return Ok(Epoch {
-                        id: id.clone(),
-                        hold_left: Duration::ZERO,
-                    });
-                }
+            if !force
+                && known.run_id.as_deref() == Some(facts.run_id.as_str())
+                && let Some(id) = &known.epoch
+            {
+                return Ok(Epoch {
+                    id: id.clone(),
+                    hold_left: Duration::ZERO,
+                });
             }
         }
         facts.read_config(&self.conn, self.config.timeout).await;
@@ -629,16 +630,16 @@ impl RedisRegistry {
             .await?;
         let hold_left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
         let mut known = self.known();
-        if let Some(warning) = facts.persistence_warning() {
-            if known.warned_for.as_deref() != Some(facts.run_id.as_str()) {
-                tracing::warn!(
-                    addr = %self.conn.addr(),
-                    "the redis registry's server can forget leases and marks: {warning}; \
-                     idmint then holds claims for the lease TTL plus the mark window \
-                     (appendonly yes with appendfsync always avoids the wait)"
-                );
-                known.warned_for = Some(facts.run_id.clone());
-            }
+        if let Some(warning) = facts.persistence_warning()
+            && known.warned_for.as_deref() != Some(facts.run_id.as_str())
+        {
+            tracing::warn!(
+                addr = %self.conn.addr(),
+                "the redis registry's server can forget leases and marks: {warning}; \
+                 idmint then holds claims for the lease TTL plus the mark window \
+                 (appendonly yes with appendfsync always avoids the wait)"
+            );
+            known.warned_for = Some(facts.run_id.clone());
         }
         if !why.is_empty() {
             known.hold_reason = match why.as_str() {

@@ -105,6 +105,85 @@ impl ServerError {
 /// the other.
 pub const ERROR_CODE_METADATA: &str = "idmint-error-code";
 
+/// Every stable error code, grouped as docs/api.md's error-code tables are:
+/// the values of the `code` enum in the OpenAPI document (`http/openapi.rs`).
+/// Some never come over HTTP (docs/api.md says "none"), but a client that
+/// reads the enum strictly must accept every code any surface reports.
+/// `crates/idmint/tests/it/api_doc.rs` holds this list to the codes the code
+/// answers and to docs/api.md's tables.
+pub(crate) const ERROR_CODES: &[&str] = &[
+    // Requests
+    "not_found",
+    "method_not_allowed",
+    "invalid_path",
+    "invalid_query",
+    "invalid_count",
+    "invalid_key",
+    "invalid_id",
+    "invalid_version",
+    "invalid_json",
+    "invalid_body",
+    "body_too_large",
+    "unauthorized",
+    "admin_disabled",
+    "noauth",
+    "not_contiguous",
+    "not_ready",
+    "internal",
+    // Keys and strategies
+    "unknown_key",
+    "wrong_strategy",
+    "obfuscation_disabled",
+    // Snowflake IDs
+    "mark_reached",
+    "clock_behind",
+    "rollback_exhausted",
+    "layout_exhausted",
+    "clock_before_epoch",
+    "ring_empty",
+    "invalid_run",
+    // Segment keys
+    "key_not_found",
+    "key_exists",
+    "invalid_spec",
+    "unavailable",
+    "key_below_floor",
+    "store_reset",
+    "key_exhausted",
+    "store_went_backwards",
+    "floor_file_error",
+    "store_timeout",
+    "store_error",
+    "timeout",
+    "serial_overflow",
+    "invalid_config",
+    // Monotonic keys
+    "no_leader",
+    "not_leader",
+    "no_oracle",
+    "shutting_down",
+    // Worker registry
+    "workers_exhausted",
+    "registry_held",
+    "registry_timeout",
+    "registry_backend",
+    "registry_unsupported",
+    "registry_config",
+    "lease_lost",
+    "worker_taken",
+    "clock_behind_mark",
+    "clock_skew",
+    // Configuration and layouts
+    "invalid_layout",
+    "invalid_layout_text",
+    "invalid_text",
+    "node_out_of_range",
+    "invalid_obfuscator",
+    "invalid_public_id",
+    "unknown_key_id",
+    "encode_failed",
+];
+
 /// What kind of failure an [`IssueError`] is; each surface picks its status from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ErrorClass {

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use idmint_core::clock::Clock;
 use idmint_registry::{FleetMember, NodeIdentity, RegistryError, WorkerHandle, WorkerRegistry};
-use serde_json::{Value, json};
+use serde::Serialize;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -121,6 +121,55 @@ impl FleetView {
     }
 }
 
+/// `GET /v1/admin/fleet`'s answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Fleet {
+    /// How old the listing is, in milliseconds (it is shared for
+    /// `min_interval_ms`).
+    age_ms: u64,
+    /// Every holder the registry lists.
+    fleet: Vec<FleetRow>,
+    /// The least time between two reads of the registry, in milliseconds.
+    min_interval_ms: u64,
+    /// This node's identity (`host:port`).
+    node: String,
+    /// What `offset_ms` measures.
+    offset_note: &'static str,
+    /// When the listing came back, by this node's clock (RFC 3339).
+    read_at: Option<String>,
+    /// The worker registry (`snowflake.registry`).
+    registry: &'static str,
+    /// An offset beyond this, in milliseconds, is worth a look.
+    warn_offset_ms: u64,
+    /// This node's worker ID.
+    worker: u32,
+}
+
+/// A holder of a worker ID, as the registry lists it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct FleetRow {
+    /// Its address, where the registry stored one.
+    address: Option<String>,
+    /// Its host name, where the registry stored one.
+    host: Option<String>,
+    /// Milliseconds left on its lease; `null` without expiry.
+    lease_left_ms: Option<u64>,
+    /// Whether its lease is live.
+    live: bool,
+    /// Its stored high-water mark (RFC 3339).
+    mark: Option<String>,
+    /// Its last report minus this node's clock at `read_at`, in milliseconds.
+    offset_ms: Option<f64>,
+    /// Its HTTP port, where the registry stored one.
+    port: Option<u16>,
+    /// Its last reported time (RFC 3339).
+    reported: Option<String>,
+    /// Whether the row is this node.
+    this_node: bool,
+    /// The worker ID.
+    worker: u32,
+}
+
 /// What `GET /v1/admin/fleet` answers: the listing with each row's offset
 /// and this node's row marked: `view` read with `clock` (the ID clock, whose
 /// reading the offsets are taken from), `worker` the ID this node holds.
@@ -131,12 +180,12 @@ pub(crate) async fn snapshot(
     view: &FleetView,
     clock: &dyn Clock,
     worker: &WorkerHandle,
-) -> Result<Value, FleetError> {
+) -> Result<Fleet, FleetError> {
     let read = view.read(clock).await;
     let members = read.result?;
     let read_at = jiff::Timestamp::from_nanosecond(i128::from(read.read_at_nanos)).ok();
     let worker = worker.worker();
-    let rows: Vec<Value> = members
+    let rows: Vec<FleetRow> = members
         .iter()
         .map(|m| {
             // A worker ID has one live holder: the same ID, and our identity
@@ -148,33 +197,35 @@ pub(crate) async fn snapshot(
                 let nanos = r.as_nanosecond() - i128::from(read.read_at_nanos);
                 (nanos as f64 / 1e3).round() / 1e3
             });
-            json!({
-                "worker": m.worker,
-                "host": m.host,
-                "address": m.address,
-                "port": m.port,
-                "live": m.live,
-                "lease_left_ms": m.lease_left.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-                "reported": m.reported.map(|t| t.to_string()),
-                "offset_ms": offset_ms,
-                "mark": m.mark.map(|t| t.to_string()),
-                "this_node": this_node,
-            })
+            FleetRow {
+                address: m.address.clone(),
+                host: m.host.clone(),
+                lease_left_ms: m
+                    .lease_left
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                live: m.live,
+                mark: m.mark.map(|t| t.to_string()),
+                offset_ms,
+                port: m.port,
+                reported: m.reported.map(|t| t.to_string()),
+                this_node,
+                worker: m.worker,
+            }
         })
         .collect();
-    Ok(json!({
-        "registry": view.registry.kind(),
-        "node": view.node.to_string(),
-        "worker": worker,
-        "read_at": read_at.map(|t| t.to_string()),
-        "age_ms": u64::try_from(read.at.elapsed().as_millis()).unwrap_or(u64::MAX),
-        "min_interval_ms": FleetView::MIN_INTERVAL.as_millis() as u64,
-        "warn_offset_ms": FleetView::WARN_OFFSET.as_millis() as u64,
-        "offset_note": "offset_ms = the node's last reported time minus this node's clock at \
-                        read_at; it includes how long ago the node reported (up to its report \
-                        interval), not only the clock offset",
-        "fleet": rows,
-    }))
+    Ok(Fleet {
+        age_ms: u64::try_from(read.at.elapsed().as_millis()).unwrap_or(u64::MAX),
+        fleet: rows,
+        min_interval_ms: FleetView::MIN_INTERVAL.as_millis() as u64,
+        node: view.node.to_string(),
+        offset_note: "offset_ms = the node's last reported time minus this node's clock at \
+                      read_at; it includes how long ago the node reported (up to its report \
+                      interval), not only the clock offset",
+        read_at: read_at.map(|t| t.to_string()),
+        registry: view.registry.kind(),
+        warn_offset_ms: FleetView::WARN_OFFSET.as_millis() as u64,
+        worker,
+    })
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@
 //! [`Server::start`] and none outlives [`Server::serve`].
 //!
 //! The HTTP surface is in `http.rs`; its error bodies are
-//! `{"error": {"code": "...", "message": "..."}}` with stable codes.
+//! `{"error": {"code": "...", "message": "..."}}` with stable codes, and its
+//! OpenAPI 3.1 document (`GET /openapi.json`) is generated from its handlers
+//! (`http/openapi.rs`).
 //! The Redis-protocol (RESP2) surface, on its own port when
 //! `server.resp_addr` is set, is in `resp.rs`; the gRPC surface
 //! (`idmint.v1.IdService`, from `proto/idmint/v1/idmint.proto`), on its own

@@ -412,10 +412,10 @@ impl Batcher {
         };
         let mut client = client;
         let mut request = tonic::Request::new(ReserveRequest { count: total });
-        if let Some(token) = &self.token {
-            if let Ok(v) = format!("Bearer {}", token.expose()).parse() {
-                request.metadata_mut().insert("authorization", v);
-            }
+        if let Some(token) = &self.token
+            && let Ok(v) = format!("Bearer {}", token.expose()).parse()
+        {
+            request.metadata_mut().insert("authorization", v);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let answer = tokio::time::timeout(left, client.reserve(request)).await;

@@ -229,10 +229,10 @@ async fn until(deadline: Option<tokio::time::Instant>) {
 }
 
 fn log_join(done: Result<(), tokio::task::JoinError>) {
-    if let Err(e) = done {
-        if e.is_panic() {
-            tracing::error!(error = %e, "RESP connection task panicked");
-        }
+    if let Err(e) = done
+        && e.is_panic()
+    {
+        tracing::error!(error = %e, "RESP connection task panicked");
     }
 }
 

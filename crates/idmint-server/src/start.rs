@@ -413,17 +413,17 @@ fn check_not_run_out(
 /// Logs a warning at start when the layout runs out within a year.
 fn warn_if_running_out(key: &str, text: &str, layout: Layout) {
     let now = jiff::Timestamp::now();
-    if let (Some(end), Some(left)) = (layout.runs_out_at(), layout.time_left(now)) {
-        if left < RUN_OUT_WARNING {
-            tracing::warn!(
-                key,
-                layout = text,
-                runs_out_at = %end,
-                days_left = left.as_secs() / 86_400,
-                "the layout runs out within a year: after {end} no ID can be issued and the \
-                 node leaves /readyz; move to a later epoch or more time bits before then"
-            );
-        }
+    if let (Some(end), Some(left)) = (layout.runs_out_at(), layout.time_left(now))
+        && left < RUN_OUT_WARNING
+    {
+        tracing::warn!(
+            key,
+            layout = text,
+            runs_out_at = %end,
+            days_left = left.as_secs() / 86_400,
+            "the layout runs out within a year: after {end} no ID can be issued and the \
+             node leaves /readyz; move to a later epoch or more time bits before then"
+        );
     }
 }
 

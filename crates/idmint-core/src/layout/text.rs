@@ -298,7 +298,7 @@ fn parse_epoch(part: &str, value: &str) -> Result<Timestamp> {
 }
 
 pub(super) fn write_unit(f: &mut fmt::Formatter<'_>, unit_ms: u32) -> fmt::Result {
-    if unit_ms % 1000 == 0 {
+    if unit_ms.is_multiple_of(1000) {
         write!(f, "{}s", unit_ms / 1000)
     } else {
         write!(f, "{unit_ms}ms")

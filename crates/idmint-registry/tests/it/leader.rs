@@ -135,11 +135,11 @@ async fn a_dead_leaders_successor_issues_above_everything_it_issued() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let leading: Vec<usize> = (0..3).filter(|&i| oracles[i].reserve(1).is_ok()).collect();
         assert!(leading.len() <= 1, "two leaders at once: {leading:?}");
-        if let [l] = leading[..] {
-            if l != first {
-                successor = Some(l);
-                break;
-            }
+        if let [l] = leading[..]
+            && l != first
+        {
+            successor = Some(l);
+            break;
         }
     }
     let next = successor.expect("a new leader within 10 s");

@@ -448,7 +448,7 @@ impl RedisCounter {
         let span = step * (n_ids - 1);
         let own = u64::try_from(last)
             .ok()
-            .filter(|&last| last >= first_id + span && (last - first_id) % step == 0);
+            .filter(|&last| last >= first_id + span && (last - first_id).is_multiple_of(step));
         let Some(last) = own else {
             return Err(bad_reply(
                 "counter increment",

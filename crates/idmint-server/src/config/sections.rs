@@ -57,7 +57,7 @@ pub struct ServerConfig {
 }
 
 /// `server.undeclared_keys`: the strategy of names declared nowhere, or `refuse`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum UndeclaredKeys {
     /// Snowflake IDs (the default on idmint's own segment table).
@@ -546,7 +546,7 @@ impl SegmentKeyConfig {
 }
 
 /// How a key's IDs are made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// From this node's snowflake generator.

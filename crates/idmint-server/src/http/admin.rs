@@ -10,11 +10,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use idmint_segment::{KeyStatus, NewKey, SegmentError};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-use super::{ApiError, Shared, core_error, segment_error};
-use crate::config::{ADMIN_TOKEN_ENV, Strategy};
+use super::{ApiError, ErrorBody, Shared, core_error, segment_error};
+use crate::config::{ADMIN_TOKEN_ENV, Strategy, UndeclaredKeys};
+use crate::fleet::Fleet;
 use crate::keys::{KeySource, KeySpec};
 use crate::state::AppState;
 use crate::tokens::constant_time_eq;
@@ -52,20 +53,52 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-/// The body of `POST /v1/admin/keys`.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/admin/keys`: a segment key to create. No other
+/// field is taken.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CreateKey {
+#[schema(example = json!({"key": "invoice", "step": 1000}))]
+pub(crate) struct CreateKey {
+    /// The key name: 1 to 128 bytes of ASCII letters, digits, `.`, `_`, `-` and `:`.
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)]
     key: String,
+    /// The segment size: how many IDs one lease hands out.
+    #[schema(minimum = 1)]
     step: u64,
+    /// The first ID.
     #[serde(default = "one")]
+    #[schema(default = 1)]
     start: u64,
+    /// Issue only IDs with `id % delta == remainder`.
     #[serde(default = "one")]
+    #[schema(default = 1, minimum = 1)]
     delta: u64,
+    /// See `delta`; below it.
     #[serde(default)]
+    #[schema(default = 0)]
     remainder: u64,
+    /// Free text.
     #[serde(default)]
+    #[schema(default = "")]
     description: String,
+}
+
+/// A segment key's row as the store holds it (`POST /v1/admin/keys`'s answer).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"delta": 1, "description": "", "key": "invoice", "max_id": "1", "remainder": 0, "step": 1000}))]
+pub(crate) struct CreatedKey {
+    /// Issue only IDs with `id % delta == remainder`.
+    delta: u64,
+    /// Free text.
+    description: String,
+    /// The key name.
+    key: String,
+    /// The row's `max_id`, as a decimal string: the next lease starts here.
+    max_id: String,
+    /// See `delta`.
+    remainder: u64,
+    /// The segment size.
+    step: u64,
 }
 
 fn one() -> u64 {
@@ -110,6 +143,28 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError
 }
 
 /// `POST /v1/admin/keys`: creates a segment key; 201, or 409 if it exists.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/keys",
+    operation_id = "adminCreateKey",
+    tag = "admin",
+    summary = "Create a segment key in the store",
+    description = "The key is usable at once. The server won't make a segment key of a name \
+        it already answered with another strategy, or one declared with another.",
+    request_body(content = CreateKey, description = "At most 64 KiB.", content_type = "application/json"),
+    security(("admin_token" = [])),
+    responses(
+        (status = 201, description = "Created: the row as stored.", body = CreatedKey),
+        (status = 400, description = "`invalid_json`, `invalid_body`: the body is not that JSON, or can't be read; `invalid_key`, `invalid_spec`: a bad key name; a step, start, delta or remainder that doesn't make sense.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: the admin token is missing or wrong.", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 403, description = "`admin_disabled`: no admin token is configured.", body = ErrorBody),
+        (status = 409, description = "`key_exists`: the store has the key already; `wrong_strategy`: the name is declared, or was answered, with another strategy.", body = ErrorBody),
+        (status = 413, description = "`body_too_large`: the body passes 64 KiB.", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the store failed; `key_below_floor`: this node issued from a key of that name above `start`.", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds to wait before a retry (at least 1)."))),
+    ),
+)]
 pub(super) async fn admin_create_key(
     State(state): Shared,
     headers: HeaderMap,
@@ -138,51 +193,153 @@ pub(super) async fn admin_create_key(
         }
     };
     tracing::info!(key = %info.key, step = info.step, "segment key created through the admin API");
-    let body = json!({
-        "key": info.key,
-        "max_id": info.max_id.to_string(),
-        "step": info.step,
-        "delta": info.delta,
-        "remainder": info.remainder,
-        "description": info.description,
-    });
+    let body = CreatedKey {
+        delta: info.delta,
+        description: info.description,
+        key: info.key,
+        max_id: info.max_id.to_string(),
+        remainder: info.remainder,
+        step: info.step,
+    };
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
-fn key_status_json(s: &KeyStatus) -> Value {
-    json!({
-        "key": s.key,
-        "strategy": "segment",
-        "step": s.step,
-        "min_step": s.min_step,
-        "delta": s.delta,
-        "remainder": s.remainder,
-        "max_id": s.stored.as_ref().map(|i| i.max_id.to_string()),
-        "current": s.current.map(|(first, last, left)| json!({
-            "first": first.get().to_string(), "last": last.get().to_string(), "left": left,
-        })),
-        "next": s.next.map(|(first, last)| json!({
-            "first": first.get().to_string(), "last": last.get().to_string(),
-        })),
-        "loading": s.loading,
-        "last_error": s.last_error,
-    })
+/// `GET /v1/admin/keys`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct AdminKeys {
+    /// The segment keys of the store, then the keys declared with other strategies.
+    keys: Vec<AdminKey>,
+    /// `server.undeclared_keys`: the strategy of names declared nowhere, or `refuse`.
+    undeclared_keys: UndeclaredKeys,
+}
+
+/// A key of `GET /v1/admin/keys`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub(crate) enum AdminKey {
+    /// A segment key of the store, with this node's buffers.
+    Segment(SegmentKey),
+    /// A key declared with another strategy.
+    Declared(DeclaredKey),
+}
+
+/// A segment key of the store, with this node's buffers.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SegmentKey {
+    /// The segment this node hands out from; `null` if it has served none.
+    current: Option<CurrentSegment>,
+    /// Issue only IDs with `id % delta == remainder`.
+    delta: u64,
+    /// The key name.
+    key: String,
+    /// The last failure to lease a segment, if any.
+    last_error: Option<String>,
+    /// Whether the next segment is being leased now.
+    loading: bool,
+    /// The store's `max_id`, as a decimal string; `null` if unknown.
+    max_id: Option<String>,
+    /// The smallest step Leaf's dynamic step goes down to.
+    min_step: u64,
+    /// The segment buffered after `current`, if any.
+    next: Option<NextSegment>,
+    /// Whether the key's IDs are obfuscated public IDs.
+    public: bool,
+    /// See `delta`.
+    remainder: u64,
+    /// The segment size now (it grows and shrinks with demand).
+    step: u64,
+    /// Always `segment`.
+    strategy: Strategy,
+}
+
+/// The segment a node hands out from.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CurrentSegment {
+    /// Its first ID, as a decimal string.
+    first: String,
+    /// Its last ID, as a decimal string.
+    last: String,
+    /// How many IDs are left in it.
+    left: u64,
+}
+
+/// The segment a node has buffered next.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct NextSegment {
+    /// Its first ID, as a decimal string.
+    first: String,
+    /// Its last ID, as a decimal string.
+    last: String,
+}
+
+/// A key declared in `[keys.<name>]` with a strategy other than segment.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeclaredKey {
+    /// The key name.
+    key: String,
+    /// Whether the key's IDs are obfuscated public IDs.
+    public: bool,
+    /// How the key's IDs are made.
+    strategy: Strategy,
+}
+
+fn segment_key(s: &KeyStatus, public: bool) -> SegmentKey {
+    SegmentKey {
+        current: s.current.map(|(first, last, left)| CurrentSegment {
+            first: first.get().to_string(),
+            last: last.get().to_string(),
+            left,
+        }),
+        delta: s.delta,
+        key: s.key.clone(),
+        last_error: s.last_error.clone(),
+        loading: s.loading,
+        max_id: s.stored.as_ref().map(|i| i.max_id.to_string()),
+        min_step: s.min_step,
+        next: s.next.map(|(first, last)| NextSegment {
+            first: first.get().to_string(),
+            last: last.get().to_string(),
+        }),
+        public,
+        remainder: s.remainder,
+        step: s.step,
+        strategy: Strategy::Segment,
+    }
 }
 
 /// `GET /v1/admin/keys`: segment keys with their buffers and steps, and the
 /// configured keys of other strategies.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/keys",
+    operation_id = "adminKeys",
+    tag = "admin",
+    summary = "The segment keys of the store and the declared keys",
+    description = "The segment keys of the store, with this node's buffers, then the keys \
+        declared with other strategies.",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The keys.", body = AdminKeys),
+        (status = 401, description = "`unauthorized`: the admin token is missing or wrong.", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 403, description = "`admin_disabled`: no admin token is configured.", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the store can't list its keys.", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds to wait before a retry (at least 1)."))),
+    ),
+)]
 pub(super) async fn admin_keys(
     State(state): Shared,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
     let stored = state.segments.keys().await.map_err(segment_error)?;
-    let mut keys: Vec<Value> = stored
+    let mut keys: Vec<AdminKey> = stored
         .iter()
         .map(|s| {
-            let mut v = key_status_json(s);
-            v["public"] = json!(state.keys.peek(&s.key).is_some_and(|k| k.public));
-            v
+            let public = state.keys.peek(&s.key).is_some_and(|k| k.public);
+            AdminKey::Segment(segment_key(s, public))
         })
         .collect();
     let known = state.keys.snapshot();
@@ -194,37 +351,95 @@ pub(super) async fn admin_keys(
         .collect();
     others.sort_by_key(|(name, _)| name.as_str());
     keys.extend(others.into_iter().map(|(name, spec)| {
-        json!({"key": name, "strategy": spec.strategy.name(), "public": spec.public})
+        AdminKey::Declared(DeclaredKey {
+            key: name.clone(),
+            public: spec.public,
+            strategy: spec.strategy,
+        })
     }));
-    Ok(axum::Json(json!({
-        "keys": keys,
-        "undeclared_keys": state.keys.undeclared().name(),
-    }))
+    Ok(axum::Json(AdminKeys {
+        keys,
+        undeclared_keys: state.keys.undeclared(),
+    })
     .into_response())
 }
 
+/// `GET /v1/admin/workers`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Workers {
+    /// This node's worker (one).
+    workers: Vec<Worker>,
+}
+
+/// A node's worker, lease, mark and clock.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"clock": "monotonic", "clock_drift_ms": -0.001282, "generation": 1, "last_error": null, "layout": "twitter", "lease": "held", "lease_left_ms": null, "mark": "2026-11-26T12:31:05.372999999Z", "persisted_mark": "2026-11-26T12:31:05.372613571Z", "ready": true, "registry": "file", "worker": 0}))]
+pub(crate) struct Worker {
+    /// The clock IDs are made from (`snowflake.clock`): `monotonic` or `wall`.
+    clock: &'static str,
+    /// The monotonic clock's drift from the wall clock, in milliseconds.
+    clock_drift_ms: f64,
+    /// How many times the worker was claimed in this run.
+    generation: u64,
+    /// The keeper's last failure, if any.
+    last_error: Option<String>,
+    /// The layout, in its text form.
+    layout: String,
+    /// The lease's state (`held`, `lost`, ...).
+    lease: &'static str,
+    /// Milliseconds left on the lease; `null` for a registry without expiry.
+    lease_left_ms: Option<u64>,
+    /// The high-water mark IDs may reach (RFC 3339).
+    mark: Option<String>,
+    /// The mark the registry has durably accepted (RFC 3339).
+    persisted_mark: Option<String>,
+    /// What `/readyz` answers.
+    ready: bool,
+    /// The worker registry (`snowflake.registry`).
+    registry: &'static str,
+    /// The worker ID.
+    worker: u32,
+}
+
 /// `GET /v1/admin/workers`: this node's worker, lease, mark and clock drift.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/workers",
+    operation_id = "adminWorkers",
+    tag = "admin",
+    summary = "This node's worker",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The worker.", body = Workers),
+        (status = 401, description = "`unauthorized`: the admin token is missing or wrong.", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 403, description = "`admin_disabled`: no admin token is configured.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn admin_workers(
     State(state): Shared,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
     let s = state.worker.status();
-    let worker = json!({
-        "registry": s.registry,
-        "worker": s.worker,
-        "layout": state.layout_text,
-        "lease": s.lease.name(),
-        "lease_left_ms": s.lease_left.map(|d| d.as_millis() as u64),
-        "mark": s.mark.map(|t| t.to_string()),
-        "persisted_mark": s.persisted_mark.map(|t| t.to_string()),
-        "generation": s.generation,
-        "last_error": s.last_error,
-        "clock": state.clock.source().name(),
-        "clock_drift_ms": state.clock.drift() as f64 / 1e6,
-        "ready": s.is_ready() && crate::ready::clock_not_ready(&state).is_none(),
-    });
-    Ok(axum::Json(json!({ "workers": [worker] })).into_response())
+    let worker = Worker {
+        clock: state.clock.source().name(),
+        clock_drift_ms: state.clock.drift() as f64 / 1e6,
+        generation: s.generation,
+        last_error: s.last_error.clone(),
+        layout: state.layout_text.clone(),
+        lease: s.lease.name(),
+        lease_left_ms: s.lease_left.map(|d| d.as_millis() as u64),
+        mark: s.mark.map(|t| t.to_string()),
+        persisted_mark: s.persisted_mark.map(|t| t.to_string()),
+        ready: s.is_ready() && crate::ready::clock_not_ready(&state).is_none(),
+        registry: s.registry,
+        worker: s.worker,
+    };
+    Ok(axum::Json(Workers {
+        workers: vec![worker],
+    })
+    .into_response())
 }
 
 /// `GET /v1/admin/fleet`: every node as the worker registry sees it, with
@@ -232,6 +447,26 @@ pub(super) async fn admin_workers(
 /// marked (`fleet.rs`). Behind the admin token like the other admin routes:
 /// it names every node's address. 501 `registry_unsupported` for a registry
 /// that can't list; 503 when the registry fails or times out.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/fleet",
+    operation_id = "adminFleet",
+    tag = "admin",
+    summary = "Every node as the worker registry sees it",
+    description = "Worker ID, host, address, port, liveness, lease left, last report, its \
+        offset from this node's clock, stored mark, and `this_node`. One node reads the \
+        registry at most once every 2 s and shares the answer.",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The fleet.", body = Fleet),
+        (status = 401, description = "`unauthorized`: the admin token is missing or wrong.", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 403, description = "`admin_disabled`: no admin token is configured.", body = ErrorBody),
+        (status = 501, description = "`registry_unsupported`: the registry can't list its holders.", body = ErrorBody),
+        (status = 503, description = "The registry's code (`registry_timeout`, `registry_backend`, ...): the listing failed.", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Whole seconds to wait before a retry (at least 1)."))),
+    ),
+)]
 pub(super) async fn admin_fleet(
     State(state): Shared,
     headers: HeaderMap,
@@ -253,14 +488,43 @@ pub(super) async fn admin_fleet(
 }
 
 /// The body of `POST /v1/admin/reveal`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RevealRequest {
+#[schema(example = json!({"id": "1ZE3EZ6FCPC17"}))]
+pub(crate) struct RevealRequest {
+    /// A public ID, in `obfuscation.format`.
     id: String,
+}
+
+/// `POST /v1/admin/reveal`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"id": "2125931214584938496", "public": "1ZE3EZ6FCPC17"}))]
+pub(crate) struct Revealed {
+    /// The internal ID, as a decimal string.
+    id: String,
+    /// The public ID asked about, as given.
+    public: String,
 }
 
 /// `POST /v1/admin/reveal` `{"id": "<public ID>"}`: the internal ID behind a
 /// public one, in the configured text form.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/reveal",
+    operation_id = "adminReveal",
+    tag = "admin",
+    summary = "The internal ID behind a public ID",
+    request_body(content = RevealRequest, description = "At most 64 KiB.", content_type = "application/json"),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The internal ID.", body = Revealed),
+        (status = 400, description = "`obfuscation_disabled`: no obfuscation key is configured; `invalid_json`, `invalid_body`; `invalid_public_id`, `unknown_key_id`, `invalid_id`: not a public ID of this format; made with a key ID that has no key here; not revealable.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: the admin token is missing or wrong.", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 403, description = "`admin_disabled`: no admin token is configured.", body = ErrorBody),
+        (status = 413, description = "`body_too_large`: the body passes 64 KiB.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn admin_reveal(
     State(state): Shared,
     headers: HeaderMap,
@@ -276,5 +540,9 @@ pub(super) async fn admin_reveal(
     })?;
     let public = state.codec.decode(req.id.trim()).map_err(core_error)?;
     let id = obfuscator.reveal(public).map_err(core_error)?;
-    Ok(axum::Json(json!({"public": req.id, "id": id.get().to_string()})).into_response())
+    Ok(axum::Json(Revealed {
+        id: id.get().to_string(),
+        public: req.id,
+    })
+    .into_response())
 }

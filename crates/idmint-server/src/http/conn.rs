@@ -602,6 +602,22 @@ mod tests {
     }
 
     #[test]
+    fn the_routes_answered_before_the_router_are_in_the_openapi_document() {
+        let document = super::super::openapi::document(1);
+        for (prefix, _, route) in HOT_ROUTES {
+            let item = document
+                .paths
+                .paths
+                .get(route)
+                .unwrap_or_else(|| panic!("{route} is not in the OpenAPI document"));
+            assert!(item.get.is_some(), "GET {route} is not documented");
+            // The key is the path's one parameter, and the hot path takes
+            // exactly the keys it documents.
+            assert_eq!(route, format!("{prefix}{{key}}"));
+        }
+    }
+
+    #[test]
     fn only_plain_single_id_requests_skip_the_router() {
         assert_eq!(hot_route(&get("/api/snowflake/get/order")), Some(0));
         assert_eq!(hot_route(&get("/api/segment/get/a.b_c-d:e")), Some(1));

@@ -61,6 +61,8 @@ use axum::extract::{FromRequest, Query, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::config::Strategy;
 use crate::error::{ErrorClass, IssueError};
@@ -160,20 +162,70 @@ enum Body {
     Simple,
 }
 
+/// `nextId`'s body: Tinyid's `Response`, in its field order.
+// A struct, not a JSON map (whose keys serde_json sorts), keeps that order.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"data": [1001, 1002], "code": 200, "message": ""}))]
+pub(crate) struct TinyidIds {
+    /// The IDs, as JSON numbers (Tinyid's `Long`s); `null` on failure.
+    data: Option<Vec<u64>>,
+    /// Tinyid's code: 200 success, 5 a token error, 6 any other failure.
+    #[schema(examples(200, 5, 6))]
+    code: u32,
+    /// Empty on success; else the failure's message.
+    message: String,
+}
+
+/// `nextSegmentId`'s body, Tinyid's `Response` of a `SegmentId`.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"data": {"maxId": 2000, "loadingId": 1200, "currentId": 1000, "delta": 1, "remainder": 0}, "code": 200, "message": ""}))]
+pub(crate) struct TinyidSegment {
+    /// The segment; `null` on failure.
+    data: Option<TinyidSegmentId>,
+    /// Tinyid's code: 200 success, 5 a token error, 6 any other failure.
+    #[schema(examples(200, 5, 6))]
+    code: u32,
+    /// Empty on success; else the failure's message.
+    message: String,
+}
+
+/// Tinyid's `SegmentId`, in its field order: the client's IDs are those
+/// `id` with `currentId < id <= maxId` and `id % delta == remainder`; it
+/// loads the next segment once it passes `loadingId`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TinyidSegmentId {
+    /// The segment's last ID.
+    max_id: u64,
+    /// Past this ID the client loads the next segment.
+    loading_id: u64,
+    /// The segment starts above this ID.
+    current_id: u64,
+    /// Hand out only IDs with `id % delta == remainder`.
+    delta: u64,
+    /// See `delta`.
+    remainder: u64,
+}
+
+/// A failure's body: `{"data":null,"code":N,"message":"…"}`.
+#[derive(Serialize)]
+struct Failed {
+    data: Option<()>,
+    code: u32,
+    message: String,
+}
+
 impl Failure {
     fn into_response(self, body: Body) -> Response {
         let mut response = match body {
-            // By hand, in Tinyid's field order (serde_json's maps sort keys).
-            Body::Json => (
+            Body::Json => json_response(
                 self.status,
-                [(header::CONTENT_TYPE, JSON)],
-                format!(
-                    "{{\"data\":null,\"code\":{},\"message\":{}}}",
-                    self.code,
-                    serde_json::Value::from(self.message)
-                ),
-            )
-                .into_response(),
+                &Failed {
+                    data: None,
+                    code: self.code,
+                    message: self.message,
+                },
+            ),
             Body::Simple => {
                 tracing::debug!(code = self.code, message = %self.message, "tinyid request failed");
                 (self.status, [(header::CONTENT_TYPE, TEXT_PLAIN)], "").into_response()
@@ -387,24 +439,73 @@ async fn segment(state: &Arc<AppState>, params: &TinyidParams) -> Result<Segment
 // ---- Handlers ----
 
 /// `/tinyid/id/nextId`.
+#[utoipa::path(
+    method(get, post),
+    path = "/tinyid/id/nextId",
+    operation_id = "tinyidNextId",
+    tag = "tinyid",
+    summary = "IDs of a segment key (Didi Tinyid's URL)",
+    description = TINYID_DESCRIPTION,
+    params(
+        ("bizType" = Option<String>, Query, description = "The key. Missing or empty: code 5.", example = "order"),
+        ("token" = Option<String>, Query, description = "The key's Tinyid token (`tiny_id_token`), or its `keys.<name>.token`."),
+        ("batchSize" = Option<i64>, Query, description = "How many IDs (absent or empty: 1). Above 100,000 (Tinyid's `batch.size.max`) or `server.max_count`, cut to it; 0 or below, or not a number: 400.", minimum = 1, example = 2),
+    ),
+    request_body(content = TinyidForm, content_type = "application/x-www-form-urlencoded",
+        description = "POST only: the parameters as a form body instead of the query."),
+    security((), ("key_token_query" = [])),
+    responses(
+        (status = 200, description = "The IDs (code 200), or Tinyid's failure: code 5 for a missing `bizType` or a missing or wrong token, code 6 for an unknown key.", body = TinyidIds, content_type = "application/json;charset=UTF-8"),
+        (status = 400, description = "Code 6: `batchSize` not a whole number, or 0 or below; a parameter given twice.", body = TinyidIds, content_type = "application/json;charset=UTF-8"),
+        (status = 409, description = "Code 6: the key is declared with another strategy, or public.", body = TinyidIds, content_type = "application/json;charset=UTF-8"),
+        (status = 503, description = "Code 6: the store can't serve.", body = TinyidIds, content_type = "application/json;charset=UTF-8",
+            headers(("Retry-After" = u64, description = "Whole seconds to wait before a retry (at least 1)."))),
+        (status = 500, description = "Code 6: a failure of the server.", body = TinyidIds, content_type = "application/json;charset=UTF-8"),
+    ),
+)]
 async fn next_id(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let result = match params(request).await {
         Ok(p) => ids(&state, &p).await,
         Err(e) => Err(e),
     };
     match result {
-        Ok(values) => {
-            let mut body = String::with_capacity(40 + values.len() * 20);
-            body.push_str("{\"data\":[");
-            push_joined(&mut body, &values);
-            body.push_str("],\"code\":200,\"message\":\"\"}");
-            ok_json(body)
-        }
+        Ok(values) => json_response(
+            StatusCode::OK,
+            &TinyidIds {
+                data: Some(values),
+                code: 200,
+                message: String::new(),
+            },
+        ),
         Err(e) => e.into_response(Body::Json),
     }
 }
 
 /// `/tinyid/id/nextIdSimple`.
+#[utoipa::path(
+    method(get, post),
+    path = "/tinyid/id/nextIdSimple",
+    operation_id = "tinyidNextIdSimple",
+    tag = "tinyid",
+    summary = "IDs of a segment key as text (Didi Tinyid's URL)",
+    description = TINYID_DESCRIPTION,
+    params(
+        ("bizType" = Option<String>, Query, description = "The key. Missing or empty: an empty body.", example = "order"),
+        ("token" = Option<String>, Query, description = "The key's Tinyid token (`tiny_id_token`), or its `keys.<name>.token`."),
+        ("batchSize" = Option<i64>, Query, description = "How many IDs (absent or empty: 1). Above 100,000 (Tinyid's `batch.size.max`) or `server.max_count`, cut to it; 0 or below, or not a number: 400.", minimum = 1, example = 2),
+    ),
+    request_body(content = TinyidForm, content_type = "application/x-www-form-urlencoded",
+        description = "POST only: the parameters as a form body instead of the query."),
+    security((), ("key_token_query" = [])),
+    responses(
+        (status = 200, description = "The IDs joined by commas; empty for a token error or an unknown key.", body = String, content_type = "text/plain;charset=UTF-8", example = "1001,1002"),
+        (status = 400, description = "Empty: `batchSize` not a whole number, or 0 or below; a parameter given twice."),
+        (status = 409, description = "Empty: the key is declared with another strategy, or public."),
+        (status = 503, description = "Empty: the store can't serve.",
+            headers(("Retry-After" = u64, description = "Whole seconds to wait before a retry (at least 1)."))),
+        (status = 500, description = "Empty: a failure of the server."),
+    ),
+)]
 async fn next_id_simple(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let result = match params(request).await {
         Ok(p) => ids(&state, &p).await,
@@ -421,22 +522,77 @@ async fn next_id_simple(State(state): State<Arc<AppState>>, request: Request) ->
 }
 
 /// `/tinyid/id/nextSegmentId`.
+#[utoipa::path(
+    method(get, post),
+    path = "/tinyid/id/nextSegmentId",
+    operation_id = "tinyidNextSegmentId",
+    tag = "tinyid",
+    summary = "A whole segment for the client to hand out (Didi Tinyid's URL)",
+    description = TINYID_SEGMENT_DESCRIPTION,
+    params(
+        ("bizType" = Option<String>, Query, description = "The key. Missing or empty: code 5.", example = "order"),
+        ("token" = Option<String>, Query, description = "The key's Tinyid token (`tiny_id_token`), or its `keys.<name>.token`."),
+    ),
+    request_body(content = TinyidForm, content_type = "application/x-www-form-urlencoded",
+        description = "POST only: the parameters as a form body instead of the query."),
+    security((), ("key_token_query" = [])),
+    responses(
+        (status = 200, description = "The segment (code 200), or Tinyid's failure: code 5 for a missing `bizType` or a missing or wrong token, code 6 for an unknown key.", body = TinyidSegment, content_type = "application/json;charset=UTF-8"),
+        (status = 400, description = "Code 6: a parameter given twice.", body = TinyidSegment, content_type = "application/json;charset=UTF-8"),
+        (status = 409, description = "Code 6: the key is declared with another strategy, or public, or its `delta` doesn't fit a Java `int`.", body = TinyidSegment, content_type = "application/json;charset=UTF-8"),
+        (status = 503, description = "Code 6: the store can't serve.", body = TinyidSegment, content_type = "application/json;charset=UTF-8",
+            headers(("Retry-After" = u64, description = "Whole seconds to wait before a retry (at least 1)."))),
+        (status = 500, description = "Code 6: a failure of the server.", body = TinyidSegment, content_type = "application/json;charset=UTF-8"),
+    ),
+)]
 async fn next_segment_id(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let result = match params(request).await {
         Ok(p) => segment(&state, &p).await,
         Err(e) => Err(e),
     };
     match result {
-        Ok(s) => ok_json(format!(
-            "{{\"data\":{{\"maxId\":{},\"loadingId\":{},\"currentId\":{},\"delta\":{},\
-             \"remainder\":{}}},\"code\":200,\"message\":\"\"}}",
-            s.max_id, s.loading_id, s.current_id, s.delta, s.remainder
-        )),
+        Ok(s) => json_response(
+            StatusCode::OK,
+            &TinyidSegment {
+                data: Some(TinyidSegmentId {
+                    max_id: s.max_id,
+                    loading_id: s.loading_id,
+                    current_id: s.current_id,
+                    delta: s.delta,
+                    remainder: s.remainder,
+                }),
+                code: 200,
+                message: String::new(),
+            },
+        ),
         Err(e) => e.into_response(Body::Json),
     }
 }
 
 /// `/tinyid/id/nextSegmentIdSimple`.
+#[utoipa::path(
+    method(get, post),
+    path = "/tinyid/id/nextSegmentIdSimple",
+    operation_id = "tinyidNextSegmentIdSimple",
+    tag = "tinyid",
+    summary = "A whole segment as text (Didi Tinyid's URL)",
+    description = TINYID_SEGMENT_DESCRIPTION,
+    params(
+        ("bizType" = Option<String>, Query, description = "The key. Missing or empty: an empty body.", example = "order"),
+        ("token" = Option<String>, Query, description = "The key's Tinyid token (`tiny_id_token`), or its `keys.<name>.token`."),
+    ),
+    request_body(content = TinyidForm, content_type = "application/x-www-form-urlencoded",
+        description = "POST only: the parameters as a form body instead of the query."),
+    security((), ("key_token_query" = [])),
+    responses(
+        (status = 200, description = "`currentId,loadingId,maxId,delta,remainder`; empty for a token error or an unknown key.", body = String, content_type = "text/plain;charset=UTF-8", example = "1000,1200,2000,1,0"),
+        (status = 400, description = "Empty: a parameter given twice."),
+        (status = 409, description = "Empty: the key is declared with another strategy, or public, or its `delta` doesn't fit a Java `int`."),
+        (status = 503, description = "Empty: the store can't serve.",
+            headers(("Retry-After" = u64, description = "Whole seconds to wait before a retry (at least 1)."))),
+        (status = 500, description = "Empty: a failure of the server."),
+    ),
+)]
 async fn next_segment_id_simple(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let result = match params(request).await {
         Ok(p) => segment(&state, &p).await,
@@ -466,9 +622,41 @@ fn push_joined(body: &mut String, values: &[u64]) {
     }
 }
 
-fn ok_json(body: String) -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, JSON)], body).into_response()
+fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
+    let body = serde_json::to_vec(body).expect("a Tinyid body serializes");
+    (status, [(header::CONTENT_TYPE, JSON)], body).into_response()
 }
+
+/// The parameters of a Tinyid route as a POST form body.
+// Only a schema: `params` reads the form by name.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "only a schema: `params` reads the form by name")]
+pub(crate) struct TinyidForm {
+    /// The key.
+    biz_type: Option<String>,
+    /// The key's token.
+    token: Option<String>,
+    /// How many IDs (`nextId*` only; absent or empty: 1).
+    batch_size: Option<String>,
+}
+
+/// What the Tinyid routes say in the document.
+const TINYID_DESCRIPTION: &str = "Didi Tinyid's route, answering any method as Spring's \
+    `@RequestMapping` does (GET and POST are documented). Parameters come from the query \
+    string or, on POST, an `application/x-www-form-urlencoded` body; a parameter given \
+    twice is refused, others are ignored. The key is a segment key; an undeclared name is \
+    served as one (unless `server.undeclared_keys = \"refuse\"`). Token: with \
+    `segment.schema = \"tinyid\"` one that Tinyid's `tiny_id_token` table lists for the \
+    `bizType`; otherwise the key's `keys.<name>.token` when it has one. IDs are JSON \
+    numbers, as Tinyid's are; idmint's stable error codes don't appear in Tinyid's bodies.";
+
+/// What the Tinyid segment routes say in the document.
+const TINYID_SEGMENT_DESCRIPTION: &str = "Didi Tinyid's route: a whole segment leased from \
+    the store for this client alone, so it overlaps nothing any route hands out. The \
+    client's IDs are those `id` with `currentId < id <= maxId` and `id % delta == \
+    remainder`; it loads the next segment once it passes `loadingId` (`currentId` + 20 % of \
+    the step). Parameters, tokens and keys as for `nextId`; no `batchSize`.";
 
 #[cfg(test)]
 mod tests {

@@ -592,7 +592,7 @@ async fn bench_segment(args: &BenchArgs, progress: &LiveProgress) -> Result<Repo
                     };
                     w.record(t, result.map_err(|e| e.to_string()));
                     // Let the preloader and the other tasks in on a busy runtime.
-                    if w.calls % 256 == 0 {
+                    if w.calls.is_multiple_of(256) {
                         tokio::task::yield_now().await;
                     }
                 }
@@ -691,10 +691,10 @@ impl Worker {
                 self.first_error.get_or_insert(e);
             }
         }
-        if self.calls % PUBLISH_EVERY == 0 {
-            if let Some(progress) = &self.progress {
-                progress.fetch_add(std::mem::take(&mut self.unpublished), Ordering::Relaxed);
-            }
+        if self.calls.is_multiple_of(PUBLISH_EVERY)
+            && let Some(progress) = &self.progress
+        {
+            progress.fetch_add(std::mem::take(&mut self.unpublished), Ordering::Relaxed);
         }
     }
 }
@@ -767,7 +767,7 @@ fn group(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

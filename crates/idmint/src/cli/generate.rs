@@ -82,14 +82,14 @@ pub struct GenArgs {
 }
 
 pub fn run(args: GenArgs) -> Result<()> {
-    if let Some(count) = args.count {
-        if count == 0 || count > MAX_COUNT {
-            return Err(Error::InvalidCount {
-                count,
-                max: MAX_COUNT,
-            }
-            .into());
+    if let Some(count) = args.count
+        && (count == 0 || count > MAX_COUNT)
+    {
+        return Err(Error::InvalidCount {
+            count,
+            max: MAX_COUNT,
         }
+        .into());
     }
     match args.strategy {
         Strategy::Snowflake => snowflake_ids(&args),

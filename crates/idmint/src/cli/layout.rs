@@ -243,7 +243,7 @@ fn list(json: bool, now: Timestamp) -> Result<()> {
 /// `1ms`, `10ms`, `1s`: the text form's spelling.
 fn unit_text(unit: Duration) -> String {
     let ms = unit.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
@@ -278,7 +278,7 @@ fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, d) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(d);

@@ -134,6 +134,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         if let Some(reload) = server.tls_reload() {
             reload_on_sighup(reload);
         }
+        let stop = shutdown_signal();
         if let Some(path) = &args.ready_file {
             let mut text = format!("{}\n", server.local_addr());
             if let Some(addr) = server.resp_addr() {
@@ -144,7 +145,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             }
             write_ready_file(path, &text)?;
         }
-        server.serve(shutdown_signal()).await?;
+        server.serve(stop).await?;
         Ok(())
     })
 }
@@ -222,26 +223,38 @@ fn reload_on_sighup(reload: TlsReload) {
     drop(reload);
 }
 
-/// Completes on the first SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
+/// Listens for SIGTERM and SIGINT (Ctrl-C) from the call on; the future
+/// completes on the first.
+///
+/// Called before the ready file is written: a signal sent as soon as it
+/// says the server is up must stop the server cleanly, not kill it (the
+/// signal's default action). An `async fn` would listen only once first
+/// polled, which `Server::serve` does after building the router.
+#[cfg(unix)]
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => {
                 tokio::select! {
                     _ = term.recv() => tracing::info!("SIGTERM received"),
-                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+                    _ = int.recv() => tracing::info!("SIGINT received"),
                 }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the server");
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM and SIGINT; only Ctrl-C stops the server");
                 let _ = tokio::signal::ctrl_c().await;
             }
         }
     }
-    #[cfg(not(unix))]
-    {
+}
+
+/// Completes on the first Ctrl-C.
+#[cfg(not(unix))]
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    async {
         let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -429,13 +429,13 @@ impl Book {
                 .copied()
                 .collect();
             let before = self.last.get(idx).copied().flatten();
-            if let (Some(prev), Some(&first)) = (before, ids.first()) {
-                if first <= prev {
-                    out.monotonic_violations += 1;
-                    out.note(format!(
-                        "stream {idx}: first ID {first} not above {prev} of the row before"
-                    ));
-                }
+            if let (Some(prev), Some(&first)) = (before, ids.first())
+                && first <= prev
+            {
+                out.monotonic_violations += 1;
+                out.note(format!(
+                    "stream {idx}: first ID {first} not above {prev} of the row before"
+                ));
             }
             let again = ids.iter().filter(|id| self.seen.contains(id)).count();
             if again > 0 {

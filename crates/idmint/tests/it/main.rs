@@ -23,6 +23,7 @@ mod serve_keys;
 mod serve_logs;
 mod serve_metrics;
 mod serve_monotonic;
+mod serve_openapi;
 mod serve_outage;
 mod serve_policies;
 mod serve_resp;

@@ -26,8 +26,9 @@ use crate::serve_grpc::grpc_addr;
 const SERVICES: [&str; 2] = ["", "idmint.v1.IdService"];
 
 /// The Python of `scripts/pyenv`'s environment, which that script makes (or
-/// finds made) with the pinned grpcio packages; `None` after a loud SKIPPED
-/// line when it can't (under `CI=true` that fails the test).
+/// finds made) with the pinned packages (grpcio, and the OpenAPI tools of
+/// `serve_openapi.rs`); `None` after a loud SKIPPED line when it can't
+/// (under `CI=true` that fails the test).
 pub(crate) fn python() -> Option<String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pyenv");
     let out = Command::new(&script).output().expect("run scripts/pyenv");
@@ -35,7 +36,10 @@ pub(crate) fn python() -> Option<String> {
     if !out.status.success() {
         eprintln!("scripts/pyenv failed ({}): {stderr}", out.status);
     }
-    if !require_service("Python with grpcio (scripts/pyenv)", out.status.success()) {
+    if !require_service(
+        "Python with the pinned test packages (scripts/pyenv)",
+        out.status.success(),
+    ) {
         return None;
     }
     let python = String::from_utf8(out.stdout).unwrap().trim().to_owned();

@@ -232,12 +232,13 @@ impl Checker {
             for reply in stream {
                 let Ok(ids) = &reply.result else { continue };
                 for &id in ids {
-                    if let Some((prev, prev_reply)) = last {
-                        if id <= prev {
-                            out.monotonic_violations += 1;
-                            if shown < NOTES_PER_KIND {
-                                shown += 1;
-                                out.note(format!(
+                    if let Some((prev, prev_reply)) = last
+                        && id <= prev
+                    {
+                        out.monotonic_violations += 1;
+                        if shown < NOTES_PER_KIND {
+                            shown += 1;
+                            out.note(format!(
                                     "stream {} ({} {}): {id} (received {}) not above {prev} (received {})",
                                     reply.stream,
                                     reply.node.name(),
@@ -245,7 +246,6 @@ impl Checker {
                                     reply.received,
                                     prev_reply.received
                                 ));
-                            }
                         }
                     }
                     last = Some((id, reply));
