@@ -591,9 +591,23 @@ pub fn node_identity(config: &Config) -> NodeIdentity {
     }
 }
 
+/// Creates `server.data_dir`, as `idmint serve`'s start does (the file
+/// registry's lease, the marks of the fixed ones, the SQLite default store
+/// and the floors live there).
+pub(crate) fn create_data_dir(config: &Config) -> Result<(), Error> {
+    let dir = &config.server.data_dir;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::config(format!(
+            "config key server.data_dir: cannot create {}: {e}",
+            dir.display()
+        ))
+    })
+}
+
 /// Opens the registry and claims a worker through a keeper on a new
 /// runtime, as `idmint serve`'s start does (`start.rs::claim_worker`).
 fn claim(config: &Config, layout: Layout) -> Result<Live, Error> {
+    create_data_dir(config)?;
     let runtime = Runtime::start()?;
     let settings = generator_settings(config, *layout.core()).with_clock(id_clock(config));
     let node = node_identity(config);

@@ -12,7 +12,7 @@ use idmint_server::embed::{open_segment_allocator, prepare_segments};
 
 use crate::error::Error;
 use crate::fork::ProcessBound;
-use crate::generator::load_config;
+use crate::generator::{create_data_dir, load_config};
 use crate::runtime::Runtime;
 
 /// Segment keys (Leaf-segment, Tinyid) in this process: dense, strictly
@@ -188,6 +188,7 @@ impl Drop for Segments {
 /// Opens the allocator as `idmint serve`'s start does
 /// (`start.rs::start_segments`), on a new runtime, and starts its preloader.
 fn open(config: &Config, floors: bool) -> Result<Live, Error> {
+    create_data_dir(config)?;
     let runtime = Runtime::start()?;
     let allocator = runtime.block_on(async {
         let allocator = open_segment_allocator(config, floors).await?;
