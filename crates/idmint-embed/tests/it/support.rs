@@ -27,7 +27,8 @@ pub fn alone() -> RwLockWriteGuard<'static, ()> {
 /// A temporary directory with a config file: `[server] data_dir` in the
 /// directory, then `body`.
 pub struct ConfigFile {
-    pub dir: tempfile::TempDir,
+    /// Kept for its drop, which removes the directory.
+    _dir: tempfile::TempDir,
     pub path: PathBuf,
 }
 
@@ -39,7 +40,7 @@ pub fn config(body: &str) -> ConfigFile {
         dir.path().join("data")
     );
     std::fs::write(&path, text).unwrap();
-    ConfigFile { dir, path }
+    ConfigFile { _dir: dir, path }
 }
 
 /// A unique name for a test's cluster, table or key.
@@ -69,7 +70,7 @@ pub fn mariadb() -> Option<&'static str> {
 /// The etcd `scripts/test` started, if any.
 pub fn etcd() -> Option<String> {
     let endpoint = std::env::var("IDMINT_TEST_ETCD_ENDPOINT").ok();
-    require_service("etcd (IDMINT_TEST_ETCD_ENDPOINT)", endpoint.is_some()).then(|| endpoint)?
+    require_service("etcd (IDMINT_TEST_ETCD_ENDPOINT)", endpoint.is_some()).then_some(endpoint)?
 }
 
 /// Runs SQL on the machine's MariaDB `test` database with the `mysql` client
