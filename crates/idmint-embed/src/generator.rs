@@ -188,6 +188,8 @@ pub struct GeneratorStatus {
 pub struct Generator {
     source: Source,
     layout: Layout,
+    /// The longest a call waits inside the core (see [`Generator::max_wait`]).
+    max_wait: Duration,
     /// The issuer of this process; `None` once closed.
     live: ArcSwapOption<ProcessBound<Live>>,
     /// Serialises re-claims (in a forked child) and close.
@@ -243,6 +245,7 @@ impl Generator {
         let worker = options.worker;
         Ok(Generator {
             layout: options.layout,
+            max_wait: max_wait(options.layout, options.clock_behind),
             source: Source::Fixed(options),
             live: ArcSwapOption::from_pointee(ProcessBound::new(Live::Fixed(snowflake, worker))),
             reclaim: Mutex::new(Reclaim::default()),
@@ -275,6 +278,7 @@ impl Generator {
         let live = claim(&config, layout)?;
         Ok(Generator {
             layout,
+            max_wait: max_wait(layout, config.snowflake.clock_behind),
             source: Source::Config(Box::new(config)),
             live: ArcSwapOption::from_pointee(ProcessBound::new(live)),
             reclaim: Mutex::new(Reclaim::default()),
@@ -284,6 +288,16 @@ impl Generator {
     /// The layout IDs are made with.
     pub fn layout(&self) -> Layout {
         self.layout
+    }
+
+    /// The longest one [`Generator::next_id`] can wait inside the generator
+    /// when nothing fails: a tick for a new sequence, or the clock policy's
+    /// bound when the clock is behind (`wait:5ms`). The wait for the keeper
+    /// at the mark (up to 250 ms) comes on top, and only when
+    /// [`Generator::try_next_id`] says `None`. A binding may hold a lock
+    /// (Python's GIL) across a call when this is short.
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
     }
 
     /// The next ID.
@@ -546,6 +560,14 @@ impl Leased {
             }
         }
         Err(Refusal::paused(&e, &self.handle.status()).into())
+    }
+}
+
+/// A tick, or the clock policy's wait bound if longer.
+fn max_wait(layout: Layout, clock_behind: ClockBehind) -> Duration {
+    match clock_behind {
+        ClockBehind::Wait { max } => layout.unit().max(max),
+        _ => layout.unit(),
     }
 }
 

@@ -4,6 +4,7 @@
 //! [`Error`].
 
 use std::fmt;
+use std::time::Duration;
 
 pub use idmint_core::{Decoded, IdParts};
 use jiff::Timestamp;
@@ -84,6 +85,12 @@ impl Layout {
     /// The preset this layout is, if it is one.
     pub fn preset_name(&self) -> Option<&'static str> {
         self.0.preset_name()
+    }
+
+    /// The time unit: how long a tick lasts (1 ms for `twitter`, 1 s for
+    /// `baidu`).
+    pub fn unit(&self) -> Duration {
+        self.0.unit()
     }
 
     /// IDs one worker can make per second (the layout's cap).

@@ -62,6 +62,8 @@ mod segments;
 pub use error::Error;
 pub use fork::{after_fork_in_child, generation as fork_generation};
 pub use generator::{Generator, GeneratorOptions, GeneratorStatus, node_identity};
+/// The instants layouts decode to and compose from.
+pub use jiff::Timestamp;
 pub use layout::{Decoded, IdParts, Layout};
 pub use public::PublicIds;
 pub use segments::Segments;
