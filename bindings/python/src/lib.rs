@@ -136,6 +136,7 @@ impl Layout {
     /// Puts an ID together: from `time` (an aware datetime) or `tick`, and
     /// the node parts and sequence.
     #[pyo3(signature = (*, time=None, tick=None, datacenter=0, worker=0, sequence=0, rollback=0))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn compose(
         &self,
         py: Python<'_>,
