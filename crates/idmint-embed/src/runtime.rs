@@ -71,8 +71,11 @@ impl Runtime {
     /// For callers that hold something they must give up before blocking
     /// (Python's GIL), then call [`Runtime::run`].
     pub(crate) fn now<F: Future>(&self, fut: F) -> Option<F::Output> {
-        let fut = pin!(fut);
+        // Entered first, so it is left last: a future dropped pending may
+        // hold what needs the runtime to drop (a pooled connection returns
+        // itself to its pool with a task).
         let _context = self.rt().enter();
+        let fut = pin!(fut);
         match fut.poll(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(v) => Some(v),
             Poll::Pending => None,

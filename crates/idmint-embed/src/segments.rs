@@ -48,10 +48,30 @@ pub struct Segments {
 
 #[derive(Debug)]
 struct Live {
-    allocator: SegmentAllocator,
+    /// `Some` until dropped, inside the runtime's context (see the drop).
+    allocator: Option<SegmentAllocator>,
     /// Dropped before the runtime: it aborts the preloader task.
     preloader: Mutex<Option<PreloaderGuard>>,
     runtime: Runtime,
+}
+
+impl Live {
+    fn allocator(&self) -> &SegmentAllocator {
+        match &self.allocator {
+            Some(a) => a,
+            None => unreachable!("the allocator is taken only by the drop"),
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        // The store's connection pool hands its connections back with tasks:
+        // dropped where the runtime is the current one.
+        let _context = self.runtime.enter();
+        lock(&self.preloader).take();
+        self.allocator.take();
+    }
 }
 
 #[derive(Debug, Default)]
@@ -106,7 +126,7 @@ impl Segments {
     /// `closed`.
     pub fn next_id(&self, key: &str) -> Result<u64, Error> {
         let live = self.live()?;
-        Ok(live.runtime.run(live.allocator.next_id(key))?.get())
+        Ok(live.runtime.run(live.allocator().next_id(key))?.get())
     }
 
     /// The next ID of `key` if it is in the buffer: `None` when getting one
@@ -124,7 +144,7 @@ impl Segments {
                 Ok(None)
             };
         };
-        match live.runtime.now(live.allocator.next_id(key)) {
+        match live.runtime.now(live.allocator().next_id(key)) {
             Some(result) => Ok(Some(result?.get())),
             None => Ok(None),
         }
@@ -137,7 +157,7 @@ impl Segments {
     /// [`Segments::next_id`].
     pub fn next_ids(&self, key: &str, n: u64) -> Result<Vec<u64>, Error> {
         let live = self.live()?;
-        let batch = live.runtime.run(live.allocator.next_ids(key, n))?;
+        let batch = live.runtime.run(live.allocator().next_ids(key, n))?;
         Ok(batch.iter().map(|id| id.get()).collect())
     }
 
@@ -200,7 +220,7 @@ fn open(config: &Config, floors: bool) -> Result<Live, Error> {
         allocator.spawn_preloader()
     };
     Ok(Live {
-        allocator,
+        allocator: Some(allocator),
         preloader: Mutex::new(Some(preloader)),
         runtime,
     })
