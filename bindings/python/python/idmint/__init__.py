@@ -16,9 +16,15 @@ GIL are handled.
 
 import atexit as _atexit
 import os as _os
+from importlib import metadata as _metadata
 
 from . import _idmint
 from ._idmint import Decoded, Generator, IdmintError, Layout, PublicIds, Segments
+
+try:
+    __version__ = _metadata.version("idmint")
+except _metadata.PackageNotFoundError:  # imported from a source tree
+    __version__ = "0+unknown"
 
 __all__ = [
     "Decoded",
