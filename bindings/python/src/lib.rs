@@ -365,12 +365,15 @@ impl Generator {
     /// The worker ID issued with now.
     #[getter]
     fn worker(&self, py: Python<'_>) -> PyResult<u32> {
-        Ok(self.inner.status().or_raise(py)?.worker)
+        // Off the GIL: in a forked child the first call claims a worker ID.
+        let g = &self.inner;
+        Ok(py.detach(|| g.status()).or_raise(py)?.worker)
     }
 
     /// The registry, worker ID, lease state and why it would refuse, as a dict.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.status().or_raise(py)?;
+        let g = &self.inner;
+        let s = py.detach(|| g.status()).or_raise(py)?;
         let d = PyDict::new(py);
         d.set_item("registry", s.registry)?;
         d.set_item("worker", s.worker)?;

@@ -268,11 +268,13 @@ impl Generator {
         Generator::from_loaded(config)
     }
 
-    /// As [`Generator::from_config`], from a config already loaded.
+    /// As [`Generator::from_config`], from a config already loaded (checked
+    /// again here as `idmint serve` checks it).
     ///
     /// # Errors
     /// As [`Generator::from_config`].
     pub fn from_loaded(config: Config) -> Result<Generator, Error> {
+        Server::check(&config)?;
         check_embeddable(&config)?;
         let layout = Layout::from(config.layout()?);
         let live = claim(&config, layout)?;

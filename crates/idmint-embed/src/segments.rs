@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwapOption;
 use idmint_segment::{PreloaderGuard, SegmentAllocator};
-use idmint_server::Config;
+use idmint_server::{Config, Server};
 use idmint_server::embed::{open_segment_allocator, prepare_segments};
 
 use crate::error::Error;
@@ -104,11 +104,14 @@ impl Segments {
         Segments::open(load_config(Some(path.as_ref()))?, true)
     }
 
-    /// As [`Segments::from_config`], from a config already loaded.
+    /// As [`Segments::from_config`] (`floors` as
+    /// [`Segments::from_config_with_floors`]), from a config already loaded
+    /// (checked again here as `idmint serve` checks it).
     ///
     /// # Errors
     /// As [`Segments::from_config`].
     pub fn open(config: Config, floors: bool) -> Result<Segments, Error> {
+        Server::check(&config)?;
         let live = open(&config, floors)?;
         Ok(Segments {
             config: Box::new(config),
