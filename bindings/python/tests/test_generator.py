@@ -168,3 +168,19 @@ def test_blocking_calls_release_the_gil():
         time.sleep(0.001)
     t.join()
     assert len(ran) >= 20, f"the other thread ran {len(ran)} times in about 100 ms"
+
+
+def test_configs_an_embedded_process_cannot_use_are_refused(config):
+    forever = config('[snowflake]\nregistry = "zookeeper"\n[snowflake.zookeeper]\nmode = "forever"\n')
+    with pytest.raises(idmint.IdmintError) as e:
+        idmint.Generator.from_config(forever)
+    assert e.value.code == "invalid_config"
+    assert "ephemeral" in e.value.message
+    typo = config('[snowflake]\nregistery = "file"\n', name="typo.toml")
+    with pytest.raises(idmint.IdmintError) as e:
+        idmint.Generator.from_config(typo)
+    assert e.value.code == "invalid_config" and "registery" in e.value.message
+    expired = config('[snowflake]\nlayout = "baidu"\n', name="baidu.toml")
+    with pytest.raises(idmint.IdmintError) as e:
+        idmint.Generator.from_config(expired)
+    assert e.value.code == "invalid_config" and "ran out" in e.value.message

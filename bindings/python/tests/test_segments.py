@@ -70,3 +70,11 @@ def test_declared_keys_on_the_default_store(config):
     with idmint.Segments.from_config(path) as s:
         ids = [s.next_id("order") for _ in range(250)]
         assert ids == list(range(1000, 1250))
+
+
+def test_redis_store(config, redis):
+    prefix = unique("py") + ":"
+    path = config(f'[segment]\nurl = "{redis}"\nkey_prefix = "{prefix}"\n[segment.keys.invoice]\nstep = 50\nstart = 7\n')
+    with idmint.Segments.from_config(path) as s:
+        ids = [s.next_id("invoice") for _ in range(120)] + s.next_ids("invoice", 500)
+        assert ids == list(range(7, 7 + 620))
