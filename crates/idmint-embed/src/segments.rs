@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwapOption;
 use idmint_segment::{PreloaderGuard, SegmentAllocator};
-use idmint_server::{Config, Server};
 use idmint_server::embed::{open_segment_allocator, prepare_segments};
+use idmint_server::{Config, Server};
 
 use crate::error::Error;
 use crate::fork::ProcessBound;
