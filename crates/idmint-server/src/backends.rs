@@ -24,8 +24,8 @@ use idmint_registry::{
 use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
 use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
 use idmint_segment::{
-    FloorFile, KeyInfo, NewKey, SegmentAllocator, SegmentConfig, SegmentGrant, SegmentStore,
-    StoreEpoch,
+    FloorFile, KeyInfo, NewKey, SegmentAllocator, SegmentConfig, SegmentError, SegmentGrant,
+    SegmentStore, StoreEpoch,
 };
 use jiff::Timestamp;
 
@@ -34,9 +34,14 @@ use crate::error::ServerError;
 use crate::keys::{KeyMap, KeySource, KeySpec, KeyTable};
 use crate::metrics::Metrics;
 
-pub(crate) async fn open_registry(
-    config: &Config,
-) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
+/// The worker registry `snowflake.registry` names, opened as `idmint serve`
+/// opens it (the file, static, host and k8s registries keep their lease or
+/// marks in `server.data_dir`).
+///
+/// # Errors
+/// The registry's: [`RegistryError::Config`] for a setting it refuses, a
+/// backend error when it can't be reached.
+pub async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
     let sf = &config.snowflake;
     let data_dir = &config.server.data_dir;
     Ok(match sf.registry {
@@ -179,7 +184,9 @@ pub(crate) fn oracle_keeper_config(config: &Config) -> KeeperConfig {
 // The settings each backend is opened with, built without I/O, so that
 // `Server::check` validates exactly what `Server::start` opens.
 
-pub(crate) fn generator_settings(config: &Config, layout: Layout) -> GeneratorSettings {
+/// The generator a claimed worker runs: `layout` with `[snowflake]`'s clock
+/// and sequence policies and its datacenter.
+pub fn generator_settings(config: &Config, layout: Layout) -> GeneratorSettings {
     let sf = &config.snowflake;
     let settings = GeneratorSettings::new(layout)
         .with_clock_behind(sf.clock_behind)
@@ -191,7 +198,10 @@ pub(crate) fn generator_settings(config: &Config, layout: Layout) -> GeneratorSe
     }
 }
 
-pub(crate) fn keeper_config(config: &Config) -> KeeperConfig {
+/// How the worker's keeper runs: `snowflake.window`,
+/// `snowflake.max_peer_skew` and `snowflake.claim_wait`, the rest the
+/// keeper's defaults.
+pub fn keeper_config(config: &Config) -> KeeperConfig {
     let sf = &config.snowflake;
     KeeperConfig::new()
         .with_window(sf.window)
@@ -357,25 +367,99 @@ pub(crate) async fn open_segments(
     config: &Config,
     metrics: Arc<Metrics>,
 ) -> Result<(SegmentAllocator, Option<Arc<SqlSegmentStore>>), ServerError> {
-    let url = config.segment_url();
+    let floors = open_floors(config)?;
+    let (store, tinyid) = connect_store(config).await?;
+    let allocator = allocator_on(config, CountingStore::wrap(store, metrics), Some(floors))?;
+    Ok((allocator, tinyid))
+}
+
+/// The segment allocator on the configured store, as [`open_segments`]
+/// opens it for the server but with no metrics, and with the floor file in
+/// `server.data_dir` only when `floors` (a process embedding idmint may run
+/// many times on one host: see `idmint-embed`).
+///
+/// # Errors
+/// [`ServerError::Segment`] naming `segment.url` (password hidden) or the
+/// floor file.
+pub async fn open_segment_allocator(
+    config: &Config,
+    floors: bool,
+) -> Result<SegmentAllocator, ServerError> {
+    let floors = if floors {
+        Some(open_floors(config)?)
+    } else {
+        None
+    };
+    let (store, _) = connect_store(config).await?;
+    allocator_on(config, store, floors)
+}
+
+/// This node's floor file in `server.data_dir`.
+fn open_floors(config: &Config) -> Result<FloorFile, ServerError> {
     let data_dir = &config.server.data_dir;
-    let floors = FloorFile::open(data_dir).map_err(|source| ServerError::Segment {
+    FloorFile::open(data_dir).map_err(|source| ServerError::Segment {
         what: format!(
             "opening the floor file in server.data_dir {}",
             data_dir.display()
         ),
         source,
-    })?;
-    let (store, tinyid) = connect_store(config).await?;
+    })
+}
+
+/// The allocator on `store` with `[segment]`'s settings and `floors`.
+fn allocator_on(
+    config: &Config,
+    store: Arc<dyn SegmentStore>,
+    floors: Option<FloorFile>,
+) -> Result<SegmentAllocator, ServerError> {
+    let url = config.segment_url();
     tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
-    let allocator =
-        SegmentAllocator::from_shared(CountingStore::wrap(store, metrics), segment_config(config))
-            .and_then(|a| a.with_floors(Arc::new(floors)))
-            .map_err(|source| ServerError::Segment {
-                what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
-                source,
-            })?;
-    Ok((allocator, tinyid))
+    let allocator = SegmentAllocator::from_shared(store, segment_config(config));
+    let allocator = match floors {
+        Some(floors) => allocator.and_then(|a| a.with_floors(Arc::new(floors))),
+        None => allocator,
+    };
+    allocator.map_err(|source| ServerError::Segment {
+        what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
+        source,
+    })
+}
+
+/// What a start does on the opened allocator before it serves: checks the
+/// store against this node's floors (refusing a store that was reset or
+/// restored behind them, and leaving it as it was), then creates the keys
+/// declared in `[segment.keys]` that the store lacks.
+///
+/// # Errors
+/// [`ServerError::Segment`] naming the floor file or the key.
+pub async fn prepare_segments(
+    config: &Config,
+    segments: &SegmentAllocator,
+) -> Result<(), ServerError> {
+    let declared: Vec<String> = config.segment.keys.keys().cloned().collect();
+    if let Err(source) = segments.check_floors(&declared).await {
+        let floors = segments
+            .floors()
+            .map(|f| f.path().display().to_string())
+            .unwrap_or_default();
+        return Err(ServerError::Segment {
+            what: format!("checking the store against this node's floors in {floors}"),
+            source,
+        });
+    }
+    for (name, key) in &config.segment.keys {
+        match segments.create_key(key.new_key(name)).await {
+            Ok(info) => tracing::info!(key = %name, step = info.step, "segment key created"),
+            Err(SegmentError::KeyExists { .. }) => {}
+            Err(source) => {
+                return Err(ServerError::Segment {
+                    what: format!("creating segment.keys.{name}"),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Connects to the configured segment store (migrating idmint's table), as

@@ -13,7 +13,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use idmint_registry::RegistryError;
+use idmint_registry::{RegistryError, WorkerStatus};
 use idmint_segment::SegmentError;
 
 use crate::config::ConfigError;
@@ -238,7 +238,30 @@ impl IssueError {
     pub(crate) fn internal(message: impl Into<String>) -> Self {
         IssueError::new(ErrorClass::Internal, "internal", message)
     }
+
+    /// Snowflake IDs refused at the high-water mark once the wait for it
+    /// ([`MARK_WAIT`]) is over, or at once when the lease is not held:
+    /// `mark_reached`, with why (the lease's state, the store's failure),
+    /// and a retry in 1 s.
+    pub(crate) fn paused(e: &idmint_core::Error, status: &WorkerStatus) -> Self {
+        let why = status
+            .not_ready_reason()
+            .unwrap_or_else(|| "the high-water mark is being persisted".to_owned());
+        IssueError::unavailable(
+            e.code(),
+            format!("snowflake IDs are paused: {why}"),
+            Duration::from_secs(1),
+        )
+    }
 }
+
+/// How long a snowflake call that met the high-water mark waits for the
+/// keeper to persist the next window (while the lease is held) before it is
+/// refused with [`IssueError::paused`]; the server and `idmint-embed` alike.
+pub(crate) const MARK_WAIT: Duration = Duration::from_millis(250);
+
+/// How often that wait looks again.
+pub(crate) const MARK_POLL: Duration = Duration::from_millis(2);
 
 impl From<idmint_core::Error> for IssueError {
     fn from(e: idmint_core::Error) -> Self {

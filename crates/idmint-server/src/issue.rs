@@ -12,7 +12,7 @@
 //! through [`AppState::count_issued`], so this module imports no metrics.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use idmint_core::uuid::UuidGenerator;
 use idmint_core::{Id, IdBatch, PublicId, TextFormat};
@@ -20,7 +20,7 @@ use idmint_registry::LeaseState;
 use smallvec::{SmallVec, smallvec};
 
 use crate::config::Strategy;
-use crate::error::{ErrorClass, IssueError};
+use crate::error::{ErrorClass, IssueError, MARK_POLL, MARK_WAIT};
 use crate::keys::{KeySource, KeySpec};
 use crate::ready::note_clock_failure;
 use crate::state::AppState;
@@ -115,23 +115,13 @@ async fn snowflakes(state: &Arc<AppState>, n: u64) -> Result<Ints, IssueError> {
         };
         match result {
             Err(idmint_core::Error::MarkReached { .. })
-                if Instant::now()
-                    < *deadline
-                        .get_or_insert_with(|| Instant::now() + Duration::from_millis(250))
+                if Instant::now() < *deadline.get_or_insert_with(|| Instant::now() + MARK_WAIT)
                     && state.worker.status().lease == LeaseState::Held =>
             {
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                tokio::time::sleep(MARK_POLL).await;
             }
             Err(e @ idmint_core::Error::MarkReached { .. }) => {
-                let status = state.worker.status();
-                let why = status
-                    .not_ready_reason()
-                    .unwrap_or_else(|| "the high-water mark is being persisted".to_owned());
-                return Err(IssueError::unavailable(
-                    e.code(),
-                    format!("snowflake IDs are paused: {why}"),
-                    Duration::from_secs(1),
-                ));
+                return Err(IssueError::paused(&e, &state.worker.status()));
             }
             Err(e) => {
                 note_clock_failure(state, &e);

@@ -36,6 +36,10 @@
 //! beside it; the metrics recorder in `metrics.rs` and the parts that feed it
 //! in `metrics/`. Imports point one way: surfaces → issuing → state → the
 //! parts it holds; nothing below imports what is above it.
+//!
+//! [`embed`] is the small API `idmint-embed` (the in-process layer of the
+//! language bindings) opens backends and reports failures with, so that an
+//! embedded generator is opened and refuses exactly as this server does.
 
 #![deny(missing_docs)]
 
@@ -43,6 +47,7 @@ mod backends;
 mod clock;
 pub mod config;
 mod durability;
+pub mod embed;
 mod error;
 mod fleet;
 pub mod grpc;

@@ -22,7 +22,8 @@ use crate::backends::{
     CountingRegistry, StoreSettings, etcd_config, generator_settings, keeper_config, key_table,
     leader_etcd_config, leader_redis_config, leader_sql_config, leader_zookeeper_config,
     open_leader_registry, open_registry, open_segments, oracle_keeper_config, oracle_settings,
-    redis_registry_config, segment_config, sql_registry_config, store_settings, zookeeper_config,
+    prepare_segments, redis_registry_config, segment_config, sql_registry_config, store_settings,
+    zookeeper_config,
 };
 use crate::clock::IdClock;
 use crate::config::{Config, ConfigError, RegistryKind};
@@ -649,29 +650,7 @@ async fn start_segments(config: &Config, metrics: &Arc<Metrics>) -> Result<Segme
     // Before anything is created: a store that forgot what this node issued
     // (reset, or restored from an older backup) stops the start here, and
     // is left as it was.
-    let declared: Vec<String> = config.segment.keys.keys().cloned().collect();
-    if let Err(source) = segments.check_floors(&declared).await {
-        let floors = segments
-            .floors()
-            .map(|f| f.path().display().to_string())
-            .unwrap_or_default();
-        return Err(ServerError::Segment {
-            what: format!("checking the store against this node's floors in {floors}"),
-            source,
-        });
-    }
-    for (name, key) in &config.segment.keys {
-        match segments.create_key(key.new_key(name)).await {
-            Ok(info) => tracing::info!(key = %name, step = info.step, "segment key created"),
-            Err(SegmentError::KeyExists { .. }) => {}
-            Err(source) => {
-                return Err(ServerError::Segment {
-                    what: format!("creating segment.keys.{name}"),
-                    source,
-                });
-            }
-        }
-    }
+    prepare_segments(config, &segments).await?;
     let preloader = segments.spawn_preloader();
     Ok(Segments {
         allocator: segments,

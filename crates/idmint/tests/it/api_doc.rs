@@ -9,7 +9,8 @@
 //!   `post`, ...; `any` is documented as `GET, POST`). A `.nest(` or
 //!   `.route_service(` fails the test: it doesn't read them yet.
 //! - **Codes**: the string literals of every `fn code(&self) -> &'static str`
-//!   of the library crates' error enums, and the literal code passed to an
+//!   of the library crates' error types (`idmint-embed`'s, under the
+//!   bindings, included), and the literal code passed to an
 //!   `IssueError`/`ApiError` constructor anywhere in the server (`new`'s
 //!   second argument, `bad_input`'s, `bad_request`'s and `unavailable`'s
 //!   first). A code passed through a variable is not seen here; it must come
@@ -36,7 +37,7 @@ use serde_json::Value;
 
 use crate::serve::{Served, client};
 
-/// The crates whose error enums' `code()` are the stable codes (the client
+/// The crates whose error types' `code()` are the stable codes (the client
 /// crate's codes are its own, not the server's).
 const ERROR_CRATES: &[&str] = &[
     "idmint-core",
@@ -45,6 +46,7 @@ const ERROR_CRATES: &[&str] = &[
     "idmint-sql",
     "idmint-redis",
     "idmint-server",
+    "idmint-embed",
 ];
 
 /// A doc, with its routes and codes sections' headings.

@@ -1,0 +1,234 @@
+//! The one error type of the embedded layer: idmint's stable code, a message
+//! and the retry hint, which every binding turns into its language's
+//! exception or error value as it is.
+
+use std::fmt;
+use std::time::Duration;
+
+use idmint_registry::RegistryError;
+use idmint_server::ConfigError;
+use idmint_server::ServerError;
+use idmint_server::embed::Refusal;
+
+/// Everything that can fail here, with the stable code the server sends for
+/// the same failure (docs/api.md, "Error codes").
+///
+/// - [`Error::code`]: `clock_behind`, `mark_reached`, `key_not_found`,
+///   `unavailable`, `invalid_layout_text`, `workers_exhausted`, ...; and the
+///   two of the embedded layer alone, `closed` (a call after `close`) and
+///   `forked` (a fixed-worker generator used in a forked child).
+/// - [`Error::message`]: what went wrong, naming the value; it may change
+///   between releases, the code never does.
+/// - [`Error::retry_after`]: how long to wait before trying again, for the
+///   failures that pass (the server's `Retry-After`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: Kind,
+    message: String,
+    retry_after: Option<Duration>,
+}
+
+/// Where an error came from; the code is read from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    /// A failure to issue or to read an ID, with the server's code.
+    Refused(&'static str),
+    /// The worker registry's failure (a claim, the clock checks at start).
+    Registry(&'static str),
+    /// A configuration (file, options) that can't work.
+    Config,
+    /// The generator or allocator was closed.
+    Closed,
+    /// A generator with a fixed worker used in a forked child.
+    Forked,
+    /// The runtime's threads could not be started.
+    Runtime,
+}
+
+impl Error {
+    /// The stable, machine-readable code (see the type's docs).
+    pub fn code(&self) -> &'static str {
+        match &self.kind {
+            Kind::Refused(code) | Kind::Registry(code) => code,
+            Kind::Config => "invalid_config",
+            Kind::Closed => "closed",
+            Kind::Forked => "forked",
+            Kind::Runtime => "internal",
+        }
+    }
+
+    /// What went wrong, naming the offending value.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// How long to wait before a retry may succeed; `None` when retrying the
+    /// same call can't help (bad input, a closed generator).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// True when the caller's input or configuration is at fault.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self.kind, Kind::Config)
+            || matches!(
+                self.code(),
+                "invalid_layout"
+                    | "invalid_layout_text"
+                    | "invalid_text"
+                    | "node_out_of_range"
+                    | "invalid_count"
+                    | "invalid_id"
+                    | "invalid_key"
+                    | "invalid_obfuscator"
+                    | "invalid_public_id"
+                    | "unknown_key_id"
+                    | "registry_config"
+                    | "invalid_spec"
+            )
+    }
+
+    pub(crate) fn config(message: impl Into<String>) -> Error {
+        Error {
+            kind: Kind::Config,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub(crate) fn closed(what: &str) -> Error {
+        Error {
+            kind: Kind::Closed,
+            message: format!("this {what} was closed: make a new one"),
+            retry_after: None,
+        }
+    }
+
+    pub(crate) fn forked(worker: u32) -> Error {
+        Error {
+            kind: Kind::Forked,
+            message: format!(
+                "this generator was made before the process forked, with the fixed worker ID \
+                 {worker}, which the parent still issues with; a child can't claim another: \
+                 make a generator with the child's own worker ID, or one from a config with a \
+                 shared registry (it claims anew in each child)"
+            ),
+            retry_after: None,
+        }
+    }
+
+    pub(crate) fn runtime(e: &std::io::Error) -> Error {
+        Error {
+            kind: Kind::Runtime,
+            message: format!("cannot start idmint's runtime threads: {e}"),
+            retry_after: None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<Refusal> for Error {
+    fn from(r: Refusal) -> Error {
+        Error {
+            kind: Kind::Refused(r.code),
+            message: r.message,
+            retry_after: r.retry_after,
+        }
+    }
+}
+
+impl From<idmint_core::Error> for Error {
+    /// The core's code, with the server's retry hint.
+    fn from(e: idmint_core::Error) -> Error {
+        Refusal::from(e).into()
+    }
+}
+
+impl From<idmint_segment::SegmentError> for Error {
+    /// The allocator's code, with the server's retry hints.
+    fn from(e: idmint_segment::SegmentError) -> Error {
+        Refusal::from(e).into()
+    }
+}
+
+impl From<RegistryError> for Error {
+    /// The registry's code; a held claim's own wait as the retry hint, 1 s
+    /// for the failures that pass by themselves (a timeout, an outage, every
+    /// worker ID taken, a lease lost), none for the rest.
+    fn from(e: RegistryError) -> Error {
+        let retry_after = match &e {
+            RegistryError::Held { retry_after, .. } => Some(*retry_after),
+            RegistryError::Timeout { .. }
+            | RegistryError::Backend { .. }
+            | RegistryError::Exhausted { .. }
+            | RegistryError::LeaseLost { .. } => Some(Duration::from_secs(1)),
+            _ => None,
+        };
+        Error {
+            kind: Kind::Registry(e.code()),
+            message: e.to_string(),
+            retry_after,
+        }
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Error {
+        Error::config(e.to_string())
+    }
+}
+
+impl From<ServerError> for Error {
+    /// A backend that failed to open: the segment store's or the registry's
+    /// code (a config at fault is `invalid_config`).
+    fn from(e: ServerError) -> Error {
+        if e.is_config() {
+            return Error::config(e.to_string());
+        }
+        let message = e.to_string();
+        let mut error = match e {
+            ServerError::Segment { source, .. } => Error::from(source),
+            ServerError::Registry { source, .. } => Error::from(source),
+            _ => Error {
+                kind: Kind::Refused("internal"),
+                message: String::new(),
+                retry_after: None,
+            },
+        };
+        // The step's own words (`segment store (opening segment.url …): …`).
+        error.message = message;
+        error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_the_servers() {
+        let e = Error::from(idmint_core::Error::InvalidCount { count: 0, max: 9 });
+        assert_eq!(e.code(), "invalid_count");
+        assert!(e.is_bad_input());
+        assert_eq!(e.retry_after(), None);
+        let e = Error::from(idmint_segment::SegmentError::NotFound {
+            key: "x".to_owned(),
+        });
+        assert_eq!(e.code(), "key_not_found");
+        assert_eq!(Error::closed("generator").code(), "closed");
+        assert_eq!(Error::forked(7).code(), "forked");
+        assert!(Error::forked(7).message().contains("worker ID 7"));
+        assert_eq!(
+            Error::config("x").to_string(),
+            "invalid_config: x",
+            "Display is the code, then the message"
+        );
+    }
+}

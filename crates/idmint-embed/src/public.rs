@@ -1,0 +1,150 @@
+//! [`PublicIds`]: IDs shown to the public, through the keyed, reversible
+//! permutation of `idmint_core::obfuscate`, in decimal, Crockford base32 or
+//! Sqids text.
+
+use std::path::Path;
+
+use idmint_core::{Id, Obfuscator, PublicId, PublicIdCodec};
+use idmint_server::config::{ObfuscationConfig, Secret};
+
+use crate::error::Error;
+use crate::generator::load_config;
+
+/// Obfuscates IDs into public IDs and reveals them again, and writes and
+/// reads their text form.
+///
+/// Built from the same settings as the server's `[obfuscation]` section (and
+/// read by the same code): a key ring (`HEX` or `KEY_ID:HEX` entries), the
+/// width of public IDs (32 to 64 bits, default 63), the key-ID bits, the
+/// active key, and the text form (`dec`, `base32`, `sqids`). So a public ID
+/// made here is revealed by a server with the same settings, and the other
+/// way round.
+///
+/// Pure and thread-safe: no I/O, no state beyond the keys; key material never
+/// shows in `Debug` or in errors.
+///
+/// # Examples
+///
+/// ```
+/// use idmint_embed::PublicIds;
+///
+/// let ids = PublicIds::new("000102030405060708090a0b0c0d0e0f", 63, 0, None, "base32")?;
+/// let public = ids.obfuscate(1_050_118_621_198_921_728)?;
+/// assert_ne!(public, 1_050_118_621_198_921_728);
+/// assert_eq!(ids.reveal(public)?, 1_050_118_621_198_921_728);
+/// let text = ids.encode(public)?;
+/// assert_eq!(ids.decode(&text.to_lowercase())?, public);
+/// assert_eq!(ids.reveal_text(&ids.obfuscate_text(42)?)?, 42);
+/// assert_eq!(ids.decode("not base32!").unwrap_err().code(), "invalid_public_id");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct PublicIds {
+    obfuscator: Obfuscator,
+    codec: PublicIdCodec,
+}
+
+impl PublicIds {
+    /// From explicit settings, as `[obfuscation]` takes them: `key` (the
+    /// ring), `bits`, `key_id_bits`, `active_key` (default: the last key
+    /// listed) and `format` (`dec`, `base32`, `sqids`).
+    ///
+    /// # Errors
+    /// `invalid_config` naming the setting (never quoting a key).
+    pub fn new(
+        key: &str,
+        bits: u8,
+        key_id_bits: u8,
+        active_key: Option<u8>,
+        format: &str,
+    ) -> Result<PublicIds, Error> {
+        let section = ObfuscationConfig {
+            key: Some(Secret::new(key)),
+            bits,
+            key_id_bits,
+            active_key,
+            format: format.to_owned(),
+        };
+        PublicIds::from_section(&section)
+    }
+
+    /// From the `[obfuscation]` section of the config file at `path` (and
+    /// `IDMINT_OBFUSCATION_KEY`, as `idmint serve` reads it).
+    ///
+    /// # Errors
+    /// `invalid_config` for a config the server would refuse, or one with no
+    /// key.
+    pub fn from_config(path: impl AsRef<Path>) -> Result<PublicIds, Error> {
+        let config = load_config(Some(path.as_ref()))?;
+        PublicIds::from_section(&config.obfuscation)
+    }
+
+    fn from_section(section: &ObfuscationConfig) -> Result<PublicIds, Error> {
+        let obfuscator = section.obfuscator()?.ok_or_else(|| {
+            Error::config("config key obfuscation.key: no key: public IDs need one")
+        })?;
+        Ok(PublicIds {
+            obfuscator,
+            codec: PublicIdCodec::new(section.text_format()?),
+        })
+    }
+
+    /// The public ID of `id`.
+    ///
+    /// # Errors
+    /// `invalid_id` for an ID above 2^63 − 1 or wider than the public IDs.
+    pub fn obfuscate(&self, id: u64) -> Result<u64, Error> {
+        Ok(self.obfuscator.obfuscate(Id::new(id)?)?.get())
+    }
+
+    /// The ID behind `public`.
+    ///
+    /// # Errors
+    /// `invalid_public_id` outside the width, `unknown_key_id` for a key ID
+    /// with no key here.
+    pub fn reveal(&self, public: u64) -> Result<u64, Error> {
+        Ok(self.obfuscator.reveal(PublicId::new(public))?.get())
+    }
+
+    /// `public` in the text form.
+    ///
+    /// # Errors
+    /// `encode_failed` when Sqids can't write it.
+    pub fn encode(&self, public: u64) -> Result<String, Error> {
+        Ok(self.codec.encode(PublicId::new(public))?)
+    }
+
+    /// The public ID a text reads as.
+    ///
+    /// # Errors
+    /// `invalid_public_id` naming the text.
+    pub fn decode(&self, text: &str) -> Result<u64, Error> {
+        Ok(self.codec.decode(text)?.get())
+    }
+
+    /// The public ID of `id`, as text.
+    ///
+    /// # Errors
+    /// As [`PublicIds::obfuscate`] and [`PublicIds::encode`].
+    pub fn obfuscate_text(&self, id: u64) -> Result<String, Error> {
+        self.encode(self.obfuscate(id)?)
+    }
+
+    /// The ID behind a public ID's text.
+    ///
+    /// # Errors
+    /// As [`PublicIds::decode`] and [`PublicIds::reveal`].
+    pub fn reveal_text(&self, text: &str) -> Result<u64, Error> {
+        self.reveal(self.decode(text)?)
+    }
+
+    /// The text form's name: `dec`, `base32` or `sqids`.
+    pub fn format(&self) -> &'static str {
+        self.codec.format().as_str()
+    }
+
+    /// The width of public IDs in bits.
+    pub fn bits(&self) -> u8 {
+        self.obfuscator.bits()
+    }
+}
