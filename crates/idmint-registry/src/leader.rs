@@ -434,11 +434,14 @@ impl Task {
     /// claims it again by itself after losing it), so this runs until the
     /// first win only.
     async fn campaign(&mut self) {
+        // Never waits to claim: a taken worker 0 means someone else leads
+        // (the answer to report at once), and a hold is retried by this
+        // loop's own cadence.
         let started = WorkerKeeper::start(
             self.registry.clone(),
             self.node.clone(),
             self.settings.clone(),
-            self.keeper_config,
+            self.keeper_config.with_max_claim_wait(Duration::ZERO),
         )
         .await;
         match started {
