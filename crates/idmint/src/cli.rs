@@ -9,6 +9,7 @@ mod format;
 mod generate;
 mod layout;
 mod obfuscate;
+mod plan;
 mod reveal;
 mod segment;
 mod serve;

@@ -21,7 +21,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use idmint_server::Config;
+use idmint_server::config::{RegistryKind, SqlModeName, ZooKeeperModeName};
 
+use super::plan::{Plan, PlanInput, Reuse};
 use super::{bad_input, serve};
 
 /// Flags of `idmint config`.
@@ -50,6 +52,15 @@ enum ConfigCommand {
         /// Don't connect to any coordinator (skip the persistence warnings).
         #[arg(long)]
         offline: bool,
+        /// Plan the worker space for this many nodes: warn on stderr when
+        /// the config's layout and registry can't hold them (see also
+        /// `idmint layout --lease-ttl`).
+        #[arg(long, value_name = "NODES")]
+        fleet: Option<u64>,
+        /// Node starts an hour for the plan (restarts, rollouts,
+        /// autoscaling; default 0).
+        #[arg(long, value_name = "N", requires = "fleet", value_parser = super::plan::parse_rate)]
+        restarts_per_hour: Option<f64>,
         /// The flags `idmint serve` takes that override config keys.
         #[command(flatten)]
         overrides: serve::ConfigFlags,
@@ -64,9 +75,14 @@ pub fn run(args: ConfigArgs) -> Result<()> {
         ConfigCommand::Check {
             file,
             offline,
+            fleet,
+            restarts_per_hour,
             overrides,
         } => {
             let config = serve::checked_config(Some(&file), |config| overrides.apply(config))?;
+            if fleet.is_some() {
+                warn_about_worker_space(&config, fleet, restarts_per_hour)?;
+            }
             if !offline {
                 warn_about_coordinators(&config)?;
             }
@@ -81,6 +97,61 @@ pub fn run(args: ConfigArgs) -> Result<()> {
         .lock()
         .write_all(text.as_bytes())
         .context("writing the config to stdout")
+}
+
+/// Prints the worker-space plan for the config's layout and registry on
+/// stderr: a `plan:` line each, then a `warning:` line for each problem.
+fn warn_about_worker_space(
+    config: &Config,
+    fleet: Option<u64>,
+    restarts_per_hour: Option<f64>,
+) -> Result<()> {
+    let layout = config.layout()?;
+    let sf = &config.snowflake;
+    // With a fixed datacenter, registries hand out only the worker part.
+    let workers = match sf.datacenter {
+        Some(_) => u64::from(layout.max_worker()) + 1,
+        None => layout.workers(),
+    };
+    let (reuse, lease_ttl) = match sf.registry {
+        RegistryKind::Sql => match sf.sql.mode {
+            SqlModeName::Lease => (Reuse::Leased, Some(sf.sql.lease_ttl)),
+            SqlModeName::Disposable | SqlModeName::UidGenerator => (Reuse::Never, None),
+        },
+        RegistryKind::Redis => (Reuse::Leased, Some(sf.redis.lease_ttl)),
+        RegistryKind::Etcd => (Reuse::Leased, Some(sf.etcd.lease_ttl)),
+        RegistryKind::Zookeeper => match sf.zookeeper.mode {
+            ZooKeeperModeName::Ephemeral => (Reuse::Leased, Some(sf.zookeeper.session_timeout)),
+            // Leaf's persistent node per ip:port: a node with a new address
+            // (a rescheduled pod) takes a new ID for good.
+            ZooKeeperModeName::Forever => (Reuse::Never, None),
+        },
+        RegistryKind::File | RegistryKind::Static | RegistryKind::Host | RegistryKind::K8s => {
+            (Reuse::Fixed, None)
+        }
+    };
+    let plan = Plan::new(PlanInput {
+        workers,
+        reuse,
+        lease_ttl,
+        fleet,
+        restarts_per_hour,
+    });
+    let mut stderr = std::io::stderr().lock();
+    writeln!(
+        stderr,
+        "plan: {} worker IDs ({} registry)",
+        plan.workers,
+        sf.registry.name()
+    )
+    .context("writing to stderr")?;
+    for (label, value) in plan.lines() {
+        writeln!(stderr, "plan: {label}: {value}").context("writing to stderr")?;
+    }
+    for warning in &plan.warnings {
+        writeln!(stderr, "warning: {warning}").context("writing to stderr")?;
+    }
+    Ok(())
 }
 
 /// Prints a `warning:` line on stderr for each coordinator that can forget

@@ -8,10 +8,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use idmint_core::{FieldOrder, Layout};
+
+use super::bad_input;
+use super::plan::{Plan, PlanInput, Reuse};
 use jiff::Timestamp;
 use serde::Serialize;
 
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("plan").args(["lease_ttl", "never_reused"]).multiple(false))]
 pub struct LayoutArgs {
     /// A preset (twitter, leaf, baidu, sonyflake, discord, instagram, js53, tso) or a
     /// spec such as `twitter,epoch=2024-01-01` or
@@ -26,6 +30,26 @@ pub struct LayoutArgs {
     /// Print JSON (an object for one layout, an array for the list).
     #[arg(long)]
     json: bool,
+
+    /// Plan the worker space for a leased registry (etcd, Redis, ZooKeeper,
+    /// SQL `lease`) whose leases last this long (`10s`): how many nodes fit,
+    /// and whether `--fleet` does at `--restarts-per-hour`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "never_reused")]
+    lease_ttl: Option<Duration>,
+
+    /// Plan for a registry that never hands a worker ID out again (SQL
+    /// `disposable`, `uid-generator`): how long the IDs last.
+    #[arg(long)]
+    never_reused: bool,
+
+    /// The number of nodes running at once, for the plan.
+    #[arg(long, value_name = "NODES")]
+    fleet: Option<u64>,
+
+    /// Node starts an hour (restarts, rollouts, autoscaling), for the plan
+    /// (default 0).
+    #[arg(long, value_name = "N", value_parser = super::plan::parse_rate)]
+    restarts_per_hour: Option<f64>,
 }
 
 /// Seconds in a mean Gregorian year.
@@ -57,6 +81,9 @@ struct LayoutReport {
     ran_out: bool,
     /// Years from now to the run-out; negative once it has passed.
     years_left: Option<f64>,
+    /// The worker-space plan, when asked for (`--lease-ttl`, `--never-reused`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plan: Option<Plan>,
 }
 
 impl LayoutReport {
@@ -87,6 +114,7 @@ impl LayoutReport {
             runs_out_at: end.map(|t| t.to_string()),
             ran_out: end.is_some_and(|end| end <= now),
             years_left,
+            plan: None,
         }
     }
 
@@ -148,6 +176,14 @@ impl LayoutReport {
             ),
         );
         line("runs out", &self.run_out_text(false));
+        if let Some(plan) = &self.plan {
+            for (label, value) in plan.lines() {
+                line(label, &value);
+            }
+            for warning in &plan.warnings {
+                line("warning", warning);
+            }
+        }
         s
     }
 }
@@ -159,7 +195,27 @@ pub fn run(args: LayoutArgs) -> Result<()> {
         _ => return list(args.json, now),
     };
     let layout: Layout = text.parse()?;
-    let report = LayoutReport::new(&layout, now);
+    let mut report = LayoutReport::new(&layout, now);
+    let reuse = match (args.lease_ttl, args.never_reused) {
+        (Some(_), _) => Some(Reuse::Leased),
+        (None, true) => Some(Reuse::Never),
+        (None, false) if args.fleet.is_some() || args.restarts_per_hour.is_some() => {
+            return Err(bad_input(
+                "--fleet and --restarts-per-hour plan a registry: add --lease-ttl DURATION \
+                 (a leased one) or --never-reused",
+            ));
+        }
+        (None, false) => None,
+    };
+    report.plan = reuse.map(|reuse| {
+        Plan::new(PlanInput {
+            workers: layout.workers(),
+            reuse,
+            lease_ttl: args.lease_ttl,
+            fleet: args.fleet,
+            restarts_per_hour: args.restarts_per_hour,
+        })
+    });
     let mut out = io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report).context("writing to stdout")?;
@@ -238,6 +294,10 @@ fn list(json: bool, now: Timestamp) -> Result<()> {
     out.write_all(text.as_bytes())
         .context("writing to stdout")?;
     out.flush().context("writing to stdout")
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    idmint_core::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// `1ms`, `10ms`, `1s`: the text form's spelling.

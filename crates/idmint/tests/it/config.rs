@@ -456,3 +456,47 @@ fn a_layout_that_ran_out_is_refused_naming_when() {
     );
     assert!(check(&file, &[]).status.success());
 }
+
+#[test]
+fn config_check_plans_the_worker_space_of_its_registry_for_a_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("idmint.toml");
+    std::fs::write(
+        &file,
+        "[snowflake]\nlayout = \"twitter,worker=5\"\ndatacenter = 1\nregistry = \"etcd\"\n\
+         [snowflake.etcd]\nendpoints = [\"127.0.0.1:1\"]\nlease_ttl = \"5s\"\n",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let out = run(
+        &[
+            "config",
+            "check",
+            path,
+            "--offline",
+            "--fleet",
+            "30",
+            "--restarts-per-hour",
+            "100",
+        ],
+        &[],
+        "",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("plan: 32 worker IDs (etcd registry)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: only 2 of 32 worker IDs are free"),
+        "{stderr}"
+    );
+    let roomy = run(
+        &["config", "check", path, "--offline", "--fleet", "10"],
+        &[],
+        "",
+    );
+    let stderr = String::from_utf8_lossy(&roomy.stderr).into_owned();
+    assert!(!stderr.contains("warning"), "{stderr}");
+}

@@ -95,3 +95,72 @@ fn list_shows_every_preset() {
     let v: serde_json::Value = serde_json::from_str(&ok(&["layout", "--list", "--json"])).unwrap();
     assert_eq!(v.as_array().unwrap().len(), Layout::PRESETS.len());
 }
+
+#[test]
+fn layout_plans_the_worker_space_for_a_lease_ttl_and_a_fleet() {
+    // 256 workers, 5 s leases: the fleet of 256 on one etcd.
+    let args = [
+        "layout",
+        "twitter,datacenter=0,worker=8",
+        "--lease-ttl",
+        "5s",
+        "--fleet",
+        "200",
+        "--restarts-per-hour",
+        "720",
+    ];
+    let out = ok(&args);
+    assert_eq!(
+        field(&out, "fleet that fits"),
+        "255 nodes at 720 restarts an hour (1.0 workers held by dead nodes on average)"
+    );
+    assert!(!out.contains("warning"), "200 of 256 leaves room:\n{out}");
+    let full = ok(&[
+        "layout",
+        "twitter,datacenter=0,worker=8",
+        "--lease-ttl",
+        "5s",
+        "--fleet",
+        "256",
+    ]);
+    assert!(
+        field(&full, "warning").contains("only 0 of 256 worker IDs are free"),
+        "{full}"
+    );
+    let never = ok(&[
+        "layout",
+        "twitter",
+        "--never-reused",
+        "--fleet",
+        "24",
+        "--restarts-per-hour",
+        "10",
+    ]);
+    assert_eq!(field(&never, "IDs last"), "4 days at 10 starts an hour");
+    assert!(
+        field(&never, "warning").contains("never reuses a worker ID"),
+        "{never}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["layout", "twitter", "--lease-ttl", "10s", "--json"])).unwrap();
+    assert_eq!(json["plan"]["max_fleet"], 1024);
+    let (code, err) = crate::fails(&["layout", "twitter", "--fleet", "3"]);
+    assert_eq!(
+        code, 2,
+        "a fleet needs --lease-ttl or --never-reused: {err}"
+    );
+    // A value clap refuses: its usual three lines, exit 2, naming the value.
+    let out = crate::idmint(&[
+        "layout",
+        "twitter",
+        "--lease-ttl",
+        "5s",
+        "--restarts-per-hour=-1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("\"-1\" is not a number of starts an hour"),
+        "{err}"
+    );
+}
