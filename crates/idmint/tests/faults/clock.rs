@@ -925,8 +925,9 @@ fn observed(seen: &Seen, drops_by_design: Option<u64>) -> String {
 fn require_row(row: Row, seen: &Seen, out: &mut Outcome) {
     let mut allowed: Vec<&str> = Vec::new();
     if row.step == Step::Forward1h {
-        // The restart: refused connections and a request cut by the kill.
-        allowed.extend(["connect", "io"]);
+        // The restart: refused connections, a request cut by the kill, and
+        // the 503 a node answers while it starts (http/starting.rs).
+        allowed.extend(["connect", "io", "not_ready"]);
     }
     if row.source == Source::Wall && row.step != Step::Back5ms {
         // The wall clock jumps forward (1 h ahead, set right, back to real

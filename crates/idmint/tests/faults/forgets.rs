@@ -108,6 +108,10 @@ fn forgetful_config(ctx: &Ctx, coordinator: &Coordinator) -> ServeConfig {
     ServeConfig::new(coordinator.clone(), ctx.unique("forgets"))
         .with_layout(LAYOUT)
         .with_lease_ttl(TTL)
+        // Past the hold (lease TTL + the 3 s window), a start waits a little
+        // for a worker, then is refused: with two workers and three nodes,
+        // one of them is left without.
+        .with_snowflake("claim_wait", "\"10s\"")
 }
 
 /// Nodes a and b hold both workers under load; `forget` makes the

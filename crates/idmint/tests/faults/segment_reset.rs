@@ -43,6 +43,8 @@ const ALLOWED: &[&str] = &[
     "connect",
     "io",
     "timeout",
+    // A restarting node answers its port while it starts (http/starting.rs).
+    "not_ready",
 ];
 
 /// The scenarios of stores that forget.
