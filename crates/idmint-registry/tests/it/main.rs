@@ -21,6 +21,7 @@ mod leader;
 mod outage;
 mod redis;
 mod services;
+mod sim;
 mod sql;
 mod support;
 mod uid_generator;
