@@ -139,7 +139,7 @@ impl Checker {
             _ => {
                 if let Some((&plo, p)) = book.range(..=id).next_back() {
                     if p.hi >= id {
-                        return Err(clash(worker, h, id, plo, p));
+                        return Err(clash(worker, h, id, id, plo, p));
                     }
                 }
                 if book.values().any(|r| r.holding.node != h.node) {
@@ -161,7 +161,7 @@ impl Checker {
         };
         if let Some((&slo, s)) = book.range(lo + 1..).next() {
             if slo <= id {
-                return Err(clash(worker, h, id, slo, s));
+                return Err(clash(worker, h, lo, id, slo, s));
             }
         }
         let r = book.get_mut(&lo).expect("the owner's range");
@@ -192,16 +192,23 @@ impl Checker {
     }
 }
 
-fn clash(worker: u32, h: Holding, id: u64, lo: u64, other: &Range) -> Violation {
+/// `h`'s ID `id` (its range starting at `own_lo`) meets `other`'s range.
+fn clash(worker: u32, h: Holding, own_lo: u64, id: u64, lo: u64, other: &Range) -> Violation {
     let what = if other.has(lo, id) {
         format!(
             "ID {id} issued twice: by {h} and earlier by {}",
             other.holding
         )
-    } else {
+    } else if (lo..=other.hi).contains(&id) {
         format!(
             "{h} issued {id}, inside {}'s range {lo}..={}: two holdings of worker {worker} \
              interleave (a duplicate, or one about to happen)",
+            other.holding, other.hi
+        )
+    } else {
+        format!(
+            "{h} issued {id}: its range {own_lo}..={id} spans {}'s range {lo}..={}: two \
+             holdings of worker {worker} interleave (a duplicate, or one about to happen)",
             other.holding, other.hi
         )
     };

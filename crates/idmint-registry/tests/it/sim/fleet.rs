@@ -45,7 +45,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::checker::{Checker, Holding, Violation};
-use super::registry::{CallFaults, Flaw, Injected, Net, SimLink, SimRegistry};
+use super::registry::{CallFaults, Flaw, Injected, Net, SimLink, SimRegistry, Target};
 use super::rng::Rng;
 use super::time::{NodeTime, SimClock, Source, Wall};
 use super::trace::{Trace, What};
@@ -63,7 +63,8 @@ pub struct SimConfig {
     pub fault_every: Duration,
     /// How many nodes also campaign for the oracle (the first ones).
     pub oracle_nodes: usize,
-    pub flaw: Option<Flaw>,
+    /// A broken registry, and which.
+    pub flaw: Option<(Flaw, Target)>,
 }
 
 /// What a run did.
@@ -178,7 +179,7 @@ pub fn run(cfg: SimConfig) -> Outcome {
         ttl,
         rng.next_u64(),
         CallFaults::DEFAULT,
-        cfg.flaw,
+        flaw_of(&cfg, "workers"),
         trace.clone(),
     ));
     let oracle = Arc::new(SimRegistry::new(
@@ -186,7 +187,7 @@ pub fn run(cfg: SimConfig) -> Outcome {
         Duration::from_secs(3),
         rng.next_u64(),
         CallFaults::DEFAULT,
-        cfg.flaw,
+        flaw_of(&cfg, "oracle"),
         trace.clone(),
     ));
     let layout = layout_for(cfg.nodes);
@@ -220,6 +221,12 @@ pub fn run(cfg: SimConfig) -> Outcome {
         stats: world.stats,
         trace,
     }
+}
+
+fn flaw_of(cfg: &SimConfig, registry: &str) -> Option<Flaw> {
+    cfg.flaw
+        .filter(|(_, target)| target.hits(registry))
+        .map(|(flaw, _)| flaw)
 }
 
 fn new_node(rng: &mut Rng, cfg: &SimConfig, i: usize) -> Node {
@@ -261,7 +268,7 @@ fn new_node(rng: &mut Rng, cfg: &SimConfig, i: usize) -> Node {
 }
 
 /// Runs the runtime until its clock reads `until`, through every timer on the way.
-fn drive(rt: &Runtime, until: Instant) {
+pub fn drive(rt: &Runtime, until: Instant) {
     rt.block_on(async move { tokio::time::sleep_until(until).await });
 }
 
@@ -269,7 +276,7 @@ fn drive(rt: &Runtime, until: Instant) {
 /// process continued after a SIGSTOP, before its scheduler got to anything.
 /// (`tokio::time::advance` moves the clock on its first poll, then yields;
 /// polled once outside the scheduler, nothing else runs.)
-fn jump(rt: &Runtime, to: Instant) {
+pub fn jump(rt: &Runtime, to: Instant) {
     let _in = rt.enter();
     let by = to.saturating_duration_since(Instant::now());
     let mut advance = std::pin::pin!(tokio::time::advance(by));
@@ -459,7 +466,8 @@ impl World {
     /// nodes, and a keeper start.
     fn boot(&mut self, i: usize) {
         let now = self.now;
-        if self.rng.chance(0.3) {
+        // Restarts (not the first start) may find the clock behind.
+        if self.nodes[i].incarnations > 0 && self.rng.chance(0.3) {
             let by = self
                 .rng
                 .log_uniform(Duration::from_millis(5), Duration::from_secs(3600));
@@ -615,7 +623,7 @@ impl World {
                             retry_at: now + ns(wait),
                         };
                         *self.stats.start_failed.entry(e.code()).or_default() += 1;
-                        self.trace.push(now, i, What::StartFailed(e.code()));
+                        self.trace.push(now, i, What::StartFailed(e.to_string()));
                     }
                 }
             }

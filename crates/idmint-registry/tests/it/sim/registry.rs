@@ -66,7 +66,38 @@ pub enum Flaw {
     Unfenced,
 }
 
+/// Which registry a [`Flaw`] breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Workers,
+    Oracle,
+    Both,
+}
+
+impl Target {
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Workers => "workers",
+            Target::Oracle => "oracle",
+            Target::Both => "both",
+        }
+    }
+
+    pub fn hits(self, registry: &str) -> bool {
+        self == Target::Both || self.name() == registry
+    }
+}
+
 impl Flaw {
+    /// `NAME` (both registries), `NAME:workers` or `NAME:oracle`.
+    pub fn parse_with_target(text: &str) -> Option<(Flaw, Target)> {
+        let (name, target) = text.split_once(':').unwrap_or((text, "both"));
+        let target = [Target::Workers, Target::Oracle, Target::Both]
+            .into_iter()
+            .find(|t| t.name() == target)?;
+        Some((Flaw::parse(name)?, target))
+    }
+
     pub const ALL: [Flaw; 4] = [
         Flaw::ShareLiveWorkers,
         Flaw::ForgetMarks,
@@ -98,6 +129,13 @@ pub struct CallFaults {
 }
 
 impl CallFaults {
+    pub const NONE: CallFaults = CallFaults {
+        fail: 0.0,
+        stall: 0.0,
+        slow: 0.0,
+        lost: 0.0,
+    };
+
     pub const DEFAULT: CallFaults = CallFaults {
         fail: 0.01,
         stall: 0.005,
@@ -260,18 +298,27 @@ impl SimRegistry {
                 message: "worker range 0..0 has no worker IDs to claim".to_owned(),
             });
         }
-        // A random start, as the real backends scan from one: dead nodes'
-        // workers are taken over, not always the lowest free one.
-        let start = below(
-            mix(&[self.seed, 0xc1a1, node_idx as u64, s.now]),
-            u64::from(range),
-        ) as u32;
+        // Half the claims scan from a random start, as the real backends
+        // do; the other half take the free worker whose last holder stopped
+        // most recently: any free worker may be granted, and that one is
+        // where a takeover can go wrong (its holder may still be paused,
+        // cut off, or ahead of the claimant's clock).
+        let pick = mix(&[self.seed, 0xc1a1, node_idx as u64, s.now]);
+        let start = below(pick, u64::from(range)) as u32;
         if self.flaw == Some(Flaw::ShareLiveWorkers) {
             return Ok(self.hold(s, start, node, sent));
         }
-        let free = (0..range)
-            .map(|i| (start + i) % range)
-            .find(|&w| Self::is_free(s, w));
+        let free = if pick & 1 == 0 {
+            (0..range)
+                .map(|i| (start + i) % range)
+                .find(|&w| Self::is_free(s, w))
+        } else {
+            (0..range).filter(|&w| Self::is_free(s, w)).max_by_key(|w| {
+                let held = s.holders.get(w).map(|h| h.expires);
+                let ended = s.ended.get(w).map(|(_, at)| *at);
+                (held.max(ended), u32::MAX - w)
+            })
+        };
         match free {
             Some(w) => Ok(self.hold(s, w, node, sent)),
             None => {

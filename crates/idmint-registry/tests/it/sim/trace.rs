@@ -34,7 +34,7 @@ pub enum What {
         incarnation: u32,
         worker: u32,
     },
-    StartFailed(&'static str),
+    StartFailed(String),
     Issued {
         worker: u32,
         generation: u64,
@@ -67,7 +67,7 @@ impl What {
                 incarnation,
                 worker,
             } => mix(&[3, u64::from(*incarnation), u64::from(*worker)]),
-            What::StartFailed(code) => mix(&[4, text(code)]),
+            What::StartFailed(e) => mix(&[4, text(e)]),
             What::Issued {
                 worker,
                 generation,
@@ -120,7 +120,7 @@ impl fmt::Display for Event {
                 incarnation,
                 worker,
             } => write!(f, "started (incarnation {incarnation}) as worker {worker}"),
-            What::StartFailed(code) => write!(f, "start failed: {code}"),
+            What::StartFailed(e) => write!(f, "start failed: {e}"),
             What::Issued {
                 worker,
                 generation,
