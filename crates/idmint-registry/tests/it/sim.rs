@@ -428,12 +428,7 @@ fn a_node_stopped_past_its_lease_refuses_before_its_keeper_runs() {
         .build()
         .unwrap();
     let start = |i: usize, g0: u64| {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        let base = rt.block_on(async { tokio::time::Instant::now() });
+        let (rt, base) = fleet::node_runtime();
         let t = time::NodeTime { base, g0, ppm: 0 };
         let wall = Arc::new(time::Wall::new(0));
         let clock = Arc::new(time::SimClock::new(t, wall, time::Source::Monotonic));

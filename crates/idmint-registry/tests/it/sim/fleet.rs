@@ -267,6 +267,78 @@ fn new_node(rng: &mut Rng, cfg: &SimConfig, i: usize) -> Node {
     }
 }
 
+/// A new process's runtime (paused, current-thread) and its clock's reading.
+///
+/// A paused runtime's clock starts at the real instant it was built, and the
+/// keeper turns instants into nanoseconds after one process-wide base (its
+/// `mono_nanos`: the instant of the first call in the process), saturating
+/// at 0 before it. In this test binary another test's paused runtime may
+/// have set that base ahead of real time (minutes of simulated time before
+/// its first keeper start), and a lease fence before the base would read as
+/// never passing. So the base is set here first, at real time, if no one set
+/// it yet ([`prime_keeper_clock`]), and every process's clock starts a day
+/// after its runtime was built: later than any base another test can have set.
+pub fn node_runtime() -> (Runtime, Instant) {
+    prime_keeper_clock();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    let built = rt.block_on(async { Instant::now() });
+    let base = built + Duration::from_secs(24 * 3600);
+    jump(&rt, base);
+    (rt, base)
+}
+
+/// Starts (and stops) one keeper on a runtime whose clock reads real time,
+/// so the keeper's process-wide instant base is set no later than now.
+fn prime_keeper_clock() {
+    static PRIMED: std::sync::Once = std::sync::Once::new();
+    PRIMED.call_once(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        let reg = Arc::new(SimRegistry::new(
+            "workers",
+            Duration::from_secs(10),
+            0,
+            CallFaults::NONE,
+            None,
+            Arc::new(Trace::default()),
+        ));
+        rt.block_on(async {
+            let base = Instant::now();
+            let time = NodeTime {
+                base,
+                g0: 0,
+                ppm: 0,
+            };
+            let link = Arc::new(SimLink::new(
+                reg,
+                0,
+                0,
+                crate::support::identity(0),
+                time,
+                Arc::new(Net::default()),
+            ));
+            let clock = Arc::new(SimClock::new(time, Arc::new(Wall::new(0)), Source::Wall));
+            let settings = GeneratorSettings::new(Layout::LEAF).with_clock(clock);
+            WorkerKeeper::start(
+                link,
+                crate::support::identity(0),
+                settings,
+                KeeperConfig::new(),
+            )
+            .await
+            .expect("a keeper on a registry without faults")
+            .shutdown()
+            .await;
+        });
+    });
+}
+
 /// Runs the runtime until its clock reads `until`, through every timer on the way.
 pub fn drive(rt: &Runtime, until: Instant) {
     rt.block_on(async move { tokio::time::sleep_until(until).await });
@@ -485,12 +557,7 @@ impl World {
         let node = &mut self.nodes[i];
         node.incarnations += 1;
         let incarnation = node.incarnations;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .expect("a runtime");
-        let base = rt.block_on(async { Instant::now() });
+        let (rt, base) = node_runtime();
         let time = NodeTime {
             base,
             g0: now,
