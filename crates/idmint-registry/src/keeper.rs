@@ -131,7 +131,7 @@ impl KeeperConfig {
         self
     }
 
-    /// The largest allowed gap between the local clock and the mean of live
+    /// The largest allowed gap between the local clock and the median of live
     /// peers' reported times at claim (default 10 s).
     pub const fn with_peer_skew_threshold(mut self, threshold: Duration) -> KeeperConfig {
         self.peer_skew = threshold;
@@ -591,7 +591,7 @@ impl WorkerKeeper {
     ///   wait has run out.
     /// - [`RegistryError::ClockBehindMark`] when the clock is behind the worker's
     ///   stored mark by more than the clock policy absorbs plus the start wait.
-    /// - [`RegistryError::ClockSkew`] when the clock is off from the mean of live
+    /// - [`RegistryError::ClockSkew`] when the clock is off from the median of live
     ///   peers' reported times by more than the threshold.
     /// - [`RegistryError::Core`] when the generator can't be built.
     ///
@@ -831,9 +831,20 @@ impl Ctx {
         }
         let peers = self.call("peers", self.registry.peers(claim)).await?;
         if !peers.is_empty() {
-            let sum: i128 = peers.iter().map(|p| p.reported.as_nanosecond()).sum();
-            let mean = sum / peers.len() as i128;
-            let offset_ns = now.as_nanosecond() - mean;
+            // The median, not the mean: one live peer whose clock is hours
+            // off (a node on the raw wall clock after a step) would move a
+            // mean by hours / n and refuse every start in the fleet (the
+            // simulation, `tests/it/sim.rs`, found 300 nodes stuck so).
+            let mut reported: Vec<i128> =
+                peers.iter().map(|p| p.reported.as_nanosecond()).collect();
+            reported.sort_unstable();
+            let mid = reported.len() / 2;
+            let median = if reported.len() % 2 == 1 {
+                reported[mid]
+            } else {
+                (reported[mid - 1] + reported[mid]) / 2
+            };
+            let offset_ns = now.as_nanosecond() - median;
             if offset_ns.unsigned_abs() > self.config.peer_skew.as_nanos() {
                 return Err(RegistryError::ClockSkew {
                     offset_ms: i64::try_from(offset_ns / 1_000_000).unwrap_or(i64::MAX),

@@ -29,8 +29,15 @@
 //!
 //! Also `IDMINT_SIM_STEP_MS` (100), `IDMINT_SIM_RATE` (IDs per node per
 //! second, 2), `IDMINT_SIM_FAULT_MINUTES` (mean minutes between two faults
-//! of one node, 5) and `IDMINT_SIM_FLAW` (a broken registry: the run must
-//! then fail). A failing seed prints the command that replays it.
+//! of one node, 5), `IDMINT_SIM_FLAW` (a broken registry, `NAME` or
+//! `NAME:workers` or `NAME:oracle`: the run should then fail) and
+//! `IDMINT_SIM_TRACE` (a file to write the last 200,000 events to; `{seed}`
+//! in it becomes the seed). A failing seed prints the command that replays
+//! it.
+//!
+//! Cost, in release on one busy core: 1,000 nodes take about 3.7 s per
+//! simulated minute in 100 ms steps (a day: about 90 minutes per seed), 2.4 s
+//! in 250 ms steps. Seeds are independent: run several sets at once.
 
 mod checker;
 mod fleet;
