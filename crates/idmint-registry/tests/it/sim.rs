@@ -35,9 +35,11 @@
 //! in it becomes the seed). A failing seed prints the command that replays
 //! it.
 //!
-//! Cost, in release on one busy core: 1,000 nodes take about 3.7 s per
-//! simulated minute in 100 ms steps (a day: about 90 minutes per seed), 2.4 s
-//! in 250 ms steps. Seeds are independent: run several sets at once.
+//! Cost, in release, on one core of a 2-core machine shared with other
+//! builds: 1,000 nodes take about 1.8 s per simulated minute in 100 ms steps
+//! (107 s for an hour, so about 45 minutes for a day, per seed), up to twice
+//! that when the machine is busy, and about 40% less in 250 ms steps.
+//! Seeds are independent: run several sets at once.
 
 mod checker;
 mod fleet;
