@@ -423,7 +423,8 @@ impl World {
 
     fn strike(&mut self, i: usize) {
         let up = matches!(self.nodes[i].life, Life::Up(_));
-        let ttl = Duration::from_secs(30);
+        // Links stay cut for up to 90 s: three times the longest lease.
+        let longest_cut = Duration::from_secs(90);
         match self.rng.weighted(&[25, 10, 20, 15, 10, 10]) {
             0 if up => {
                 let down = self
@@ -486,7 +487,7 @@ impl World {
                 self.fault(i, format!("wall clock steps {dir} by {by:?}"));
             }
             4 => {
-                let d = self.rng.log_uniform(Duration::from_secs(1), ttl * 3);
+                let d = self.rng.log_uniform(Duration::from_secs(1), longest_cut);
                 self.nodes[i]
                     .net
                     .down_until
@@ -495,7 +496,7 @@ impl World {
                 self.fault(i, format!("link down for {d:?} (calls refused)"));
             }
             5 => {
-                let d = self.rng.log_uniform(Duration::from_secs(1), ttl * 3);
+                let d = self.rng.log_uniform(Duration::from_secs(1), longest_cut);
                 self.nodes[i]
                     .net
                     .blackhole_until
