@@ -125,13 +125,13 @@ pub enum RegistryError {
         allowed: Duration,
     },
 
-    /// The local clock is too far from the mean of live peers' reported times.
+    /// The local clock is too far from the median of live peers' reported times.
     #[error(
-        "clock is off by {offset_ms} ms from the mean of {peers} live peers' reported times \
+        "clock is off by {offset_ms} ms from the median of {peers} live peers' reported times \
          (threshold {threshold:?}); fix the clock before starting"
     )]
     ClockSkew {
-        /// Local time minus the peers' mean, in milliseconds.
+        /// Local time minus the peers' median, in milliseconds.
         offset_ms: i64,
         /// How many peers reported.
         peers: usize,

@@ -131,7 +131,7 @@ impl KeeperConfig {
         self
     }
 
-    /// The largest allowed gap between the local clock and the mean of live
+    /// The largest allowed gap between the local clock and the median of live
     /// peers' reported times at claim (default 10 s).
     pub const fn with_peer_skew_threshold(mut self, threshold: Duration) -> KeeperConfig {
         self.peer_skew = threshold;
@@ -596,7 +596,7 @@ impl WorkerKeeper {
     ///   worker to be released, up to [`KeeperConfig::with_max_claim_wait`]).
     /// - [`RegistryError::ClockBehindMark`] when the clock is behind the worker's
     ///   stored mark by more than the clock policy absorbs plus the start wait.
-    /// - [`RegistryError::ClockSkew`] when the clock is off from the mean of live
+    /// - [`RegistryError::ClockSkew`] when the clock is off from the median of live
     ///   peers' reported times by more than the threshold.
     /// - [`RegistryError::Core`] when the generator can't be built.
     ///
@@ -628,6 +628,7 @@ impl WorkerKeeper {
             node,
             settings,
             config,
+            retries: AtomicU64::new(0),
         };
         let claim = ctx.claim_at_start(waiting).await?;
         let established = ctx.establish(&claim, None).await;
@@ -686,6 +687,8 @@ struct Ctx {
     node: NodeIdentity,
     settings: GeneratorSettings,
     config: KeeperConfig,
+    /// Counts jittered retries: with the node, what each one's spread hashes.
+    retries: AtomicU64,
 }
 
 struct Established {
@@ -728,9 +731,14 @@ fn fence_of(state: LeaseState, lease: Option<Lease>, config: &KeeperConfig) -> u
 }
 
 /// `base` spread over `[base / 2, base · 3/2)`, so that nodes retrying
-/// together drift apart.
-fn jittered(base: Duration) -> Duration {
-    let unit = (crate::util::random_u64() >> 11) as f64 / (1u64 << 53) as f64;
+/// together drift apart. The spread is a hash of the node and the retry's
+/// number, not OS randomness: distinct nodes differ, and a simulation
+/// replays exactly.
+fn jittered(base: Duration, node: &NodeIdentity, retry: u64) -> Duration {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    (&node.host, &node.address, node.port, retry).hash(&mut hasher);
+    let unit = (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64;
     base.mul_f64(0.5 + unit)
 }
 
@@ -794,7 +802,11 @@ impl Ctx {
             let pause = match &error {
                 // Just past the hold's end, as the registry's clock reckons it.
                 RegistryError::Held { retry_after, .. } => *retry_after + Duration::from_millis(20),
-                _ => jittered(self.config.retry_interval),
+                _ => jittered(
+                    self.config.retry_interval,
+                    &self.node,
+                    self.retries.fetch_add(1, Ordering::Relaxed),
+                ),
             };
             if !said {
                 tracing::warn!(
@@ -860,9 +872,20 @@ impl Ctx {
         }
         let peers = self.call("peers", self.registry.peers(claim)).await?;
         if !peers.is_empty() {
-            let sum: i128 = peers.iter().map(|p| p.reported.as_nanosecond()).sum();
-            let mean = sum / peers.len() as i128;
-            let offset_ns = now.as_nanosecond() - mean;
+            // The median, not the mean: one live peer whose clock is hours
+            // off (a node on the raw wall clock after a step) would move a
+            // mean by hours / n and refuse every start in the fleet (the
+            // simulation, `tests/it/sim.rs`, found 300 nodes stuck so).
+            let mut reported: Vec<i128> =
+                peers.iter().map(|p| p.reported.as_nanosecond()).collect();
+            reported.sort_unstable();
+            let mid = reported.len() / 2;
+            let median = if reported.len() % 2 == 1 {
+                reported[mid]
+            } else {
+                (reported[mid - 1] + reported[mid]) / 2
+            };
+            let offset_ns = now.as_nanosecond() - median;
             if offset_ns.unsigned_abs() > self.config.peer_skew.as_nanos() {
                 return Err(RegistryError::ClockSkew {
                     offset_ms: i64::try_from(offset_ns / 1_000_000).unwrap_or(i64::MAX),
@@ -1148,7 +1171,11 @@ impl Task {
                     }
                     // Jittered: nodes that lost their leases together don't
                     // come back to the registry in lockstep.
-                    _ => jittered(self.retry_after()),
+                    _ => jittered(
+                        self.retry_after(),
+                        &self.ctx.node,
+                        self.ctx.retries.fetch_add(1, Ordering::Relaxed),
+                    ),
                 };
                 self.retry_at = mono_now() + wait;
                 return;

@@ -284,6 +284,42 @@ async fn a_clock_off_from_the_peers_is_refused() {
     guard.shutdown().await;
 }
 
+/// One peer with a wild clock (a node on the raw wall clock stepped 5 hours
+/// back) must not refuse the starts of a fleet whose other clocks agree:
+/// the reference is the peers' median. With the mean, 4 peers on time and
+/// one 5 h behind put it an hour off, and every start in the fleet failed
+/// (the simulation found 300 nodes stuck so, `tests/it/sim.rs`).
+#[tokio::test(start_paused = true)]
+async fn one_peer_with_a_wild_clock_does_not_refuse_every_start() {
+    let c = clock();
+    let five_hours_behind = Timestamp::from_millisecond(T0_MS - 5 * 3_600_000).unwrap();
+    let with_reports = |ahead: [u64; 4]| {
+        let reg = Arc::new(MemRegistry::default());
+        for (w, secs) in (4..).zip(ahead) {
+            reg.set_report(w, plus(t0(), Duration::from_secs(secs)));
+        }
+        reg.set_report(8, five_hours_behind);
+        reg
+    };
+    let reg = with_reports([0, 1, 2, 3]);
+    let guard = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap();
+    guard.shutdown().await;
+    // A majority of peers 20 s ahead still refuses it.
+    let reg = with_reports([0, 20, 20, 20]);
+    let err = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap_err();
+    match &err {
+        RegistryError::ClockSkew {
+            offset_ms, peers, ..
+        } => assert_eq!((*offset_ms, *peers), (-20_000, 5)),
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("median of 5 live peers"), "{err}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_hanging_registry_times_out() {
     let c = clock();

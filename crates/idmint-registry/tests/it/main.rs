@@ -12,6 +12,9 @@
 //!   PostgreSQL and Redis.
 //! - `uid_generator`: the `sql` registry's uid-generator mode on uid-generator's
 //!   own `WORKER_NODE` table (MariaDB and PostgreSQL).
+//! - `sim`: a deterministic simulation of a whole fleet of keepers and oracle
+//!   campaigns on simulated time, over an in-memory registry that injects
+//!   faults.
 
 mod contract;
 mod etcd;
@@ -21,6 +24,7 @@ mod leader;
 mod outage;
 mod redis;
 mod services;
+mod sim;
 mod sql;
 mod support;
 mod uid_generator;

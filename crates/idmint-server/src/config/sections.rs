@@ -184,7 +184,7 @@ pub struct SnowflakeConfig {
     /// How far ahead the high-water mark is persisted (default `3s`).
     #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub window: Duration,
-    /// The most this node's clock may differ at start from the mean of the
+    /// The most this node's clock may differ at start from the median of the
     /// times live peers reported (default `10s`, Twitter's check); further
     /// off, the start is refused (`clock_skew`).
     #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
