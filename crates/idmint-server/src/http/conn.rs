@@ -39,7 +39,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use slab::Slab;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::task::TaskTracker;
 
 use super::{AppState, single_text};
@@ -49,11 +49,36 @@ use crate::metrics::latency::record_latency;
 use crate::tls::{self, MaybeTls, Surface};
 
 /// The answer to a client speaking plain HTTP to the HTTPS port.
-pub(super) const PLAIN_TEXT_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
+const PLAIN_TEXT_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
     content-type: text/plain\r\n\
     connection: close\r\n\
     content-length: 50\r\n\r\n\
     this port speaks HTTPS (TLS): use an https:// URL\n";
+
+/// An accepted HTTP connection, with its TLS handshake done (within
+/// `read_timeout`) when the listener has an acceptor; `None` when the
+/// handshake failed (a plain-text client is told to use `https://`).
+pub(super) async fn shake_hands(
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    stream: TcpStream,
+    read_timeout: Duration,
+    peer: std::net::SocketAddr,
+) -> Option<MaybeTls> {
+    match acceptor {
+        None => Some(MaybeTls::Plain(stream)),
+        Some(acceptor) => {
+            tls::accept_within(
+                acceptor,
+                stream,
+                PLAIN_TEXT_ON_TLS,
+                read_timeout,
+                peer,
+                Surface::Http,
+            )
+            .await
+        }
+    }
+}
 
 /// The largest request head (request line and headers) read, in bytes;
 /// a larger one is answered 431 before more is buffered. idmint's requests
@@ -132,24 +157,10 @@ pub(crate) async fn serve(
         let front = front.clone();
         let watcher = watcher.clone();
         connections.spawn(async move {
-            let stream = match acceptor {
-                None => MaybeTls::Plain(stream),
-                // In the connection's task, bounded: a slow or silent client
-                // holds its slot for at most the read timeout, never the loop.
-                Some(acceptor) => {
-                    let handshake = tls::accept_within(
-                        acceptor,
-                        stream,
-                        PLAIN_TEXT_ON_TLS,
-                        read_timeout,
-                        peer,
-                        Surface::Http,
-                    );
-                    match handshake.await {
-                        Some(stream) => stream,
-                        None => return,
-                    }
-                }
+            // In the connection's task, bounded: a slow or silent client
+            // holds its slot for at most the read timeout, never the loop.
+            let Some(stream) = shake_hands(acceptor, stream, read_timeout, peer).await else {
+                return;
             };
             let registered = watcher.watch();
             let conn = &registered.conn;

@@ -24,8 +24,8 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use super::ApiError;
-use super::conn::PLAIN_TEXT_ON_TLS;
-use crate::tls::{self, MaybeTls, Surface, Tls};
+use super::conn::shake_hands;
+use crate::tls::{Surface, Tls};
 
 /// What the start is doing, as `/readyz` says it meanwhile.
 #[derive(Debug)]
@@ -67,21 +67,9 @@ pub(crate) async fn answer_while_starting(
                 let acceptor = tls.map(|t| t.acceptor(Surface::Http));
                 let progress = progress.clone();
                 connections.push(async move {
-                    let stream = match acceptor {
-                        None => MaybeTls::Plain(stream),
-                        Some(acceptor) => match tls::accept_within(
-                            acceptor,
-                            stream,
-                            PLAIN_TEXT_ON_TLS,
-                            read_timeout,
-                            peer,
-                            Surface::Http,
-                        )
-                        .await
-                        {
-                            Some(stream) => stream,
-                            None => return,
-                        },
+                    let Some(stream) = shake_hands(acceptor, stream, read_timeout, peer).await
+                    else {
+                        return;
                     };
                     let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                         let response = answer(request.uri().path(), &progress.get());
