@@ -256,17 +256,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_parked_watch_is_woken_by_a_ring_and_a_busy_one_is_not_disturbed() {
+    /// A watch over a fresh counter that parks after 20 ms without a move.
+    fn started() -> (Arc<Counter>, Arc<Bell>, Watch) {
         let counter = Arc::new(Counter::default());
         let bell = Arc::new(Bell::default());
-        let watch = Watch::spawn(
-            "test-watch",
-            bell.clone(),
-            counter.clone(),
-            Duration::from_millis(20),
-        )
-        .unwrap();
+        let linger = Duration::from_millis(20);
+        let watch = Watch::spawn("test-watch", bell.clone(), counter.clone(), linger).unwrap();
+        (counter, bell, watch)
+    }
+
+    #[test]
+    fn a_parked_watch_is_woken_by_a_ring_and_a_busy_one_is_not_disturbed() {
+        let (counter, bell, watch) = started();
         wait_for("the watch parks once nothing moves", || watch.is_parked());
         let scans = counter.scans.load(Ordering::Relaxed);
         thread::sleep(Duration::from_millis(50));
@@ -293,15 +294,7 @@ mod tests {
     fn no_wake_up_is_lost_between_the_last_scan_and_parking() {
         // Takers move the cursor and ring at random moments around the
         // watch's parking; each move must be seen.
-        let counter = Arc::new(Counter::default());
-        let bell = Arc::new(Bell::default());
-        let watch = Watch::spawn(
-            "test-watch",
-            bell.clone(),
-            counter.clone(),
-            Duration::from_millis(20),
-        )
-        .unwrap();
+        let (counter, bell, watch) = started();
         for round in 1..=20u64 {
             wait_for("the watch parks", || watch.is_parked());
             if round % 2 == 0 {
