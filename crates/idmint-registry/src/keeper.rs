@@ -191,6 +191,11 @@ impl KeeperConfig {
         self.call_timeout
     }
 
+    /// How long a start waits to claim before it fails.
+    pub const fn max_claim_wait(&self) -> Duration {
+        self.max_claim_wait
+    }
+
     /// Checks the intervals against each other and the window.
     /// [`WorkerKeeper::start`] runs it first; a server's config check runs it
     /// before any I/O. `registry` names the registry in the error.
@@ -630,15 +635,7 @@ impl WorkerKeeper {
             config,
             retries: AtomicU64::new(0),
         };
-        let claim = ctx.claim_at_start(waiting).await?;
-        let established = ctx.establish(&claim, None).await;
-        let est = match established {
-            Ok(est) => est,
-            Err(e) => {
-                ctx.release_quietly(&claim).await;
-                return Err(e);
-            }
-        };
+        let (claim, est) = ctx.claim_and_establish(waiting).await?;
         let shared = Arc::new(Shared {
             current: ArcSwap::from_pointee(Current {
                 generator: est.generator.clone(),
@@ -670,6 +667,7 @@ impl WorkerKeeper {
             persisted: est.persisted,
             next_report: now + ctx.config.report_interval,
             retry_at: now,
+            failures: 0,
             shared,
             ctx,
         };
@@ -777,37 +775,59 @@ impl Ctx {
             .await
     }
 
-    /// A start's claim. Waits, for up to the claim wait, while the registry
-    /// holds claims ([`RegistryError::Held`]: tries again just past the
-    /// hold) or every worker ID is taken ([`RegistryError::Exhausted`]:
-    /// tries again every retry interval, jittered so a fleet of waiting
-    /// starts doesn't claim in lockstep, until a lease expires or a worker
-    /// is released). Says once what it waits for, and tells `waiting` each
-    /// time; past the wait, fails with the last error.
-    async fn claim_at_start(
+    /// A start's claim and first mark, retried for up to the claim wait.
+    ///
+    /// The claim waits while the registry holds claims
+    /// ([`RegistryError::Held`]: tries again just past the hold) or every
+    /// worker ID is taken ([`RegistryError::Exhausted`]: tries again every
+    /// retry interval, jittered so a fleet of waiting starts doesn't claim in
+    /// lockstep, until a lease expires or a worker is released). A call that
+    /// times out or fails ([`RegistryError::Timeout`],
+    /// [`RegistryError::Backend`]: a coordinator that is slow, overloaded by
+    /// a fleet starting at once, or down; or a lease that ran out before the
+    /// first mark was persisted) is tried again after a backoff
+    /// that doubles up to 8 retry intervals, jittered, so the fleet backs
+    /// off instead of piling on; a claim that failed after it was made is
+    /// released first. Says once what it waits for, and tells `waiting`
+    /// each time; past the wait, fails with the last error. Anything else
+    /// (the clock, the config) fails at once.
+    async fn claim_and_establish(
         &self,
         waiting: &(dyn Fn(&RegistryError) + Send + Sync),
-    ) -> Result<Claim> {
+    ) -> Result<(Claim, Established)> {
         let deadline = tokio::time::Instant::now() + self.config.max_claim_wait;
         let mut said = false;
+        let mut failures = 0u32;
         loop {
             let error = match self.claim().await {
-                Err(e @ (RegistryError::Held { .. } | RegistryError::Exhausted { .. })) => e,
-                other => return other,
+                Ok(claim) => match self.establish(&claim, None).await {
+                    Ok(est) => return Ok((claim, est)),
+                    Err(e) => {
+                        self.release_quietly(&claim).await;
+                        e
+                    }
+                },
+                Err(e) => e,
+            };
+            let pause = match &error {
+                // Just past the hold's end, as the registry's clock reckons it.
+                RegistryError::Held { retry_after, .. } => *retry_after + Duration::from_millis(20),
+                RegistryError::Exhausted { .. } => self.backoff(0),
+                // A lease that ran out before the first mark was persisted
+                // (a claim slowed by an overloaded coordinator) is a failed
+                // call like the others.
+                RegistryError::Timeout { .. }
+                | RegistryError::Backend { .. }
+                | RegistryError::LeaseLost { .. } => {
+                    failures += 1;
+                    self.backoff(failures)
+                }
+                _ => return Err(error),
             };
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 return Err(error);
             }
-            let pause = match &error {
-                // Just past the hold's end, as the registry's clock reckons it.
-                RegistryError::Held { retry_after, .. } => *retry_after + Duration::from_millis(20),
-                _ => jittered(
-                    self.config.retry_interval,
-                    &self.node,
-                    self.retries.fetch_add(1, Ordering::Relaxed),
-                ),
-            };
             if !said {
                 tracing::warn!(
                     registry = self.registry.kind(),
@@ -819,6 +839,23 @@ impl Ctx {
             waiting(&error);
             tokio::time::sleep(pause.min(left)).await;
         }
+    }
+
+    /// The pause before trying again after `failures` failed calls in a
+    /// row: the retry interval, doubled for each failure up to 8 times it,
+    /// then spread by ±50 % (hashed from the node and a count of retries,
+    /// so a simulation replays exactly).
+    fn backoff(&self, failures: u32) -> Duration {
+        let base = self
+            .config
+            .retry_interval
+            .max(self.config.check_interval)
+            .saturating_mul(1 << failures.saturating_sub(1).min(3));
+        jittered(
+            base,
+            &self.node,
+            self.retries.fetch_add(1, Ordering::Relaxed),
+        )
     }
 
     async fn release_quietly(&self, claim: &Claim) {
@@ -947,6 +984,9 @@ struct Task {
     /// After a failed persist or claim, no new attempt before this (nudges from
     /// callers hitting the mark must not hammer a failing registry).
     retry_at: Instant,
+    /// Re-claims that timed out or failed in a row: the backoff doubles
+    /// with each.
+    failures: u32,
 }
 
 impl Task {
@@ -1095,7 +1135,9 @@ impl Task {
                 let retry = if expired {
                     self.ctx.config.check_interval
                 } else {
-                    self.retry_after()
+                    // Jittered: a fleet whose renewals failed together
+                    // (a coordinator that stalled) doesn't retry in lockstep.
+                    self.ctx.backoff(0)
                 };
                 self.next_renew = Some(mono + retry);
                 if !expired {
@@ -1142,7 +1184,7 @@ impl Task {
             Err(e) => {
                 // The mark stays where it is; the generator stops there by itself.
                 self.set_error(&e);
-                self.retry_at = mono + self.retry_after();
+                self.retry_at = mono + self.ctx.backoff(0);
             }
         }
     }
@@ -1161,7 +1203,10 @@ impl Task {
     /// and everything the old generator could have issued.
     async fn reclaim(&mut self) {
         let claim = match self.ctx.claim().await {
-            Ok(claim) => claim,
+            Ok(claim) => {
+                self.failures = 0;
+                claim
+            }
             Err(e) => {
                 self.set_error(&e);
                 let wait = match &e {
@@ -1169,13 +1214,14 @@ impl Task {
                     RegistryError::Held { retry_after, .. } => {
                         (*retry_after + Duration::from_millis(20)).max(self.retry_after())
                     }
+                    // A slow or failing coordinator: back off, doubling.
+                    RegistryError::Timeout { .. } | RegistryError::Backend { .. } => {
+                        self.failures += 1;
+                        self.ctx.backoff(self.failures)
+                    }
                     // Jittered: nodes that lost their leases together don't
                     // come back to the registry in lockstep.
-                    _ => jittered(
-                        self.retry_after(),
-                        &self.ctx.node,
-                        self.ctx.retries.fetch_add(1, Ordering::Relaxed),
-                    ),
+                    _ => self.ctx.backoff(0),
                 };
                 self.retry_at = mono_now() + wait;
                 return;

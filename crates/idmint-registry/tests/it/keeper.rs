@@ -129,7 +129,8 @@ async fn a_failing_store_stops_issuing_at_the_old_mark_and_recovers() {
     assert!(st.last_error.unwrap().contains("injected failure"));
 
     reg.fail_persist.store(false, Ordering::SeqCst);
-    tick(&c, Duration::from_secs(1)).await;
+    // The retry is jittered: within 1.5 retry intervals (1 s).
+    tick(&c, Duration::from_millis(1600)).await;
     let id = h.next_id().expect("resumes once the store is back");
     assert!(id_time(&LAYOUT, id) <= reg.mark(h.worker()).unwrap());
     assert!(h.status().is_ready());
