@@ -211,7 +211,7 @@ pub fn keeper_config(config: &Config) -> KeeperConfig {
 
 /// How long the configured registry's leases last; `None` for registries
 /// that hold a worker ID without one (file, static, host, k8s).
-pub(crate) fn lease_ttl(config: &Config) -> Option<Duration> {
+pub fn lease_ttl(config: &Config) -> Option<Duration> {
     let sf = &config.snowflake;
     match sf.registry {
         RegistryKind::Sql => Some(sf.sql.lease_ttl),

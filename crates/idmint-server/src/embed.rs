@@ -3,8 +3,9 @@
 //! another program's process is opened exactly as `idmint serve` opens its
 //! own: the same config types, the same functions, the same error codes.
 //!
-//! - Opening: [`open_registry`], [`generator_settings`], [`id_clock`] and
-//!   [`keeper_config`] (what `start.rs` claims a worker with);
+//! - Opening: [`open_registry`], [`generator_settings`], [`id_clock`],
+//!   [`keeper_config`] and [`lease_ttl`] (what `start.rs` claims a worker
+//!   with);
 //!   [`open_segment_allocator`] and [`prepare_segments`] (what it opens the
 //!   segment store with and does before serving it). [`Server::check`]
 //!   (`crate::Server::check`) validates a config as `idmint serve` does.
@@ -14,7 +15,9 @@
 //!   answer when a snowflake call meets the high-water mark.
 //!
 //! Nothing here is used by the server itself: it is the API boundary for
-//! the one crate above the server besides the binary.
+//! what runs the server's nodes without its listeners: `idmint-embed`, and
+//! the binary's fleet harness (`idmint bench fleet`), whose in-process nodes
+//! claim as a server does.
 //!
 //! [`Server::check`]: crate::Server::check
 
@@ -26,7 +29,8 @@ use idmint_registry::WorkerStatus;
 use idmint_segment::SegmentError;
 
 pub use crate::backends::{
-    generator_settings, keeper_config, open_registry, open_segment_allocator, prepare_segments,
+    generator_settings, keeper_config, lease_ttl, open_registry, open_segment_allocator,
+    prepare_segments,
 };
 use crate::clock::IdClock;
 use crate::config::Config;

@@ -5,6 +5,7 @@
 mod bench;
 mod config;
 mod decode;
+mod fleet;
 mod format;
 mod generate;
 mod layout;
@@ -66,7 +67,29 @@ enum Command {
     /// throughput and p50/p99/p99.9 latency, and check every ID is unique.
     ///
     /// Exits 1 if any ID came twice or any call failed.
-    Bench(bench::BenchArgs),
+    ///
+    /// `idmint bench fleet` measures a fleet of nodes on a coordinator instead.
+    Bench(BenchCommand),
+}
+
+/// `idmint bench`: the load generator, or `bench fleet`.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct BenchCommand {
+    #[command(subcommand)]
+    fleet: Option<Box<BenchFleet>>,
+    #[command(flatten)]
+    load: bench::BenchArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchFleet {
+    /// Run N nodes on a real coordinator (the config's registry): claim
+    /// times, the coordinator's requests, CPU and memory per node, recovery
+    /// after a mass kill, and a rolling restart.
+    ///
+    /// Exits 1 if two nodes ever held one worker ID or a start was refused.
+    Fleet(fleet::FleetArgs),
 }
 
 /// Runs the subcommand.
@@ -80,7 +103,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::Config(args) => config::run(args),
         Command::Segment(args) => segment::run(args),
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(BenchCommand {
+            fleet: Some(fleet), ..
+        }) => match *fleet {
+            BenchFleet::Fleet(args) => fleet::run(args),
+        },
+        Command::Bench(BenchCommand { load, .. }) => bench::run(load),
     }
 }
 

@@ -5,6 +5,7 @@
 mod api_doc;
 mod bad_input;
 mod bench;
+mod bench_fleet;
 mod client;
 mod config;
 mod decode;
