@@ -35,9 +35,12 @@
 //! The leader's claim carries its [`NodeIdentity`] (the caller puts the address
 //! followers forward to in it); followers read it from
 //! [`WorkerRegistry::fleet`] every poll interval, and at once after
-//! [`Oracle::refresh`] (a forward that failed). A claim attempt is one registry
-//! call that fails with `Exhausted` while someone leads, so every node
-//! campaigning every poll interval costs the registry little.
+//! [`Oracle::refresh`] (a forward that failed). A node campaigns only when
+//! that read lists no live leader: a claim attempt costs writes on some
+//! registries (on etcd a lease grant, a failing transaction and a revoke,
+//! all raft proposals), so followers that campaigned every poll cost etcd
+//! about 12 writes a second each. A dead leader's holding leaves the
+//! listing when its lease runs out; the next poll campaigns.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -413,10 +416,18 @@ impl Task {
             if self.shared.stopping.load(Ordering::Acquire) {
                 break;
             }
-            if self.keeper.is_none() {
+            // Campaign only when no live leader is listed: on etcd a claim
+            // attempt is three raft writes (grant, a failing transaction,
+            // revoke), which a follower per poll made thousands a second
+            // at fleet scale. A dead leader's holding leaves the listing
+            // when its lease runs out, and the next poll campaigns.
+            let led = self.observe().await;
+            if self.keeper.is_none() && !led {
                 self.campaign().await;
+                if self.keeper.is_some() {
+                    self.observe().await;
+                }
             }
-            self.observe().await;
             tokio::select! {
                 _ = self.shared.shutdown.notified() => break,
                 _ = self.shared.refresh.notified() => {}
@@ -469,8 +480,9 @@ impl Task {
     }
 
     /// Works out who leads: this node while its keeper holds the lease,
-    /// else the live holder the registry lists.
-    async fn observe(&mut self) {
+    /// else the live holder the registry lists. Returns whether a leader is
+    /// known (a failed read knows none, so the node campaigns).
+    async fn observe(&mut self) -> bool {
         if let Some(keeper) = &self.keeper {
             let handle = keeper.handle();
             if handle.holds_lease() {
@@ -480,7 +492,7 @@ impl Task {
                     is_self: true,
                     term,
                 }));
-                return;
+                return true;
             }
         }
         let timeout = self.keeper_config.call_timeout();
@@ -511,17 +523,20 @@ impl Task {
                         is_self: false,
                         term: None,
                     });
+                let known = leader.is_some();
                 self.set_leader(leader);
                 if self.keeper.is_some() {
                     // Leading is the keeper's to tell; the read worked.
                 } else {
                     self.shared.stats().last_error = None;
                 }
+                known
             }
             Err(e) => {
                 tracing::warn!(registry = self.registry.kind(), error = %e, "oracle: reading the leader");
                 self.shared.stats().last_error = Some(e.to_string());
                 self.set_leader(None);
+                false
             }
         }
     }
