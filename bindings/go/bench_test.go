@@ -11,7 +11,8 @@ package idmint_test
 //     the peer's too.
 //   - BenchmarkOneCall: NextID of a generator that may borrow the next ticks
 //     (SequenceExhausted "borrow:1s", so the cap doesn't hold it back)
-//     against a bare atomic.AddInt64, per call.
+//     against a bare atomic.AddInt64, per call; and a cgo call that does
+//     nothing (PublicIDs.Bits), what crossing into C alone costs.
 //   - BenchmarkBatch100k: NextIDs(100_000) into a []int64, against making
 //     and filling a []int64 of 100,000 in a loop.
 
@@ -85,6 +86,20 @@ func BenchmarkOneCall(b *testing.B) {
 			}
 			if _, err := g.NextID(); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cgo-call", func(b *testing.B) {
+		// The cost of crossing into C and back alone: PublicIDs.Bits is one
+		// cgo call that reads a byte of its handle.
+		p, err := idmint.NewPublicIDs(idmint.PublicIDOptions{Key: key})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if p.Bits() != 63 {
+				b.Fatal("bits")
 			}
 		}
 	})
