@@ -367,6 +367,22 @@ impl Generator {
         Ok(())
     }
 
+    /// As [`Generator::next_ids`] with `n = out.len()`, writing the IDs into
+    /// `out` in increasing order: for a binding that hands the caller's own
+    /// array down (Go's `[]int64`), with no vector in between. `out` is left
+    /// as it was on an error.
+    ///
+    /// # Errors
+    /// As [`Generator::next_ids`] (`invalid_count` for an empty `out`).
+    pub fn fill_ids(&self, out: &mut [u64]) -> Result<(), Error> {
+        let n = u64::try_from(out.len()).unwrap_or(u64::MAX);
+        let batch = self.live()?.next_ids_live(n)?;
+        for (slot, id) in out.iter_mut().zip(batch.iter()) {
+            *slot = id.get();
+        }
+        Ok(())
+    }
+
     /// The worker ID and the state of its lease.
     ///
     /// # Errors

@@ -36,6 +36,22 @@ fn fixed_generators_issue_increasing_ids_of_their_worker() {
 }
 
 #[test]
+fn fill_ids_writes_increasing_ids_into_the_callers_array() {
+    let _g = ordinary();
+    let g = Generator::new(GeneratorOptions::new(Layout::parse("twitter").unwrap(), 4)).unwrap();
+    let first = g.next_id().unwrap();
+    let mut out = vec![0u64; 10_000];
+    g.fill_ids(&mut out).unwrap();
+    assert!(first < out[0]);
+    assert!(out.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(g.fill_ids(&mut []).unwrap_err().code(), "invalid_count");
+    g.close();
+    let mut untouched = [7u64; 3];
+    assert_eq!(g.fill_ids(&mut untouched).unwrap_err().code(), "closed");
+    assert_eq!(untouched, [7; 3]);
+}
+
+#[test]
 fn bad_input_is_refused_with_the_servers_codes() {
     let _g = ordinary();
     assert_eq!(

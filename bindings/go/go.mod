@@ -1,0 +1,3 @@
+module github.com/idmint/idmint/bindings/go
+
+go 1.19
