@@ -3,6 +3,7 @@ package io.idmint;
 import static io.idmint.Services.config;
 import static io.idmint.Services.unique;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -265,6 +266,27 @@ class GeneratorTest {
         try (Generator g = Generator.fromConfig(path)) {
             assertEquals("etcd", g.status().registry());
             assertStrictlyIncreasing(g.nextIds(1000));
+        }
+    }
+
+    @Test
+    void aNormalJvmExitReleasesTheLease() throws Exception {
+        String endpoint = Services.etcd();
+        String cluster = unique("java");
+        Path path = config(tmp, "[snowflake]\nregistry = \"etcd\"\n[snowflake.etcd]\nendpoints = [\"" + endpoint
+                + "\"]\ncluster = \"" + cluster + "\"\nlease_ttl = \"60s\"\n");
+        String workers = "/idmint/" + cluster + "/workers/";
+        List<String> keys = List.of("etcdctl", "--endpoints=" + endpoint, "get", "--prefix", "--keys-only", workers);
+        try (Generator held = Generator.fromConfig(path)) {
+            assertTrue(Services.run(keys).contains(workers), "a held lease shows as a worker key");
+            Process child = Services.jvm(ExitWithoutClose.class, path.toString());
+            assertTrue(child.waitFor(60, TimeUnit.SECONDS), "the child JVM did not exit");
+            assertEquals(0, child.exitValue(), () -> new String(readErr(child), StandardCharsets.UTF_8));
+            String worker = new String(child.getInputStream().readAllBytes(), StandardCharsets.UTF_8).strip();
+            // Released by the shutdown hook, not expired: the lease had 60 s to run.
+            Set<String> left = new HashSet<>(Arrays.asList(Services.run(keys).split("\\s+")));
+            assertTrue(left.contains(workers + held.worker()), left::toString);
+            assertFalse(left.contains(workers + worker), () -> "worker " + worker + " still leased: " + left);
         }
     }
 
