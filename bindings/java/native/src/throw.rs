@@ -50,6 +50,7 @@ pub(crate) fn call_plain<T: Default>(
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(value)) => value,
         Ok(Err(e)) => call(env, |_| Err(Failure::Idmint(e))),
+        // Raised again inside `with_env`, whose catch hands it to `on_panic`.
         Err(panic) => call(env, |_| std::panic::resume_unwind(panic)),
     }
 }
