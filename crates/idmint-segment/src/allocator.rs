@@ -857,6 +857,20 @@ impl Lookout for PreloadLookout {
     }
 }
 
+impl Drop for PreloadLookout {
+    /// Cancels the leases in flight inside the runtime's context: the watch's
+    /// thread drops the lookout when it stops, outside any runtime, and a
+    /// lease holding a pooled connection returns it to its pool with a task
+    /// (sqlx panics with "this functionality requires a Tokio context"
+    /// otherwise).
+    fn drop(&mut self) {
+        let _runtime = self.runtime.enter();
+        drop(std::mem::take(
+            self.loads.get_mut().unwrap_or_else(|p| p.into_inner()),
+        ));
+    }
+}
+
 impl std::fmt::Debug for PreloadLookout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PreloadLookout")

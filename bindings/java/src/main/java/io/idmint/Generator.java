@@ -1,0 +1,236 @@
+package io.idmint;
+
+import java.lang.ref.Reference;
+import java.nio.file.Path;
+import java.util.Objects;
+import java.util.Optional;
+
+/**
+ * Snowflake IDs made in this process, on the same Rust core as
+ * {@code idmint serve}.
+ *
+ * <p>Two kinds, one API:
+ * <ul>
+ *   <li><b>Fixed</b>: {@code Generator.builder().layout("twitter").worker(7).build()}.
+ *       No registry, no I/O; you keep worker IDs unique across processes.
+ *   <li><b>Leased</b>: {@link #fromConfig(Path)}, the {@code [snowflake]} section of
+ *       an {@code idmint serve} config. The worker ID is claimed from its registry
+ *       (file, etcd, Redis, PostgreSQL/MySQL/SQLite including
+ *       {@code mode = "uid-generator"}, ZooKeeper) and kept by a keeper on the
+ *       generator's own native thread, which persists the high-water mark ahead
+ *       of the IDs and renews the lease.
+ * </ul>
+ *
+ * <p>Contract:
+ * <ul>
+ *   <li><b>Thread-safe.</b> Share one generator between threads; a call is the
+ *       JNI transition and one compare-and-swap. One lease per generator.
+ *   <li><b>Monotonic.</b> IDs from one generator strictly increase.
+ *   <li><b>Refuses rather than risks a duplicate.</b> A leased generator whose
+ *       lease is lost, or whose mark can't be persisted in time, throws
+ *       {@link IdmintException} ({@code mark_reached}, with a retry hint) and
+ *       issues nothing, exactly as the server does.
+ *   <li><b>Close.</b> {@link #close()} releases the lease and stops the thread;
+ *       closing twice is harmless; any call after it throws code {@code closed}.
+ *       What is still open at a normal JVM exit is closed then; an unreachable
+ *       generator is closed and freed by a {@link java.lang.ref.Cleaner}.
+ * </ul>
+ */
+public final class Generator implements AutoCloseable {
+    private final NativeRef ref;
+    private final Layout layout;
+
+    private Generator(long handle) {
+        this.ref = NativeRef.own(this, handle, Native::generatorClose, Native::generatorFree);
+        this.layout = Layout.parse(Native.generatorLayout(handle));
+    }
+
+    /** A builder of a fixed-worker generator: {@code twitter}, worker 0 unless set. */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /**
+     * A generator from the {@code [snowflake]} section of the {@code idmint serve}
+     * config at {@code config} (and the {@code IDMINT_…} environment variables
+     * over it): claims a worker ID from the registry, persists the first
+     * high-water mark, and returns once an ID can be issued.
+     *
+     * @throws IdmintException {@code invalid_config} for a config the server would
+     *     refuse, or the registry's code for a failed claim ({@code workers_exhausted},
+     *     {@code registry_timeout}, {@code registry_backend}, ...)
+     */
+    public static Generator fromConfig(Path config) {
+        return new Generator(Native.generatorFromConfig(Objects.requireNonNull(config, "config").toString()));
+    }
+
+    /**
+     * The next ID.
+     *
+     * @throws IdmintException {@code closed}; {@code clock_behind},
+     *     {@code layout_exhausted}; {@code mark_reached} when the lease is gone
+     *     or the mark can't be persisted in time
+     */
+    public long nextId() {
+        try {
+            return Native.generatorNextId(ref.handle);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
+    }
+
+    /**
+     * {@code n} IDs in increasing order.
+     *
+     * @throws IdmintException {@code invalid_count} unless {@code n} is positive;
+     *     as {@link #nextId()}
+     */
+    public long[] nextIds(int n) {
+        if (n < 0) {
+            throw IdmintException.of("invalid_count", "count " + n + " is negative");
+        }
+        try {
+            return Native.generatorNextIds(ref.handle, n);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
+    }
+
+    /** The layout IDs are made with. */
+    public Layout layout() {
+        return layout;
+    }
+
+    /** The worker ID issued with now (the whole node field for a leased one). */
+    public int worker() {
+        return status().worker();
+    }
+
+    /**
+     * The registry, worker ID, lease state and why the generator would refuse now.
+     *
+     * @throws IdmintException {@code closed}
+     */
+    public Status status() {
+        try {
+            String[] s = Native.generatorStatus(ref.handle);
+            return new Status(s[0], Integer.parseInt(s[1]), s[2], Optional.ofNullable(s[3]));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
+    }
+
+    /** Stops issuing, releases the lease, stops the generator's thread. Idempotent. */
+    @Override
+    public void close() {
+        ref.close();
+    }
+
+    @Override
+    public String toString() {
+        String parts;
+        try {
+            Status s = status();
+            parts = ", registry=" + s.registry() + ", worker=" + s.worker() + ", lease=" + s.lease();
+        } catch (IdmintException e) {
+            parts = ", " + e.code();
+        }
+        return "Generator(layout=" + layout.preset().orElse(layout.toString()) + parts + ")";
+    }
+
+    /**
+     * A generator's state as seen from outside.
+     *
+     * @param registry the registry ({@code fixed} for a fixed worker)
+     * @param worker the worker ID issued with
+     * @param lease {@code held}, {@code renewing}, {@code expired}, {@code lost},
+     *     {@code stopped} ({@code held} for a fixed worker)
+     * @param notReady why the generator would refuse now, if it would
+     */
+    public record Status(String registry, int worker, String lease, Optional<String> notReady) {}
+
+    /**
+     * Options of a fixed-worker generator. The policies take the config's text
+     * forms: {@code clockBehind} {@code "fail"}, {@code "wait:5ms"} (the default),
+     * {@code "borrow:1s"}, {@code "rollback-bits"}, {@code "history:64"};
+     * {@code sequenceExhausted} {@code "wait"} (the default) or {@code "borrow:1s"};
+     * {@code sequenceStart} {@code "zero"} (the default) or {@code "random:100"}.
+     */
+    public static final class Builder {
+        private String layout = "twitter";
+        private int worker;
+        private int datacenter;
+        private String clockBehind;
+        private String sequenceExhausted;
+        private String sequenceStart;
+        private boolean wallClock;
+
+        private Builder() {}
+
+        /** The layout's text form (default {@code twitter}). */
+        public Builder layout(String layout) {
+            this.layout = Objects.requireNonNull(layout, "layout");
+            return this;
+        }
+
+        /** The layout. */
+        public Builder layout(Layout layout) {
+            this.layout = layout.toString();
+            return this;
+        }
+
+        /** The worker ID, within the layout's worker bits (default 0). */
+        public Builder worker(int worker) {
+            this.worker = worker;
+            return this;
+        }
+
+        /** The datacenter part of the node field (default 0). */
+        public Builder datacenter(int datacenter) {
+            this.datacenter = datacenter;
+            return this;
+        }
+
+        /** What to do when the clock is behind the last ID. */
+        public Builder clockBehind(String policy) {
+            this.clockBehind = Objects.requireNonNull(policy, "policy");
+            return this;
+        }
+
+        /** What to do when a tick's sequence runs out. */
+        public Builder sequenceExhausted(String policy) {
+            this.sequenceExhausted = Objects.requireNonNull(policy, "policy");
+            return this;
+        }
+
+        /** Where each tick's sequence starts. */
+        public Builder sequenceStart(String start) {
+            this.sequenceStart = Objects.requireNonNull(start, "start");
+            return this;
+        }
+
+        /**
+         * The raw wall clock instead of the default (the wall clock read once,
+         * advanced by the monotonic clock, so a step back while running is invisible).
+         */
+        public Builder wallClock(boolean wallClock) {
+            this.wallClock = wallClock;
+            return this;
+        }
+
+        /**
+         * The generator.
+         *
+         * @throws IdmintException {@code invalid_layout_text}, {@code node_out_of_range}
+         *     for a worker or datacenter outside the layout, {@code invalid_text} for a
+         *     policy that doesn't read, {@code invalid_config} for one the layout can't
+         *     support
+         */
+        public Generator build() {
+            Layout.notNegative("worker", worker);
+            Layout.notNegative("datacenter", datacenter);
+            return new Generator(Native.generatorNew(
+                    layout, worker, datacenter, clockBehind, sequenceExhausted, sequenceStart, wallClock));
+        }
+    }
+}
