@@ -86,15 +86,16 @@
 //! - etcd transactions and leases: <https://etcd.io/docs/v3.4/learning/api/>
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
-    TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 use jiff::Timestamp;
 
@@ -273,6 +274,37 @@ pub struct EtcdRegistry {
     client: Client,
     endpoints: Vec<String>,
     config: EtcdConfig,
+    /// One keep-alive stream per held lease, opened at the first renewal
+    /// and kept: opening one sends a keep-alive of its own (etcd-client's
+    /// `lease_keep_alive` waits for its answer to learn the lease), so a
+    /// stream per renewal cost etcd two messages instead of one.
+    keepers: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<KeepAliveStream>>>>,
+    /// The mark of each worker this client last persisted, as `(lease,
+    /// mark in ms, the mark key's mod revision)`: the next persist's
+    /// transaction compares against that revision without reading the key
+    /// first (one request instead of two); a mismatch reads it again.
+    marks: Mutex<HashMap<u32, KnownMark>>,
+}
+
+/// A worker's mark as this client last wrote it.
+#[derive(Debug, Clone, Copy)]
+struct KnownMark {
+    /// The lease the write was made under.
+    lease: i64,
+    /// The mark, in ms (`None`: no mark key).
+    ms: Option<i64>,
+    /// The mark key's mod revision (0: no key).
+    revision: i64,
+}
+
+/// A lease's open keep-alive stream, and whether its last round ended (a
+/// round cut off by the call timeout may leave its answer in the stream,
+/// where the next round would take it for its own and date the renewal too
+/// late: such a stream is closed and opened again).
+struct KeepAliveStream {
+    keeper: LeaseKeeper,
+    stream: LeaseKeepAliveStream,
+    clean: bool,
 }
 
 impl fmt::Debug for EtcdRegistry {
@@ -340,6 +372,8 @@ impl EtcdRegistry {
             client,
             endpoints,
             config,
+            keepers: Mutex::new(HashMap::new()),
+            marks: Mutex::new(HashMap::new()),
         })
     }
 
@@ -548,27 +582,89 @@ impl EtcdRegistry {
     /// One keep-alive round on a fresh stream: the first request refreshes the
     /// lease (the client library checks its answer), the second reports the TTL
     /// granted, measured from before it was sent.
-    async fn keep_alive(&self, lease_id: i64) -> std::result::Result<Option<Lease>, KeepAlive> {
+    /// One keep-alive round on the lease's stream, opening the stream when
+    /// there is none (or the last one broke). `ttl` is the lease's granted
+    /// TTL: what etcd renews it to, and what a newly opened stream's own
+    /// first keep-alive (whose answer etcd-client keeps) renewed it to.
+    async fn keep_alive(
+        &self,
+        lease_id: i64,
+        ttl: Duration,
+    ) -> std::result::Result<Option<Lease>, KeepAlive> {
+        let open = self
+            .keepers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&lease_id)
+            .cloned();
+        if let Some(open) = open {
+            let mut open = open.lock().await;
+            if !open.clean {
+                drop(open);
+                self.forget_keeper(lease_id);
+                return Box::pin(self.keep_alive(lease_id, ttl)).await;
+            }
+            open.clean = false;
+            let before = Instant::now();
+            let answer = match open.keeper.keep_alive().await {
+                Ok(()) => open.stream.message().await.map_err(KeepAlive::from_error),
+                Err(e) => Err(KeepAlive::from_error(e)),
+            };
+            open.clean = true;
+            match answer {
+                Ok(Some(resp)) if resp.ttl() > 0 => {
+                    let ttl = Duration::from_secs(resp.ttl().unsigned_abs());
+                    return Ok(Some(Lease {
+                        ttl,
+                        valid_until: before + ttl,
+                    }));
+                }
+                Ok(Some(_)) | Err(KeepAlive::Gone) => {
+                    self.forget_lease(lease_id);
+                    return Err(KeepAlive::Gone);
+                }
+                // A broken stream: open a new one below.
+                Ok(None) | Err(KeepAlive::Failed(_)) => self.forget_keeper(lease_id),
+            }
+        }
         let mut client = self.client.clone();
-        let (mut keeper, mut stream) = client
+        // Before the request the stream opens with: the lease runs at most
+        // `ttl` from whenever etcd renewed it, which is after this.
+        let before = Instant::now();
+        let (keeper, stream) = client
             .lease_keep_alive(lease_id)
             .await
             .map_err(KeepAlive::from_error)?;
-        let before = Instant::now();
-        keeper.keep_alive().await.map_err(KeepAlive::from_error)?;
-        match stream.message().await.map_err(KeepAlive::from_error)? {
-            Some(resp) if resp.ttl() > 0 => {
-                let ttl = Duration::from_secs(resp.ttl().unsigned_abs());
-                Ok(Some(Lease {
-                    ttl,
-                    valid_until: before + ttl,
-                }))
-            }
-            Some(_) => Err(KeepAlive::Gone),
-            None => Err(KeepAlive::Failed(
-                "keep-alive stream closed without an answer".to_owned(),
-            )),
-        }
+        let opened = KeepAliveStream {
+            keeper,
+            stream,
+            clean: true,
+        };
+        self.keepers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(lease_id, Arc::new(tokio::sync::Mutex::new(opened)));
+        Ok(Some(Lease {
+            ttl,
+            valid_until: before + ttl,
+        }))
+    }
+
+    /// Closes the lease's keep-alive stream, if open.
+    fn forget_keeper(&self, lease_id: i64) {
+        self.keepers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&lease_id);
+    }
+
+    /// Drops all this client keeps about a lease that ended.
+    fn forget_lease(&self, lease_id: i64) {
+        self.forget_keeper(lease_id);
+        self.marks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, known| known.lease != lease_id);
     }
 }
 
@@ -624,8 +720,9 @@ impl WorkerRegistry for EtcdRegistry {
 
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
         let (lease_id, _) = parse_token(claim)?;
+        let ttl = claim.lease.map_or(self.config.lease_ttl, |l| l.ttl);
         bounded(KIND, "renew", self.config.timeout, async {
-            match self.keep_alive(lease_id).await {
+            match self.keep_alive(lease_id, ttl).await {
                 Ok(lease) => Ok(lease),
                 Err(KeepAlive::Gone) => Err(self.lease_lost(
                     claim.worker,
@@ -652,23 +749,36 @@ impl WorkerRegistry for EtcdRegistry {
         let attempt = async {
             let mut client = self.client.clone();
             for _ in 0..PERSIST_ATTEMPTS {
-                let current = client
-                    .get(mark_key.as_str(), None)
-                    .await
-                    .map_err(|e| backend("persist mark", &e))?;
-                let (old_ms, mod_revision) = match current.kvs().first() {
-                    Some(kv) => (
-                        Some(ceil_ms(parse_ms("persist mark", worker, kv.value())?)),
-                        kv.mod_revision(),
-                    ),
-                    None => (None, 0),
+                let known = self
+                    .marks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&worker)
+                    .filter(|known| known.lease == lease_id)
+                    .map(|known| (known.ms, known.revision));
+                let (old_ms, mod_revision) = match known {
+                    Some(known) => known,
+                    None => {
+                        let current = client
+                            .get(mark_key.as_str(), None)
+                            .await
+                            .map_err(|e| backend("persist mark", &e))?;
+                        match current.kvs().first() {
+                            Some(kv) => (
+                                Some(ceil_ms(parse_ms("persist mark", worker, kv.value())?)),
+                                kv.mod_revision(),
+                            ),
+                            None => (None, 0),
+                        }
+                    }
                 };
+                let raise = old_ms.is_none_or(|old| new_ms > old);
                 let mut ops = vec![TxnOp::put(
                     reported_key.as_str(),
                     reported.as_millisecond().to_string(),
                     Some(PutOptions::new().with_lease(lease_id)),
                 )];
-                if old_ms.is_none_or(|old| new_ms > old) {
+                if raise {
                     ops.push(TxnOp::put(mark_key.as_str(), new_ms.to_string(), None));
                 }
                 let txn = Txn::new()
@@ -694,8 +804,34 @@ impl WorkerRegistry for EtcdRegistry {
                     Err(e) => return Err(backend("persist mark", &e)),
                 };
                 if resp.succeeded() {
+                    // The mark key now stands at the transaction's revision
+                    // when it was written, else where it was.
+                    let revision = match (raise, resp.header()) {
+                        (true, Some(h)) => Some((Some(new_ms), h.revision())),
+                        (true, None) => None,
+                        (false, _) => Some((old_ms, mod_revision)),
+                    };
+                    let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+                    match revision {
+                        Some((ms, revision)) => {
+                            let known = KnownMark {
+                                lease: lease_id,
+                                ms,
+                                revision,
+                            };
+                            marks.insert(worker, known);
+                        }
+                        None => {
+                            marks.remove(&worker);
+                        }
+                    }
                     return Ok(());
                 }
+                // Read the mark again next time round (or next persist).
+                self.marks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&worker);
                 let holder = resp.op_responses().into_iter().find_map(|op| match op {
                     TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
                     _ => None,
@@ -843,6 +979,7 @@ impl WorkerRegistry for EtcdRegistry {
 
     async fn release(&self, claim: &Claim) -> Result<()> {
         let (lease_id, _) = parse_token(claim)?;
+        self.forget_lease(lease_id);
         // Revoking deletes the holding and the report (both attached to the
         // lease) and leaves the mark. A lease already gone is not an error: the
         // ID is not ours to give back, and only our own lease is touched.

@@ -105,9 +105,11 @@ fn check_in_process(report: &Value, n: u64) {
 
 #[test]
 fn bench_fleet_in_process_on_etcd_reads_etcds_own_counters_and_recovers() {
-    let Some((endpoint, _etcd)) = etcd() else {
+    // A private etcd: its counters see this test's fleet alone.
+    let Some(etcd) = PrivateService::start(Service::Etcd) else {
         return;
     };
+    let endpoint = etcd.address().to_owned();
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(
         dir.path(),
@@ -132,6 +134,15 @@ fn bench_fleet_in_process_on_etcd_reads_etcds_own_counters_and_recovers() {
         for counter in ["raft proposals", "grpc messages", "lease keep-alives"] {
             assert!(f(&rates[counter]) > 0.0, "{counter}: {report:#}");
         }
+        // One request per registry call: a renewal is one keep-alive on a
+        // stream kept open, a persist one transaction (no read first).
+        let steady = &report["steady"];
+        let calls = f(&steady["writes_per_node_s"]) + f(&steady["reads_per_node_s"]);
+        let requests = f(&rates["grpc messages"]);
+        assert!(
+            requests <= calls * 1.2 + 0.1,
+            "{requests} gRPC messages/s per node for {calls} registry calls: {report:#}"
+        );
     }
 }
 
