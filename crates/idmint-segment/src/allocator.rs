@@ -857,6 +857,17 @@ impl Lookout for PreloadLookout {
     }
 }
 
+impl Drop for PreloadLookout {
+    /// The leases still in flight are dropped in the runtime's context: the
+    /// watch's thread drops the lookout when it stops, and a lease dropped
+    /// mid-query hands its pooled connection back with a task (sqlx panics
+    /// "this functionality requires a Tokio context" outside one).
+    fn drop(&mut self) {
+        let _runtime = self.runtime.enter();
+        drop(std::mem::take(&mut *lock(&self.loads)));
+    }
+}
+
 impl std::fmt::Debug for PreloadLookout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PreloadLookout")
