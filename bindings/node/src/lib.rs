@@ -104,10 +104,33 @@ impl<T> OrThrow<T> for Result<T, idmint_embed::Error> {
 
 // ---- Arguments ----
 
+/// A `bigint` or a `number`, as the two cases `id_arg` and `count_arg`
+/// read; anything else refused with `code`.
+fn integer_arg(
+    env: &Env,
+    code: &str,
+    what: &str,
+    value: Unknown,
+) -> napi::Result<Either<BigInt, f64>> {
+    match value.get_type()? {
+        ValueType::BigInt => Ok(Either::A(BigInt::from_unknown(value)?)),
+        ValueType::Number => Ok(Either::B(value.coerce_to_number()?.get_double()?)),
+        other => Err(idmint_error(
+            env,
+            code,
+            &format!(
+                "{what} must be a bigint (or a number that is a safe integer), not {}",
+                other.to_string().to_lowercase()
+            ),
+            None,
+        )),
+    }
+}
+
 /// An ID (or a public ID) argument: a non-negative `bigint` below 2^64, or a
 /// `number` that is a safe integer.
-fn id_arg(env: &Env, what: &str, value: Either<BigInt, f64>) -> napi::Result<u64> {
-    match value {
+fn id_arg(env: &Env, what: &str, value: Unknown) -> napi::Result<u64> {
+    match integer_arg(env, "invalid_id", what, value)? {
         Either::A(big) => {
             let (negative, v, lossless) = big.get_u64();
             if negative || !lossless {
@@ -158,7 +181,7 @@ fn describe_big(big: &BigInt) -> String {
 }
 
 /// A count (`nextIds(n)`): a safe integer `number` or a `bigint`.
-fn count_arg(env: &Env, value: Either<BigInt, f64>) -> napi::Result<u64> {
+fn count_arg(env: &Env, value: Unknown) -> napi::Result<u64> {
     let bad = |shown: String| {
         idmint_error(
             env,
@@ -167,7 +190,7 @@ fn count_arg(env: &Env, value: Either<BigInt, f64>) -> napi::Result<u64> {
             None,
         )
     };
-    match value {
+    match integer_arg(env, "invalid_count", "count", value)? {
         Either::A(big) => match big.get_u64() {
             (false, v, true) => Ok(v),
             _ => Err(bad(describe_big(&big))),
@@ -277,8 +300,8 @@ impl Layout {
 
     /// Takes an ID apart: `{ id, time, timestampMs, tick, datacenter, worker,
     /// rollback, sequence }`.
-    #[napi(ts_return_type = "Decoded")]
-    pub fn decode<'e>(&self, env: &'e Env, id: Either<BigInt, f64>) -> napi::Result<Object<'e>> {
+    #[napi(ts_args_type = "id: bigint | number", ts_return_type = "Decoded")]
+    pub fn decode<'e>(&self, env: &'e Env, id: Unknown) -> napi::Result<Object<'e>> {
         let id = id_arg(env, "id", id)?;
         let d = self.inner.decode(id).or_throw(env)?;
         let ms = d.time.as_millisecond();
@@ -349,21 +372,7 @@ impl Layout {
                 })?;
                 self.inner.tick_at(ts).or_throw(env)?
             }
-            (None, Some(tick)) => {
-                let tick = match tick.get_type()? {
-                    ValueType::BigInt => Either::A(BigInt::from_unknown(tick)?),
-                    ValueType::Number => Either::B(tick.coerce_to_number()?.get_double()?),
-                    _ => {
-                        return Err(idmint_error(
-                            env,
-                            "invalid_config",
-                            "tick must be a bigint",
-                            None,
-                        ));
-                    }
-                };
-                id_arg(env, "tick", tick)?
-            }
+            (None, Some(tick)) => id_arg(env, "tick", tick)?,
             (None, None) => {
                 return Err(idmint_error(
                     env,
@@ -636,7 +645,7 @@ impl Generator {
 
     /// `n` IDs in increasing order, a `BigInt64Array`.
     #[napi(ts_args_type = "n: number | bigint")]
-    pub fn next_ids(&self, env: &Env, n: Either<BigInt, f64>) -> napi::Result<BigInt64Array> {
+    pub fn next_ids(&self, env: &Env, n: Unknown) -> napi::Result<BigInt64Array> {
         let n = count_arg(env, n)?;
         let ids = self.inner.next_ids(n).or_throw(env)?;
         Ok(BigInt64Array::new(as_i64s(ids)))
@@ -784,12 +793,7 @@ impl Segments {
 
     /// `n` IDs of `key` in increasing order, a `BigInt64Array`.
     #[napi(ts_args_type = "key: string, n: number | bigint")]
-    pub fn next_ids(
-        &self,
-        env: &Env,
-        key: String,
-        n: Either<BigInt, f64>,
-    ) -> napi::Result<BigInt64Array> {
+    pub fn next_ids(&self, env: &Env, key: String, n: Unknown) -> napi::Result<BigInt64Array> {
         let n = count_arg(env, n)?;
         let ids = self.inner.next_ids(&key, n).or_throw(env)?;
         Ok(BigInt64Array::new(as_i64s(ids)))
@@ -911,21 +915,21 @@ impl PublicIds {
 
     /// The public ID of `id`, a bigint.
     #[napi(ts_args_type = "id: bigint | number")]
-    pub fn obfuscate(&self, env: &Env, id: Either<BigInt, f64>) -> napi::Result<u64> {
+    pub fn obfuscate(&self, env: &Env, id: Unknown) -> napi::Result<u64> {
         let id = id_arg(env, "id", id)?;
         self.inner.obfuscate(id).or_throw(env)
     }
 
     /// The ID behind a public ID, a bigint.
     #[napi(ts_args_type = "publicId: bigint | number")]
-    pub fn reveal(&self, env: &Env, public_id: Either<BigInt, f64>) -> napi::Result<u64> {
+    pub fn reveal(&self, env: &Env, public_id: Unknown) -> napi::Result<u64> {
         let public = id_arg(env, "public ID", public_id)?;
         self.inner.reveal(public).or_throw(env)
     }
 
     /// A public ID in the text form.
     #[napi(ts_args_type = "publicId: bigint | number")]
-    pub fn encode(&self, env: &Env, public_id: Either<BigInt, f64>) -> napi::Result<String> {
+    pub fn encode(&self, env: &Env, public_id: Unknown) -> napi::Result<String> {
         let public = id_arg(env, "public ID", public_id)?;
         self.inner.encode(public).or_throw(env)
     }
@@ -938,7 +942,7 @@ impl PublicIds {
 
     /// The public ID of `id`, as text.
     #[napi(ts_args_type = "id: bigint | number")]
-    pub fn obfuscate_text(&self, env: &Env, id: Either<BigInt, f64>) -> napi::Result<String> {
+    pub fn obfuscate_text(&self, env: &Env, id: Unknown) -> napi::Result<String> {
         let id = id_arg(env, "id", id)?;
         self.inner.obfuscate_text(id).or_throw(env)
     }
