@@ -42,6 +42,19 @@ if (isMainThread) {
   process.once('exit', () => native.closeAll())
 }
 
+// The hot path: `nextId` through a plain function on the generator's handle
+// (kept on the object after the first call), not a method of the addon's
+// class, whose call glue in napi-rs costs several times the ID itself.
+const HANDLE = Symbol('idmint.handle')
+const nextIdOf = native.generatorNextId
+Object.defineProperty(native.Generator.prototype, 'nextId', {
+  value: function nextId() {
+    return nextIdOf(this[HANDLE] ?? (this[HANDLE] = this.handle))
+  },
+  writable: true,
+  configurable: true,
+})
+
 module.exports = {
   Generator: native.Generator,
   Layout: native.Layout,

@@ -687,6 +687,36 @@ impl Generator {
     }
 }
 
+thread_local! {
+    /// The generator this thread issued from last, by handle: the hot path's
+    /// way around the table's lock.
+    static LAST_GENERATOR: std::cell::RefCell<Option<(u32, Weak<idmint_embed::Generator>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The next ID of the generator with `handle`: the hot path of
+/// `Generator.prototype.nextId` (index.js). A plain function rather than a
+/// method: napi-rs's glue for a method call (registering a borrow of the
+/// receiver, checking its class) costs several times the ID itself.
+#[napi]
+pub fn generator_next_id(env: &Env, handle: u32) -> napi::Result<u64> {
+    let cached = LAST_GENERATOR.with_borrow(|last| match last {
+        Some((h, g)) if *h == handle => g.upgrade(),
+        _ => None,
+    });
+    let g = match cached {
+        Some(g) => g,
+        None => {
+            let g = GENERATORS
+                .get(handle)
+                .ok_or_else(|| no_handle(env, "generator", f64::from(handle)))?;
+            LAST_GENERATOR.set(Some((handle, Arc::downgrade(&g))));
+            g
+        }
+    };
+    g.next_id().or_throw(env)
+}
+
 /// `ids` as the `i64`s of a `BigInt64Array`: the same values (IDs are below
 /// 2^63), in place.
 fn as_i64s(ids: Vec<u64>) -> Vec<i64> {
