@@ -434,15 +434,16 @@ impl EtcdRegistry {
             .collect())
     }
 
-    /// Tries to create the holding key of each free worker ID, from a random
-    /// offset; returns the worker, the key's create revision and the stored mark.
+    /// Tries to create the holding key of each worker ID not in `held` (read
+    /// just before), from a random offset; returns the worker, the key's
+    /// create revision and the stored mark.
     async fn claim_with_lease(
         &self,
         node: &NodeIdentity,
         range: u32,
         lease_id: i64,
+        held: HashSet<u32>,
     ) -> Result<(u32, i64, Option<Timestamp>)> {
-        let held = self.held_workers(range).await?;
         let mut in_use = held.len() as u64;
         let start = u32::try_from(random_u64() % u64::from(range)).expect("below a u32 range");
         for i in 0..range {
@@ -694,7 +695,18 @@ impl WorkerRegistry for EtcdRegistry {
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         check_range(KIND, range)?;
-        self.claim_under_new_lease(|lease_id| self.claim_with_lease(node, range, lease_id))
+        // Read first, grant after: a start waiting for a full space to free
+        // up (a mass restart) then costs etcd one keys-only read a try, not a
+        // lease granted and revoked (two raft proposals).
+        let held = self.held_workers(range).await?;
+        if held.len() as u64 >= u64::from(range) {
+            return Err(RegistryError::Exhausted {
+                registry: KIND,
+                in_use: held.len() as u64,
+                range: u64::from(range),
+            });
+        }
+        self.claim_under_new_lease(|lease_id| self.claim_with_lease(node, range, lease_id, held))
             .await
     }
 
