@@ -8,16 +8,19 @@
 //! 2. **steady**: for `--steady`, the registry calls each node makes
 //!    (counted by this process, in-process nodes), the coordinator's own
 //!    request counters, and its CPU and memory;
-//! 3. **kill**: `--kill-percent` of the nodes die at once (a crash: nothing
+//! 3. **join**: `--joins` nodes join the running fleet one after another
+//!    (in-process), each stopped again before the next: the claim time of a
+//!    node joining a fleet of N, without a crowd starting beside it;
+//! 4. **kill**: `--kill-percent` of the nodes die at once (a crash: nothing
 //!    released) and as many replacements start at once; the time until each
 //!    serves, against the bound the lease TTL sets (TTL + 2 s in-process,
 //!    TTL + 5 s for processes);
-//! 4. **roll** (in-process): a rolling restart, every node replaced once,
+//! 5. **roll** (in-process): a rolling restart, every node replaced once,
 //!    in a worker space of `--roll-space` times N (default 1.2): replacements
 //!    start in batches of the spare IDs (at most a quarter of the fleet, as
 //!    Kubernetes' default surge), then as many old nodes stop gracefully;
 //!    any refused start is a failure;
-//! 5. **oracle** (`--processes --oracle-key KEY`, after the steady state):
+//! 6. **oracle** (`--processes --oracle-key KEY`, after the steady state):
 //!    the timestamp oracle's leader is SIGKILLed, and each follower's time
 //!    from the kill to its next ID of the `monotonic` key ([`oracle`]). The
 //!    config must define the key and give gRPC a port of its own per node
@@ -89,6 +92,11 @@ pub struct FleetArgs {
     /// How long the steady state is measured.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     steady: Duration,
+
+    /// How many nodes join the running fleet one at a time (in-process),
+    /// each claim timed alone.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    joins: usize,
 
     /// The share of the fleet killed at once, in percent (0 skips it).
     #[arg(long, value_name = "PERCENT", default_value_t = 25,
@@ -259,7 +267,26 @@ async fn run_in_process(
     });
     report.check("steady state", fleet.check());
 
-    // 3. Kill a share; replacements start at once.
+    // 3. Nodes join one at a time, in a space with room for them.
+    if args.joins > 0 {
+        fleet.set_space((n + 1) as u32);
+        let progress = Progress::new("joins", args.joins as u64);
+        let mut all = Starts::default();
+        for _ in 0..args.joins {
+            let starts = fleet.start(1, Instant::now(), &progress).await;
+            all.took.extend(starts.took);
+            all.refused.extend(starts.refused);
+            all.claims
+                .get_or_insert_with(Vec::new)
+                .extend(starts.claims.unwrap_or_default());
+            fleet.stop_newest(1).await;
+        }
+        drop(progress);
+        fleet.set_space(n as u32);
+        report.join = Some(all.figures(None));
+    }
+
+    // 4. Kill a share; replacements start at once.
     let to_kill = n * args.kill_percent as usize / 100;
     if to_kill > 0 {
         let killed_at = Instant::now();
@@ -275,7 +302,7 @@ async fn run_in_process(
         report.check("replacements", fleet.check());
     }
 
-    // 4. A rolling restart in a space 1.2 times the fleet.
+    // 5. A rolling restart in a space 1.2 times the fleet.
     let roll_space = ((n as f64 * args.roll_space).ceil() as u32).min(space);
     if roll_space > 0 {
         report.roll = Some(roll(&mut fleet, n, roll_space).await);
@@ -577,6 +604,8 @@ struct Report {
     connections: Option<usize>,
     start: Option<StartFigures>,
     steady: Option<Steady>,
+    /// Nodes joining the running fleet one at a time.
+    join: Option<StartFigures>,
     kill: Option<Kill>,
     roll: Option<Roll>,
     oracle: Option<Oracle>,
@@ -628,6 +657,7 @@ impl Report {
             connections: None,
             start: None,
             steady: None,
+            join: None,
             kill: None,
             roll: None,
             oracle: None,
@@ -656,6 +686,7 @@ impl Report {
     fn refusals(&self) -> Vec<String> {
         let phases = [
             ("start", self.start.as_ref()),
+            ("join", self.join.as_ref()),
             ("replacement", self.kill.as_ref().map(|k| &k.replacements)),
             (
                 "rolling restart",
@@ -752,6 +783,9 @@ impl Report {
                     m / self.nodes as f64
                 );
             }
+        }
+        if let Some(j) = &self.join {
+            let _ = writeln!(out, "  join          one at a time: {}", j.text());
         }
         if let Some(o) = &self.oracle {
             let _ = writeln!(

@@ -19,6 +19,9 @@ use crate::{expect_ok, fails, idmint};
 
 const LEASE_TTL: Duration = Duration::from_secs(3);
 
+/// Nodes that join each in-process fleet one at a time.
+const JOINS: u64 = 3;
+
 /// 8 worker bits: room for the small fleets and their rolling restarts.
 const LAYOUT: &str = "time=41,unit=1ms,epoch=2026-01-01T00:00:00Z,node=8,sequence=14";
 
@@ -31,6 +34,14 @@ fn etcd() -> Option<(String, Option<PrivateService>)> {
             Some((etcd.address().to_owned(), Some(etcd)))
         }
     }
+}
+
+/// The `registry` lines of a config on etcd at `endpoint`.
+fn etcd_registry(endpoint: &str) -> String {
+    format!(
+        "registry = \"etcd\"\n[snowflake.etcd]\nendpoints = [\"{endpoint}\"]\nlease_ttl = \"{}s\"",
+        LEASE_TTL.as_secs()
+    )
 }
 
 fn write_config(dir: &Path, layout: &str, registry: &str) -> String {
@@ -47,6 +58,7 @@ fn write_config(dir: &Path, layout: &str, registry: &str) -> String {
 /// report of each fleet size (the `--json` file).
 fn bench_fleet(dir: &Path, config: &str, args: &[&str]) -> Vec<Value> {
     let json = dir.join("fleet.json");
+    let joins = JOINS.to_string();
     let mut all = vec![
         "bench",
         "fleet",
@@ -54,6 +66,8 @@ fn bench_fleet(dir: &Path, config: &str, args: &[&str]) -> Vec<Value> {
         config,
         "--json",
         json.to_str().unwrap(),
+        "--joins",
+        &joins,
     ];
     all.extend_from_slice(args);
     let stdout = expect_ok(&all, idmint(&all));
@@ -111,14 +125,7 @@ fn bench_fleet_in_process_on_etcd_reads_etcds_own_counters_and_recovers() {
     };
     let endpoint = etcd.address().to_owned();
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        LAYOUT,
-        &format!(
-            "registry = \"etcd\"\n[snowflake.etcd]\nendpoints = [\"{endpoint}\"]\nlease_ttl = \"{}s\"",
-            LEASE_TTL.as_secs()
-        ),
-    );
+    let config = write_config(dir.path(), LAYOUT, &etcd_registry(&endpoint));
     let cluster = format!("bench-fleet-{}", std::process::id());
     let reports = bench_fleet(
         dir.path(),
@@ -152,14 +159,7 @@ fn bench_fleet_delay_slows_every_claim_and_nothing_is_refused() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        dir.path(),
-        LAYOUT,
-        &format!(
-            "registry = \"etcd\"\n[snowflake.etcd]\nendpoints = [\"{endpoint}\"]\nlease_ttl = \"{}s\"",
-            LEASE_TTL.as_secs()
-        ),
-    );
+    let config = write_config(dir.path(), LAYOUT, &etcd_registry(&endpoint));
     let cluster = format!("bench-fleet-delay-{}", std::process::id());
     let reports = bench_fleet(
         dir.path(),

@@ -281,6 +281,19 @@ impl InProcess {
         Ok(result)
     }
 
+    /// Stops the `count` newest nodes, as [`InProcess::stop_oldest`] does.
+    pub async fn stop_newest(&mut self, count: usize) {
+        let mut newest = VecDeque::new();
+        for _ in 0..count.min(self.nodes.len()) {
+            if let Some(node) = self.nodes.pop_back() {
+                newest.push_front(node);
+            }
+        }
+        let mut rest = std::mem::replace(&mut self.nodes, newest);
+        self.stop_oldest(count).await;
+        self.nodes.append(&mut rest);
+    }
+
     /// Stops every node, releasing its worker ID.
     pub async fn stop_all(&mut self) {
         let n = self.nodes.len();
