@@ -400,6 +400,9 @@ impl Campaign {
     }
 }
 
+/// How often a follower that knows its leader reads who leads.
+const KNOWN_LEADER_POLL: Duration = Duration::from_secs(2);
+
 struct Task {
     registry: Arc<dyn WorkerRegistry>,
     node: NodeIdentity,
@@ -428,10 +431,20 @@ impl Task {
                     self.observe().await;
                 }
             }
+            // A follower that knows its leader reads the registry less
+            // often: a forward that fails wakes it at once (`refresh`), so
+            // a fail-over is seen as fast, and 1,000 followers polling every
+            // 250 ms were 4,000 listings a second on the coordinator.
+            let knows_leader = self.keeper.is_none() && self.shared.leader.load().is_some();
+            let pause = if knows_leader {
+                self.config.poll.max(KNOWN_LEADER_POLL)
+            } else {
+                self.config.poll
+            };
             tokio::select! {
                 _ = self.shared.shutdown.notified() => break,
                 _ = self.shared.refresh.notified() => {}
-                _ = tokio::time::sleep(self.config.poll) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
         }
         self.shared.keeper.store(None);
