@@ -277,8 +277,9 @@ pub struct MonotonicSection {
     /// answered `503 no_leader` with `Retry-After` (default `2s`).
     #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub leader_wait: Duration,
-    /// How often a node that does not lead tries to, and reads who does
-    /// (default `250ms`).
+    /// How often a node that does not lead reads who does (default
+    /// `250ms`; at most every 2 s while it knows a leader), and tries to lead
+    /// when nobody does.
     #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub poll: Duration,
     /// With `tls.grpc` on: the CA certificates (PEM) the leader's gRPC
