@@ -58,8 +58,9 @@
 //! - **persist**: raises `mark:<id>` only if the lease key holds our token and the
 //!   new mark is higher, and records the reported time.
 //! - **release**: `DEL` only if the lease key holds our token; the mark stays.
-//! - **peers**: reads the `reported` hash and keeps the entries whose lease key
-//!   exists.
+//! - **peers**: reads the `reported` hash (a random sample of 64 entries when
+//!   it holds more than 128) and keeps the entries whose lease key exists,
+//!   dropping the others.
 //! - **fleet**: reads `holders` and `reported`, and for each worker whose lease
 //!   key exists its token, `PTTL`, report and mark, in one read-only script
 //!   (one moment). Only live holdings are listed: Redis deletes an expired
@@ -154,6 +155,10 @@ const KIND: &str = "redis";
 /// blocks Redis (a script runs alone) when a layout has millions of worker IDs.
 /// A range no larger than this is claimed in one atomic round trip.
 pub const CLAIM_WINDOW: u32 = 1024;
+
+/// How many peers' reports a start reads at most: a sample when the fleet is
+/// larger than twice this, enough for the median the clock check takes.
+const PEER_SAMPLE: u32 = 64;
 
 /// Claim: `SET NX PX` over a window of IDs; on success read the mark (raised
 /// to the epoch's floor) and drop the previous holder's report. Refuses while
@@ -277,9 +282,19 @@ return 0
 ";
 
 /// Peers: the reported times of workers whose lease key exists; drops the rest.
-/// Returns a flat list `id, ms, id, ms, ...`.
+/// Returns a flat list `id, ms, id, ms, ...`. When the hash holds more than
+/// twice `ARGV[2]` entries, a random sample of `ARGV[2]` of them
+/// (`HRANDFIELD`, Redis 6.2 and later; all of them on an older server): N
+/// nodes starting at once would otherwise cost Redis O(N²) in scripts that
+/// block it.
 const PEERS_LUA: &str = r"
-local all = redis.call('HGETALL', KEYS[1])
+local sample = tonumber(ARGV[2])
+local all
+if redis.call('HLEN', KEYS[1]) > 2 * sample then
+  local got = redis.pcall('HRANDFIELD', KEYS[1], sample, 'WITHVALUES')
+  if type(got) == 'table' and not got.err then all = got end
+end
+if not all then all = redis.call('HGETALL', KEYS[1]) end
 local out = {}
 for i = 1, #all, 2 do
   if redis.call('EXISTS', ARGV[1] .. 'worker:' .. all[i]) == 1 then
@@ -1010,7 +1025,7 @@ impl WorkerRegistry for RedisRegistry {
         let flat: Vec<String> = self
             .call("list peers", |mut conn| {
                 let mut invocation = self.peers_script.key(&reported_key);
-                invocation.arg(self.config.prefix.as_ref());
+                invocation.arg(self.config.prefix.as_ref()).arg(PEER_SAMPLE);
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;

@@ -200,7 +200,10 @@ pub trait WorkerRegistry: Send + Sync + fmt::Debug {
     async fn persist_mark(&self, claim: &Claim, mark: Timestamp, reported: Timestamp)
     -> Result<()>;
 
-    /// The last reported times of live peers (excluding this claim's worker).
+    /// The last reported times of live peers (excluding this claim's worker):
+    /// all of them, or on a large fleet a sample of at least 64 (etcd reads a
+    /// sample so that a start does not cost O(N)). The keeper compares its
+    /// clock with their median.
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>>;
 
     /// Gives the worker ID back. The stored mark stays.

@@ -1,6 +1,7 @@
 //! Small helpers the backends share: random bits without a random-number
-//! crate, marks in whole milliseconds, and the timeout around a remote call.
+//! crate, random picks of worker IDs to claim, marks in whole milliseconds, and the timeout around a remote call.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,9 +60,85 @@ pub(crate) async fn bounded<T>(
         }))
 }
 
+/// `n` distinct random numbers below `range` (which is larger than `n`).
+pub(crate) fn distinct_below(range: u32, n: u32) -> Vec<u32> {
+    let mut picked = Vec::with_capacity(n as usize);
+    while picked.len() < n as usize {
+        let w = (random_u64() % u64::from(range)) as u32;
+        if !picked.contains(&w) {
+            picked.push(w);
+        }
+    }
+    picked
+}
+
+/// Up to `n` of the numbers below `range` that are not in `held`, drawn at
+/// random (a reservoir sample: one pass, no list of every free ID), in random
+/// order. Random, not the first free ones from some offset: claimers that
+/// all read the same held set would otherwise queue for the same IDs.
+pub(crate) fn sample_free(range: u32, held: &HashSet<u32>, n: usize) -> Vec<u32> {
+    let mut chosen = Vec::with_capacity(n);
+    let mut seen = 0u64;
+    for w in (0..range).filter(|w| !held.contains(w)) {
+        seen += 1;
+        if chosen.len() < n {
+            chosen.push(w);
+        } else {
+            let j = random_u64() % seen;
+            if let Some(slot) = chosen.get_mut(j as usize) {
+                *slot = w;
+            }
+        }
+    }
+    // Shuffle (Fisher-Yates): the reservoir keeps early IDs in order.
+    for i in (1..chosen.len()).rev() {
+        let j = (random_u64() % (i as u64 + 1)) as usize;
+        chosen.swap(i, j);
+    }
+    chosen
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sample_is_distinct_and_in_range() {
+        for _ in 0..100 {
+            let picked = distinct_below(65, 32);
+            assert_eq!(picked.len(), 32);
+            assert!(picked.iter().all(|w| *w < 65));
+            let set: HashSet<u32> = picked.iter().copied().collect();
+            assert_eq!(set.len(), picked.len(), "{picked:?}");
+        }
+    }
+
+    #[test]
+    fn free_workers_are_drawn_from_all_free_ones() {
+        let held: HashSet<u32> = (0..1000).filter(|w| w % 10 != 0).collect();
+        let mut drawn = HashSet::new();
+        for _ in 0..200 {
+            let free = sample_free(1000, &held, 4);
+            assert_eq!(free.len(), 4);
+            assert!(free.iter().all(|w| w % 10 == 0 && *w < 1000), "{free:?}");
+            let set: HashSet<u32> = free.iter().copied().collect();
+            assert_eq!(set.len(), free.len(), "{free:?}");
+            drawn.extend(free);
+        }
+        // 800 draws from 100 free IDs: all but a few are seen, the late ones too.
+        assert!(
+            drawn.len() > 90,
+            "only {} of 100 free IDs drawn",
+            drawn.len()
+        );
+        assert!(drawn.iter().any(|w| *w > 900), "{drawn:?}");
+        // Fewer free than asked for: all of them.
+        let held: HashSet<u32> = (0..1000).filter(|w| *w != 500 && *w != 7).collect();
+        let mut free = sample_free(1000, &held, 4);
+        free.sort_unstable();
+        assert_eq!(free, vec![7, 500]);
+        assert!(sample_free(3, &(0..3).collect(), 4).is_empty());
+    }
 
     #[test]
     fn marks_round_up_to_the_millisecond() {

@@ -20,7 +20,11 @@ use super::{
 };
 use crate::error::{RegistryError, Result};
 use crate::registry::{Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry};
-use crate::util::{ceil_ms, random_u64};
+use crate::util::{ceil_ms, sample_free};
+
+/// How many free workers a claim tries before it lists the held ones again:
+/// after losing that many to other claimers, its list is stale.
+const CLAIM_TRIES: usize = 4;
 
 /// The Ephemeral protocol on one session (replaced when it ends).
 #[derive(Debug)]
@@ -108,12 +112,11 @@ impl WorkerRegistry for Ephemeral {
                         range: u64::from(range),
                     });
                 }
-                // A random start spreads concurrent claimers over the free IDs.
-                let start = u32::try_from(random_u64() % u64::from(range)).unwrap_or(0);
-                let free = (0..range)
-                    .map(|i| ((u64::from(start) + u64::from(i)) % u64::from(range)) as u32)
-                    .filter(|w| !held.contains(w));
-                for worker in free {
+                // A few free IDs drawn at random spread concurrent claimers
+                // over the space (the first free ones from a random start
+                // would make them queue behind each other), and after losing
+                // those the claimer lists again rather than trying stale IDs.
+                for worker in sample_free(range, &held, CLAIM_TRIES) {
                     let data = render_ephemeral(&address, &node.host);
                     let before = Instant::now();
                     match client.create(&self.session.worker_path(worker), data.as_bytes(), &options).await {

@@ -651,6 +651,50 @@ pub async fn peers_are_the_live_workers_that_reported<B: Backend>(b: B) {
     }
 }
 
+/// In a fleet of 200 that reported, a start reads a sample of 64 peers' reports
+/// (not 199: N starts at once would read N² reports), each a live worker that
+/// reported, and not always the same 64. For the registries that sample
+/// (etcd, Redis); called from their own test modules.
+pub async fn a_large_fleet_reads_a_sample_of_its_peers(registry: &dyn WorkerRegistry) {
+    const N: usize = 200;
+    let mut claims = Vec::with_capacity(N);
+    for i in 0..N {
+        let claim = registry.claim(&identity(i), 1024).await.unwrap();
+        registry
+            .persist_mark(&claim, mark(3_000), mark(i as i64))
+            .await
+            .unwrap();
+        claims.push(claim);
+    }
+    let me = &claims[0];
+    let live: BTreeSet<u32> = claims[1..].iter().map(|c| c.worker).collect();
+    let mut seen = BTreeSet::new();
+    for _ in 0..8 {
+        let peers = registry.peers(me).await.unwrap();
+        assert!(
+            (63..=64).contains(&peers.len()),
+            "{}: {} peers read",
+            registry.kind(),
+            peers.len()
+        );
+        for p in &peers {
+            assert!(live.contains(&p.worker), "{p:?} is not a live peer");
+            let i = claims.iter().position(|c| c.worker == p.worker).unwrap();
+            assert_eq!(p.reported, mark(i as i64), "{p:?}");
+        }
+        seen.extend(peers.iter().map(|p| p.worker));
+    }
+    assert!(
+        seen.len() > 100,
+        "{}: 8 samples saw only {} of 199 peers",
+        registry.kind(),
+        seen.len()
+    );
+    for claim in &claims {
+        registry.release(claim).await.unwrap();
+    }
+}
+
 /// A node that takes over a dead node's ID is not taken for a peer that
 /// reported the dead node's time.
 pub async fn a_new_holder_does_not_inherit_the_old_holders_report<B: Backend>(b: B) {

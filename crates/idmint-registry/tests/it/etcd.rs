@@ -118,6 +118,72 @@ async fn leases_are_granted_as_asked_and_revoked_on_release() {
     assert!(err.to_string().contains("expired or was revoked"), "{err}");
 }
 
+/// A crowd of 300 starts at once in a space of exactly 300 (a rollout of a
+/// full fleet): each gets a distinct worker, although most of the IDs any
+/// claimer samples are taken by the time it tries them, and the 301st is told
+/// the space is full, with the count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_fills_a_space_of_exactly_its_size() {
+    let Some(b) = backend("crowd") else {
+        return;
+    };
+    const N: u32 = 300;
+    let registry = Arc::new(b.registry(LONG).await);
+    let barrier = Arc::new(tokio::sync::Barrier::new(N as usize));
+    let tasks: Vec<_> = (0..N)
+        .map(|i| {
+            let registry = Arc::clone(&registry);
+            let barrier = Arc::clone(&barrier);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                // A claim may time out in the crowd (2 s a call): try again,
+                // as the keeper does.
+                for _ in 0..10 {
+                    match registry.claim(&identity(i as usize), N).await {
+                        Err(RegistryError::Timeout { .. }) => continue,
+                        other => return other,
+                    }
+                }
+                registry.claim(&identity(i as usize), N).await
+            })
+        })
+        .collect();
+    let mut workers = std::collections::BTreeSet::new();
+    for task in tasks {
+        let claim = task
+            .await
+            .unwrap()
+            .expect("every claim of the crowd succeeds");
+        assert!(claim.worker < N);
+        assert!(
+            workers.insert(claim.worker),
+            "worker {} twice",
+            claim.worker
+        );
+    }
+    assert_eq!(workers.len(), N as usize);
+    let err = registry.claim(&identity(N as usize), N).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RegistryError::Exhausted {
+                in_use: 300,
+                range: 300,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_large_fleet_reads_a_sample_of_its_peers() {
+    let Some(b) = backend("peer-sample") else {
+        return;
+    };
+    crate::contract::a_large_fleet_reads_a_sample_of_its_peers(&b.registry(LONG).await).await;
+}
+
 #[async_trait]
 impl ReadsMarks for EtcdRegistry {
     async fn stored(&self, worker: u32) -> Option<jiff::Timestamp> {

@@ -214,6 +214,14 @@ impl ReadsMarks for RedisRegistry {
 }
 
 #[tokio::test]
+async fn a_large_fleet_reads_a_sample_of_its_peers() {
+    let Some(b) = backend("peer-sample") else {
+        return;
+    };
+    crate::contract::a_large_fleet_reads_a_sample_of_its_peers(&b.registry(LONG).await).await;
+}
+
+#[tokio::test]
 async fn stored_marks_read_back_rounded_up_to_the_millisecond() {
     let Some(b) = backend("marks") else {
         return;
