@@ -81,7 +81,7 @@ pub struct KeeperConfig {
     peer_skew: Duration,
     lease_margin: Duration,
     call_timeout: Duration,
-    max_start_wait: Duration,
+    max_start_wait: Option<Duration>,
     max_claim_wait: Duration,
     retry_interval: Duration,
 }
@@ -95,8 +95,8 @@ impl Default for KeeperConfig {
 impl KeeperConfig {
     /// The defaults: window 3 s, report every 3 s (as Leaf), check every 250 ms,
     /// peer skew threshold 10 s (as Twitter's server), lease safety margin 1 s,
-    /// registry call timeout 2 s, start wait up to 3 s, claim wait up to 60 s,
-    /// retry every 1 s.
+    /// registry call timeout 2 s, start wait up to the window, claim wait up
+    /// to 60 s, retry every 1 s.
     pub const fn new() -> KeeperConfig {
         KeeperConfig {
             window: Duration::from_secs(3),
@@ -105,20 +105,24 @@ impl KeeperConfig {
             peer_skew: Duration::from_secs(10),
             lease_margin: Duration::from_secs(1),
             call_timeout: Duration::from_secs(2),
-            max_start_wait: Duration::from_secs(3),
+            max_start_wait: None,
             max_claim_wait: Duration::from_secs(60),
             retry_interval: Duration::from_secs(1),
         }
     }
 
     /// How far ahead of the generator's time the mark is persisted (default 3 s).
-    /// A restart waits up to this long for the clock to pass the stored mark.
+    /// A restart waits up to this long for the clock to pass the stored mark
+    /// (unless [`KeeperConfig::with_max_start_wait`] says otherwise).
     pub const fn with_window(mut self, window: Duration) -> KeeperConfig {
         self.window = window;
         self
     }
 
-    /// How often the node reports its time (and the mark is re-persisted), default 3 s.
+    /// How often the node reports its time (and the mark is re-persisted),
+    /// default 3 s. A report is one registry write a node makes every interval
+    /// even when the mark has room; peers' reports are this old at most when
+    /// a start compares its clock with them, which the check allows for.
     pub const fn with_report_interval(mut self, interval: Duration) -> KeeperConfig {
         self.report_interval = interval;
         self
@@ -158,12 +162,21 @@ impl KeeperConfig {
     }
 
     /// How long a start (or a re-claim) waits, beyond what the generator's clock
-    /// policy absorbs, for the clock to pass the stored mark (default 3 s, one
-    /// window: a quick restart finds its own mark up to a window ahead). Further
-    /// behind, it refuses with [`RegistryError::ClockBehindMark`].
+    /// policy absorbs, for the clock to pass the stored mark (default: the
+    /// window, since a quick restart finds its own mark up to a window
+    /// ahead). Further behind, it refuses with [`RegistryError::ClockBehindMark`].
     pub const fn with_max_start_wait(mut self, wait: Duration) -> KeeperConfig {
-        self.max_start_wait = wait;
+        self.max_start_wait = Some(wait);
         self
+    }
+
+    /// How long a start waits for the clock to pass the stored mark: what
+    /// [`KeeperConfig::with_max_start_wait`] set, or else the window.
+    pub const fn max_start_wait(&self) -> Duration {
+        match self.max_start_wait {
+            Some(wait) => wait,
+            None => self.window,
+        }
     }
 
     /// How long a start waits to claim, default 60 s: while the registry
@@ -886,10 +899,11 @@ impl Ctx {
     async fn establish(&self, claim: &Claim, floor: Option<Timestamp>) -> Result<Established> {
         let floor = claim.stored_mark.max(floor);
         let absorb = self.settings.start_absorb();
-        let allowed = absorb + self.config.max_start_wait;
+        let max_wait = self.config.max_start_wait();
+        let allowed = absorb + max_wait;
         let mut now = self.settings.now();
         if let Some(mark) = floor {
-            let deadline = tokio::time::Instant::now() + self.config.max_start_wait;
+            let deadline = tokio::time::Instant::now() + max_wait;
             // Wait (asynchronously) for the clock to come within what the policy absorbs.
             while now < mark && since(mark, now) > absorb {
                 let behind = since(mark, now);
@@ -922,8 +936,16 @@ impl Ctx {
             } else {
                 (reported[mid - 1] + reported[mid]) / 2
             };
+            // A report is up to a report interval old (a peer reports
+            // that often), so a clock ahead of the median by that much
+            // more is still in step; behind it, nothing excuses.
             let offset_ns = now.as_nanosecond() - median;
-            if offset_ns.unsigned_abs() > self.config.peer_skew.as_nanos() {
+            let allowed = if offset_ns > 0 {
+                self.config.peer_skew + self.config.report_interval
+            } else {
+                self.config.peer_skew
+            };
+            if offset_ns.unsigned_abs() > allowed.as_nanos() {
                 return Err(RegistryError::ClockSkew {
                     offset_ms: i64::try_from(offset_ns / 1_000_000).unwrap_or(i64::MAX),
                     peers: peers.len(),

@@ -199,13 +199,14 @@ pub fn generator_settings(config: &Config, layout: Layout) -> GeneratorSettings 
 }
 
 /// How the worker's keeper runs: `snowflake.window`,
-/// `snowflake.max_peer_skew` and `snowflake.claim_wait`, the rest the
-/// keeper's defaults.
+/// `snowflake.max_peer_skew`, `snowflake.report_interval` and
+/// `snowflake.claim_wait`, the rest the keeper's defaults.
 pub fn keeper_config(config: &Config) -> KeeperConfig {
     let sf = &config.snowflake;
     KeeperConfig::new()
         .with_window(sf.window)
         .with_peer_skew_threshold(sf.max_peer_skew)
+        .with_report_interval(sf.report_interval)
         .with_max_claim_wait(sf.claim_wait.resolve(lease_ttl(config), sf.window))
 }
 

@@ -58,6 +58,7 @@ fn full() -> Config {
             datacenter: Some(1),
             window: secs(3),
             max_peer_skew: secs(10),
+            report_interval: secs(3),
             claim_wait: ClaimWait::Auto,
             clock: ClockSource::Wall,
             clock_behind: ClockBehind::Fail,

@@ -189,6 +189,12 @@ pub struct SnowflakeConfig {
     /// off, the start is refused (`clock_skew`).
     #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub max_peer_skew: Duration,
+    /// How often a node reports its time to the registry, re-persisting its
+    /// mark (default `3s`): one write per node per interval, whatever the
+    /// mark's room. A longer interval spares a large fleet's coordinator;
+    /// a start's clock check then allows peers' reports to be that old.
+    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
+    pub report_interval: Duration,
     /// How long a start waits to claim a worker ID while every one is taken
     /// (a dead node's lease has yet to expire) or the registry holds claims:
     /// `auto` (default: the registry's lease TTL plus the window plus 30 s,
@@ -233,6 +239,7 @@ impl Default for SnowflakeConfig {
             datacenter: None,
             window: Duration::from_secs(3),
             max_peer_skew: Duration::from_secs(10),
+            report_interval: Duration::from_secs(3),
             claim_wait: ClaimWait::Auto,
             clock: ClockSource::Monotonic,
             clock_behind: ClockBehind::default(),

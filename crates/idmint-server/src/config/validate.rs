@@ -327,6 +327,15 @@ impl Config {
                 ),
             ));
         }
+        if sf.report_interval < Duration::from_millis(100) {
+            return Err(invalid(
+                "snowflake.report_interval",
+                format!(
+                    "{:?} is too short: at least 100ms (each report is a registry write)",
+                    sf.report_interval
+                ),
+            ));
+        }
         match sf.registry {
             RegistryKind::Static if sf.worker.is_none() => {
                 return Err(invalid(
