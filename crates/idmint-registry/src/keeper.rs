@@ -800,8 +800,9 @@ impl Ctx {
     /// a fleet starting at once, or down; or a lease that ran out before the
     /// first mark was persisted) is tried again after a backoff
     /// that doubles up to 8 retry intervals, jittered, so the fleet backs
-    /// off instead of piling on; a claim that failed after it was made is
-    /// released first. Says once what it waits for, and tells `waiting`
+    /// off instead of piling on. A call that failed after the claim was made
+    /// is tried again on the same claim while its lease has room; past
+    /// that, the claim is released first. Says once what it waits for, and tells `waiting`
     /// each time; past the wait, fails with the last error. Anything else
     /// (the clock, the config) fails at once.
     async fn claim_and_establish(
@@ -813,13 +814,42 @@ impl Ctx {
         let mut failures = 0u32;
         loop {
             let error = match self.claim().await {
-                Ok(claim) => match self.establish(&claim, None).await {
-                    Ok(est) => return Ok((claim, est)),
-                    Err(e) => {
-                        self.release_quietly(&claim).await;
-                        e
+                Ok(claim) => {
+                    let mut outcome = self.establish(&claim, None).await;
+                    // A slow coordinator failed a call after the claim: keep
+                    // the claim while its lease has room and try the rest
+                    // again, rather than give back what the crowd paid for
+                    // and claim anew. Doing that, 10,000 nodes starting at
+                    // once on an etcd at its limit never converged: most
+                    // starts timed out after their claim, released it, and
+                    // came back to pay for it again.
+                    while let Err(
+                        e @ (RegistryError::Timeout { .. } | RegistryError::Backend { .. }),
+                    ) = &outcome
+                    {
+                        failures += 1;
+                        let pause = self.backoff(failures);
+                        let room = claim.lease.map_or(Duration::MAX, |l| {
+                            l.valid_until.saturating_duration_since(mono_now())
+                        });
+                        let needed =
+                            pause + self.config.lease_margin + 2 * self.config.call_timeout;
+                        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                        if room < needed || left < pause {
+                            break;
+                        }
+                        waiting(e);
+                        tokio::time::sleep(pause).await;
+                        outcome = self.establish(&claim, None).await;
                     }
-                },
+                    match outcome {
+                        Ok(est) => return Ok((claim, est)),
+                        Err(e) => {
+                            self.release_quietly(&claim).await;
+                            e
+                        }
+                    }
+                }
                 Err(e) => e,
             };
             let pause = match &error {

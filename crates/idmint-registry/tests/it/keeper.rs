@@ -317,6 +317,43 @@ async fn the_peer_check_allows_for_the_age_of_reports() {
     assert!(matches!(err, RegistryError::ClockSkew { .. }), "{err}");
 }
 
+/// A start whose first persist fails (a coordinator at its limit) keeps its
+/// claim while the lease has room and persists again on it: one claim, not a
+/// claim released and paid for again each try.
+#[tokio::test(start_paused = true)]
+async fn a_failed_first_persist_is_tried_again_on_the_same_claim() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::with_ttl(Duration::from_secs(60)));
+    reg.fail_persist
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let starting = tokio::spawn(start(shared(&reg), settings(&c), KeeperConfig::new()));
+    // Two failed tries (1 s, then 2 s of backoff, jittered), then it heals.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!starting.is_finished());
+    reg.fail_persist
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let guard = starting.await.unwrap().unwrap();
+    assert_eq!(
+        reg.claims(),
+        1,
+        "the start claimed again instead of keeping its claim"
+    );
+    guard.handle().next_id().unwrap();
+    guard.shutdown().await;
+
+    // A lease with no room for another try: released, and claimed anew.
+    let reg = Arc::new(MemRegistry::with_ttl(Duration::from_secs(4)));
+    reg.fail_persist
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let starting = tokio::spawn(start(shared(&reg), settings(&c), KeeperConfig::new()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    reg.fail_persist
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let guard = starting.await.unwrap().unwrap();
+    assert!(reg.claims() >= 2, "{} claims", reg.claims());
+    guard.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_clock_off_from_the_peers_is_refused() {
     let c = clock();

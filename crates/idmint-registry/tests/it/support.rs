@@ -114,6 +114,11 @@ impl MemRegistry {
         self.state().persists
     }
 
+    /// How many claims were granted.
+    pub fn claims(&self) -> u64 {
+        self.state().claims
+    }
+
     async fn maybe_hang(&self) {
         if self.hang.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
