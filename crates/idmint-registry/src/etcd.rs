@@ -604,7 +604,18 @@ impl EtcdRegistry {
         }
         let lease_id = grant.id();
         let ttl = Duration::from_secs(grant.ttl().unsigned_abs());
-        match claim(lease_id).await {
+        // If the caller gives up on this claim midway (its timeout drops this
+        // future), the lease must not live on holding a worker nobody uses
+        // for a whole TTL: under an overloaded etcd, such orphans filled the
+        // space of 10,000 nodes faster than their leases ran out.
+        let mut orphan = RevokeOnDrop {
+            client: Some(self.client.clone()),
+            lease_id,
+            timeout: self.config.timeout,
+        };
+        let claimed = claim(lease_id).await;
+        orphan.client = None;
+        match claimed {
             Ok((worker, create_revision, stored_mark)) => Ok(Claim {
                 worker,
                 stored_mark,
@@ -730,6 +741,37 @@ impl EtcdRegistry {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|_, known| known.lease != lease_id);
+    }
+}
+
+/// Revokes a just-granted lease when dropped armed: the claim that granted
+/// it was cancelled before it could hand the lease on or revoke it itself.
+/// The revoke runs on a task of its own (a drop can't wait), bounded by the
+/// call timeout; if it fails too, the lease runs out by itself.
+struct RevokeOnDrop {
+    /// `Some` while armed.
+    client: Option<Client>,
+    lease_id: i64,
+    timeout: Duration,
+}
+
+impl Drop for RevokeOnDrop {
+    fn drop(&mut self) {
+        let Some(mut client) = self.client.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (lease_id, timeout) = (self.lease_id, self.timeout);
+        runtime.spawn(async move {
+            let revoked = tokio::time::timeout(timeout, client.lease_revoke(lease_id)).await;
+            tracing::debug!(
+                lease = lease_id,
+                ?revoked,
+                "revoked the lease of a cancelled etcd claim"
+            );
+        });
     }
 }
 
