@@ -119,7 +119,17 @@ impl WorkerRegistry for Ephemeral {
                 for worker in sample_free(range, &held, CLAIM_TRIES) {
                     let data = render_ephemeral(&address, &node.host);
                     let before = Instant::now();
-                    match client.create(&self.session.worker_path(worker), data.as_bytes(), &options).await {
+                    let path = self.session.worker_path(worker);
+                    // Armed until the claim is handed on: a claim cancelled
+                    // (the keeper's timeout) or failed after the create
+                    // would otherwise leave the node to this live session,
+                    // holding the worker for as long as the process runs.
+                    let mut orphan = DeleteOwnedOnDrop {
+                        client: Some(client.clone()),
+                        path: path.clone(),
+                        session,
+                    };
+                    match client.create(&path, data.as_bytes(), &options).await {
                         Ok(_) => {
                             let stored_mark = match client.get_data(&self.session.mark_path(worker)).await {
                                 Ok((data, _)) => parse_mark_node("claim", worker, &data)?,
@@ -128,6 +138,7 @@ impl WorkerRegistry for Ephemeral {
                             };
                             let ttl = client.session_timeout();
                             tracing::info!(worker, ?stored_mark, session = %format!("{session:#x}"), "claimed ephemeral worker ID on zookeeper");
+                            orphan.client = None;
                             return Ok(Claim {
                                 worker,
                                 stored_mark,
@@ -138,7 +149,11 @@ impl WorkerRegistry for Ephemeral {
                                 token: format!("{session:x}"),
                             });
                         }
-                        Err(zk::Error::NodeExists) => continue,
+                        Err(zk::Error::NodeExists) => {
+                            // Someone else's node: not ours to delete.
+                            orphan.client = None;
+                            continue;
+                        }
                         Err(zk::Error::SessionExpired) => {
                             return Err(self.session.lease_lost(worker, "the zookeeper session expired"));
                         }
@@ -361,4 +376,35 @@ pub(super) fn render_ephemeral_reported(held: &NodeRecord, reported: Timestamp) 
         .map(|a| identity_lines(a, held.host.as_deref()))
         .unwrap_or_default();
     format!("{identity}reported={}\n", reported.as_millisecond())
+}
+
+/// Deletes a worker node this session created, when dropped armed: the claim
+/// that created it was cancelled or failed before handing it on. On a task
+/// of its own (a drop can't wait); the node is deleted only if this session
+/// still owns it, so another session's node is never touched.
+struct DeleteOwnedOnDrop {
+    /// `Some` while armed.
+    client: Option<zk::Client>,
+    path: String,
+    session: i64,
+}
+
+impl Drop for DeleteOwnedOnDrop {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (path, session) = (std::mem::take(&mut self.path), self.session);
+        runtime.spawn(async move {
+            if let Ok(Some(stat)) = client.check_stat(&path).await
+                && stat.ephemeral_owner == session
+            {
+                let deleted = client.delete(&path, Some(stat.version)).await;
+                tracing::debug!(%path, ?deleted, "deleted the node of a cancelled zookeeper claim");
+            }
+        });
+    }
 }

@@ -651,6 +651,44 @@ pub async fn peers_are_the_live_workers_that_reported<B: Backend>(b: B) {
     }
 }
 
+/// A claim cancelled midway (the keeper's call timeout drops it) leaves no
+/// holding behind, rather than a worker nobody uses held for a whole TTL
+/// (etcd) or for the life of the session (ZooKeeper). Cancels claims after
+/// a sweep of delays so that some land after the claim was made, then
+/// waits for the fleet to be empty. For the registries that clean up
+/// (etcd, ZooKeeper); called from their own test modules.
+pub async fn a_cancelled_claim_leaves_no_holding(registry: &dyn WorkerRegistry) {
+    let mut cancelled = 0;
+    let mut kept = Vec::new();
+    for i in 0..200u64 {
+        let limit = Duration::from_micros(200 + i * 50);
+        match tokio::time::timeout(limit, registry.claim(&identity(1), 1024)).await {
+            Err(_) => cancelled += 1,
+            Ok(claim) => kept.push(claim.unwrap()),
+        }
+    }
+    for claim in &kept {
+        registry.release(claim).await.unwrap();
+    }
+    assert!(cancelled > 10, "only {cancelled} claims were cancelled");
+    // The clean-ups run on tasks of their own.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let held = registry.fleet().await.unwrap();
+        let live: Vec<u32> = held.iter().filter(|m| m.live).map(|m| m.worker).collect();
+        if live.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: {} workers still held after {cancelled} cancelled claims: {live:?}",
+            registry.kind(),
+            live.len(),
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// In a fleet of 200 that reported, a start reads a sample of 64 peers' reports
 /// (not 199: N starts at once would read N² reports), each a live worker that
 /// reported, and not always the same 64. For the registries that sample

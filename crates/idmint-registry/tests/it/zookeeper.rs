@@ -153,6 +153,14 @@ async fn ephemeral_marks_read_back_rounded_up_to_the_millisecond() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ephemeral_cancelled_claims_leave_no_holding() {
+    let Some(addr) = zk_addr() else { return };
+    let cluster = unique_name("cancelled");
+    let registry = connect(&addr, config(ZooKeeperMode::Ephemeral, &cluster)).await;
+    crate::contract::a_cancelled_claim_leaves_no_holding(&registry).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ephemeral_claims_work_only_on_the_session_that_made_them() {
     let Some(addr) = zk_addr() else { return };
     let cluster = unique_name("session");
