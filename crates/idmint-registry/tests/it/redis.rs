@@ -218,7 +218,12 @@ async fn a_large_fleet_reads_a_sample_of_its_peers() {
     let Some(b) = backend("peer-sample") else {
         return;
     };
-    crate::contract::a_large_fleet_reads_a_sample_of_its_peers(&b.registry(LONG).await).await;
+    crate::contract::a_large_fleet_reads_a_sample_of_its_peers(
+        &b.registry(LONG).await,
+        1024,
+        63..=64,
+    )
+    .await;
 }
 
 #[tokio::test]
