@@ -78,3 +78,12 @@ def test_redis_store(config, redis):
     with idmint.Segments.from_config(path) as s:
         ids = [s.next_id("invoice") for _ in range(120)] + s.next_ids("invoice", 500)
         assert ids == list(range(7, 7 + 620))
+
+
+def test_segment_switches_lose_no_ids(config):
+    # Steps kept at 10: 300 switches, each met with the GIL held first
+    # (a try from the buffer) and then without it (a wait for the store).
+    path = config("[segment]\nmax_step = 10\n[segment.keys.order]\nstep = 10\nstart = 1\n")
+    with idmint.Segments.from_config(path) as s:
+        ids = [s.next_id("order") for _ in range(3000)]
+        assert ids == list(range(1, 3001))

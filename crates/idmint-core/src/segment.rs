@@ -374,6 +374,36 @@ impl SegmentBuffer {
         }
     }
 
+    /// Takes one ID only if one is buffered: never reserves, so a caller
+    /// that gives up on `None` leaves nothing behind (a dropped
+    /// [`Reservation`] would skip an index of the next segment). A
+    /// compare-and-swap capped at the buffered end instead of
+    /// [`SegmentBuffer::take_one`]'s `fetch_add`; the `bool` is the take's
+    /// preload flag.
+    pub fn try_take_one(&self) -> Option<(Id, bool)> {
+        loop {
+            let limit = self.limit.load(Ordering::Acquire);
+            let index = self.cursor.load(Ordering::Relaxed);
+            if index >= limit {
+                return None;
+            }
+            if self
+                .cursor
+                .compare_exchange_weak(index, index + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            // Below `limit`, so mapped or skipped (its slot overwritten
+            // under this taker), never reserved.
+            let mut id = None;
+            let take = self.map_with(index, 1, limit, |run| id = Some(run.first()));
+            if let Some(id) = id {
+                return Some((id, take.preload));
+            }
+        }
+    }
+
     /// Maps the reservation's indices now that the buffered end passed them.
     ///
     /// # Errors

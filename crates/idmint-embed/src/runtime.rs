@@ -66,22 +66,6 @@ impl Runtime {
         }
     }
 
-    /// Polls `fut` once (inside the runtime's context, so it may start I/O
-    /// and timers): its output if ready, else `None` and `fut` is dropped.
-    /// For callers that hold something they must give up before blocking
-    /// (Python's GIL), then call [`Runtime::run`].
-    pub(crate) fn now<F: Future>(&self, fut: F) -> Option<F::Output> {
-        // Entered first, so it is left last: a future dropped pending may
-        // hold what needs the runtime to drop (a pooled connection returns
-        // itself to its pool with a task).
-        let _context = self.rt().enter();
-        let fut = pin!(fut);
-        match fut.poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(v) => Some(v),
-            Poll::Pending => None,
-        }
-    }
-
     /// Enters the runtime's context on this thread (to spawn its tasks).
     pub(crate) fn enter(&self) -> tokio::runtime::EnterGuard<'_> {
         self.rt().enter()

@@ -147,10 +147,9 @@ impl Segments {
                 Ok(None)
             };
         };
-        match live.runtime.now(live.allocator().next_id(key)) {
-            Some(result) => Ok(Some(result?.get())),
-            None => Ok(None),
-        }
+        // The buffer alone: a lease started here and dropped would lose its
+        // segment (allocator.rs, `SegmentAllocator::try_next_id`).
+        Ok(live.allocator().try_next_id(key).map(|id| id.get()))
     }
 
     /// `n` IDs of `key` in increasing order, spanning ranges as needed.

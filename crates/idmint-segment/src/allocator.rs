@@ -479,6 +479,25 @@ impl SegmentAllocator {
         Box::pin(self.inner.next_id(&entry, first)).await
     }
 
+    /// The next ID of `key` if one is buffered, else `None`, at once and
+    /// with nothing started: no lease, no reservation, no key lookup in the
+    /// store. For callers that must give something up before they wait
+    /// (Python's GIL) and then call [`SegmentAllocator::next_id`].
+    ///
+    /// Polling [`SegmentAllocator::next_id`] once and dropping it instead
+    /// would lose IDs: the dropped future may have reserved an index of the
+    /// next segment, or sent a lease the store then commits and nobody
+    /// installs.
+    #[inline]
+    pub fn try_next_id(&self, key: &str) -> Option<Id> {
+        let keys = self.inner.keys.load();
+        let (id, preload) = keys.get(key)?.buffer.try_take_one()?;
+        if preload {
+            self.inner.request_preload();
+        }
+        Some(id)
+    }
+
     /// `n` IDs of `key` in increasing order, as runs (contiguous where the
     /// key's segments are), spanning segments as needed.
     ///

@@ -148,6 +148,14 @@ fn threads_and_an_installer_never_repeat_an_id() {
                 barrier.wait();
                 let mut ids = Vec::with_capacity(EACH as usize);
                 while (ids.len() as u64) < EACH {
+                    if t == 2 {
+                        // The taker that never reserves.
+                        match buffer.try_take_one() {
+                            Some((id, _)) => ids.push(id.get()),
+                            None => std::thread::yield_now(),
+                        }
+                        continue;
+                    }
                     let want = if t % 2 == 0 {
                         1
                     } else {
@@ -223,6 +231,35 @@ fn take_one_walks_the_segments_without_a_batch() {
         }
     );
     assert_eq!(buffer.take_one(), TakeOne::Empty);
+}
+
+#[test]
+fn try_take_one_never_reserves_so_giving_up_skips_nothing() {
+    let buffer = SegmentBuffer::new(0.5);
+    assert_eq!(buffer.try_take_one(), None);
+    buffer
+        .install(IdRun::from_range(5, 7, 1, 0).unwrap())
+        .unwrap();
+    assert_eq!(buffer.try_take_one(), Some((Id::new(5).unwrap(), false)));
+    assert_eq!(buffer.try_take_one(), Some((Id::new(6).unwrap(), true)));
+    // Empty: asked many times, it hands out no index (take_one's fetch_add
+    // would reserve one each time, and a caller that drops a reservation
+    // skips an ID of the next segment).
+    for _ in 0..10 {
+        assert_eq!(buffer.try_take_one(), None);
+    }
+    assert_eq!(buffer.handed_out(), 2);
+    buffer
+        .install(IdRun::from_range(20, 23, 1, 0).unwrap())
+        .unwrap();
+    let next: Vec<u64> = std::iter::from_fn(|| buffer.try_take_one())
+        .map(|(id, _)| id.get())
+        .collect();
+    assert_eq!(
+        next,
+        [20, 21, 22],
+        "the next segment whole, from its first ID"
+    );
 }
 
 #[test]

@@ -71,3 +71,24 @@ fn declared_keys_on_the_embedded_default_store() {
     assert_eq!(ids[0], 1000);
     assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "dense: {ids:?}");
 }
+
+/// Python's binding asks `try_next_id` first (holding the GIL) and calls
+/// `next_id` only on `None`. A `try_next_id` that starts a lease or reserves
+/// an index and then gives up loses IDs: this walks many segment switches
+/// that way and finds every ID.
+#[test]
+fn try_next_id_then_next_id_loses_no_segment() {
+    let _g = ordinary();
+    // Steps kept at 10 (they double as segments go fast): 300 switches.
+    let cfg = config("[segment]\nmax_step = 10\n[segment.keys.order]\nstep = 10\nstart = 1\n");
+    let s = Segments::from_config(&cfg.path).unwrap();
+    let ids: Vec<u64> = (0..3000)
+        .map(|_| match s.try_next_id("order").unwrap() {
+            Some(id) => id,
+            None => s.next_id("order").unwrap(),
+        })
+        .collect();
+    assert_eq!(ids[0], 1);
+    let gaps: Vec<_> = ids.windows(2).filter(|w| w[1] != w[0] + 1).collect();
+    assert!(gaps.is_empty(), "dense, yet gaps at {gaps:?}");
+}

@@ -153,6 +153,31 @@ async fn a_big_batch_costs_one_lease_and_spans_segments() {
 }
 
 #[tokio::test]
+async fn try_next_id_serves_the_buffer_and_starts_nothing_when_it_is_empty() {
+    let store = Arc::new(FlakyStore::default());
+    let (allocator, _) = allocator_with(store.clone(), config(), &[NewKey::new("k", 10)]).await;
+    assert_eq!(allocator.try_next_id("k"), None, "nothing buffered yet");
+    assert_eq!(
+        store.fetches.load(Ordering::Relaxed),
+        0,
+        "and nothing leased"
+    );
+    let mut got = vec![allocator.next_id("k").await.unwrap().get()];
+    got.extend(std::iter::from_fn(|| allocator.try_next_id("k")).map(Id::get));
+    assert_eq!(got, (1..=10).collect::<Vec<_>>());
+    // Asked again and again with the buffer empty (no preloader here): no
+    // lease is started and dropped, no index of the next segment reserved.
+    for _ in 0..100 {
+        assert_eq!(allocator.try_next_id("k"), None);
+    }
+    assert_eq!(store.fetches.load(Ordering::Relaxed), 1);
+    let next = allocator.next_id("k").await.unwrap().get();
+    assert_eq!(next, 11, "dense: the next lease's first ID comes next");
+    assert_eq!(allocator.try_next_id("k").map(Id::get), Some(12));
+    assert_eq!(allocator.try_next_id("no-such-key"), None);
+}
+
+#[tokio::test]
 async fn counts_outside_the_range_are_refused() {
     let store = Arc::new(FlakyStore::default());
     let (allocator, _) = allocator_with(store.clone(), config(), &[NewKey::new("k", 10)]).await;
