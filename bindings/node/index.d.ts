@@ -113,6 +113,8 @@ export class Generator {
   static fromHandle(handle: number): Generator
   /** Names this generator in every thread of this process. */
   readonly handle: number
+  /** True for an object made by `Generator.fromHandle`. */
+  readonly fromHandleMade: boolean
   /** The next ID. */
   nextId(): bigint
   /** `n` IDs in increasing order. */

@@ -42,17 +42,115 @@ if (isMainThread) {
   process.once('exit', () => native.closeAll())
 }
 
-// The hot path: `nextId` through a plain function on the generator's handle
-// (kept on the object after the first call), not a method of the addon's
-// class, whose call glue in napi-rs costs several times the ID itself.
-const HANDLE = Symbol('idmint.handle')
+// The hot path. `nextId` goes through plain functions on the generator's
+// handle, not methods of the addon's class, whose call glue in napi-rs costs
+// several times the ID itself. A generator that one thread alone issues from
+// also takes its IDs a few at a time when calls come faster than one a
+// millisecond, and hands them out from a buffer in this thread:
+// - A buffered ID is handed out within a millisecond of when it was made
+//   (a buffer older than that is dropped), so its time is as fresh as a
+//   native call's, and it is issued only while the generator was allowed
+//   to issue: below the persisted mark, under the lease.
+// - The buffer grows while it runs out within a millisecond and shrinks
+//   when IDs are left over, so a caller that asks once in a while makes one
+//   ID per call, as before.
+// - Order: the IDs of one thread's calls strictly increase. A generator
+//   shared with other threads (its `handle` read, or made by `fromHandle`)
+//   never buffers: another thread's later call must get a larger ID, and a
+//   buffered one could be smaller. `nextIds` and `close` drop the buffer
+//   first, for the same reason.
+// Dropped IDs are never issued again: gaps, never repeats.
+const LOCAL = Symbol('idmint.local')
+const MAX_BUFFER = 128
 const nextIdOf = native.generatorNextId
-Object.defineProperty(native.Generator.prototype, 'nextId', {
-  value: function nextId() {
-    return nextIdOf(this[HANDLE] ?? (this[HANDLE] = this.handle))
+const nextIdsOf = native.generatorNextIds
+const proto = native.Generator.prototype
+const handleOf = Object.getOwnPropertyDescriptor(proto, 'handle').get
+const nativeNextIds = proto.nextIds
+const nativeClose = proto.close
+
+/** What one thread's object on a generator keeps: the handle, and while
+ * no other thread shares the generator, a buffer. */
+class Local {
+  constructor(handle, shared) {
+    this.handle = handle
+    this.shared = shared
+    this.ids = null
+    this.next = 0 // the index of the next buffered ID
+    this.end = 0 // how many are buffered
+    this.ms = 0 // Date.now() when they were made, or of the last call
+    this.size = 1 // IDs taken per native call
+  }
+
+  take() {
+    if (this.shared) return nextIdOf(this.handle)
+    const now = Date.now()
+    if (this.next < this.end) {
+      if (now - this.ms <= 1) return this.ids[this.next++]
+      this.size = Math.max(1, this.size >> 1) // left over: calls slowed down
+    } else if (now === this.ms) {
+      this.size = Math.min(MAX_BUFFER, this.size << 1) // ran out within a ms
+    } else if (now - this.ms > 1) {
+      this.size = Math.max(1, this.size >> 1)
+    }
+    this.end = 0
+    if (this.size === 1) {
+      this.ms = now
+      return nextIdOf(this.handle)
+    }
+    const ids = nextIdsOf(this.handle, this.size)
+    this.ms = Date.now()
+    this.ids = ids
+    this.next = 1
+    this.end = ids.length
+    return ids[0]
+  }
+}
+
+/** `g`'s Local, made on first use. */
+function localOf(g) {
+  return g[LOCAL] ?? (g[LOCAL] = new Local(handleOf.call(g), g.fromHandleMade))
+}
+
+/** Marks `g` shared: it never buffers again, and what it buffered is gone. */
+function share(g) {
+  const local = localOf(g)
+  local.shared = true
+  local.end = 0
+}
+
+Object.defineProperties(proto, {
+  nextId: {
+    value: function nextId() {
+      return (this[LOCAL] ?? localOf(this)).take()
+    },
+    writable: true,
+    configurable: true,
   },
-  writable: true,
-  configurable: true,
+  nextIds: {
+    value: function nextIds(n) {
+      if (this[LOCAL] !== undefined) this[LOCAL].end = 0
+      return nativeNextIds.call(this, n)
+    },
+    writable: true,
+    configurable: true,
+  },
+  close: {
+    value: function close() {
+      share(this)
+      return nativeClose.call(this)
+    },
+    writable: true,
+    configurable: true,
+  },
+  // Reading the handle is how a generator is shared with other threads.
+  handle: {
+    get: function handle() {
+      share(this)
+      return handleOf.call(this)
+    },
+    configurable: true,
+  },
 })
 
 module.exports = {

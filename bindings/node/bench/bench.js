@@ -14,6 +14,9 @@
 //   next ticks (`sequenceExhausted: 'borrow:1s'`), so the cap doesn't hold
 //   it back, against JavaScript's own bare counter increments (a number's
 //   and a bigint's, each returned from a function), per call.
+// - Both nextId rows again for a generator whose handle was read, as when
+//   it is shared with worker threads: it keeps no buffer (index.js), one
+//   native call per ID.
 // - nextIds(100_000): one call into a BigInt64Array, on a borrowing
 //   generator, against filling a BigInt64Array of 100,000 from a loop.
 //
@@ -104,6 +107,11 @@ function main() {
     const g = new Generator({ layout: 'twitter', worker: 1 })
     return () => g.nextId()
   })
+  atTheCap('idmint, shared with other threads (no buffer)', () => {
+    const g = new Generator({ layout: 'twitter', worker: 4 })
+    void g.handle // read: shared, as when sent to a worker thread
+    return () => g.nextId()
+  })
   atTheCap(`@sapphire/snowflake ${peerVersion} (peer)`, () => {
     const s = new Snowflake(1288834974657n)
     return () => s.generate()
@@ -127,22 +135,29 @@ function main() {
 
   const n = 2_000_000
   const idm = []
+  const shared = []
   const num = []
   const big = []
   for (let r = 0; r < RUNS; r++) {
     const g = new Generator({ layout: 'twitter', worker: 2, sequenceExhausted: 'borrow:1s' })
     idm.push(perCall(n, () => g.nextId()))
+    const h = new Generator({ layout: 'twitter', worker: 5, sequenceExhausted: 'borrow:1s' })
+    void h.handle
+    shared.push(perCall(n, () => h.nextId()))
+    h.close()
     let counter = 0
     num.push(perCall(n, () => ++counter))
     let bigCounter = 0n
     big.push(perCall(n, () => (bigCounter += 1n)))
     g.close()
   }
-  const [a, b, c] = [median(idm), median(num), median(big)]
-  console.log(
-    `| one nextId while borrowing | ${a.toFixed(0)} ns | ${(a / b).toFixed(2)}× a number counter's \`++n\` (${b.toFixed(0)} ns), ` +
-      `${(a / c).toFixed(2)}× a bigint counter's \`n += 1n\` (${c.toFixed(0)} ns) | |`,
-  )
+  const [b, c] = [median(num), median(big)]
+  for (const [what, a] of [['one nextId while borrowing', median(idm)], ['one nextId while borrowing, shared (no buffer)', median(shared)]]) {
+    console.log(
+      `| ${what} | ${a.toFixed(0)} ns | ${(a / b).toFixed(2)}× a number counter's \`++n\` (${b.toFixed(0)} ns), ` +
+        `${(a / c).toFixed(2)}× a bigint counter's \`n += 1n\` (${c.toFixed(0)} ns) | |`,
+    )
+  }
 
   const batch = []
   const fill = []

@@ -519,13 +519,20 @@ pub fn close_all() {
 pub struct Generator {
     inner: Arc<idmint_embed::Generator>,
     handle: u32,
+    /// Made by `fromHandle`: other objects, in other threads, issue from
+    /// the same generator.
+    from_handle: bool,
 }
 
 impl Generator {
     fn wrap(inner: idmint_embed::Generator) -> Generator {
         let inner = Arc::new(inner);
         let handle = GENERATORS.insert(&inner);
-        Generator { inner, handle }
+        Generator {
+            inner,
+            handle,
+            from_handle: false,
+        }
     }
 }
 
@@ -625,7 +632,11 @@ impl Generator {
             .and_then(|h| u32::try_from(h).ok())
             .and_then(|h| Some((h, GENERATORS.get(h)?)));
         match found {
-            Some((handle, inner)) => Ok(Generator { inner, handle }),
+            Some((handle, inner)) => Ok(Generator {
+                inner,
+                handle,
+                from_handle: true,
+            }),
             None => Err(no_handle(&env, "generator", handle)),
         }
     }
@@ -635,6 +646,13 @@ impl Generator {
     #[napi(getter)]
     pub fn handle(&self) -> u32 {
         self.handle
+    }
+
+    /// True for an object made by `Generator.fromHandle`: the generator
+    /// behind it is shared with the object whose handle that was.
+    #[napi(getter)]
+    pub fn from_handle_made(&self) -> bool {
+        self.from_handle
     }
 
     /// The next ID, a bigint.
@@ -700,21 +718,39 @@ thread_local! {
 /// receiver, checking its class) costs several times the ID itself.
 #[napi]
 pub fn generator_next_id(env: &Env, handle: u32) -> napi::Result<u64> {
+    generator_of(env, handle)?.next_id().or_throw(env)
+}
+
+/// `n` IDs of the generator with `handle`, a `BigInt64Array`: how
+/// `Generator.prototype.nextId` (index.js) refills the buffer of a generator
+/// that one thread alone issues from. A plain function for the same reason
+/// as [`generator_next_id`].
+#[napi]
+pub fn generator_next_ids(env: &Env, handle: u32, n: u32) -> napi::Result<BigInt64Array> {
+    let ids = generator_of(env, handle)?
+        .next_ids(u64::from(n))
+        .or_throw(env)?;
+    Ok(BigInt64Array::new(as_i64s(ids)))
+}
+
+/// The generator with `handle`, from this thread's one-entry cache when it
+/// was the last one used here.
+#[inline]
+fn generator_of(env: &Env, handle: u32) -> napi::Result<Arc<idmint_embed::Generator>> {
     let cached = LAST_GENERATOR.with_borrow(|last| match last {
         Some((h, g)) if *h == handle => g.upgrade(),
         _ => None,
     });
-    let g = match cached {
-        Some(g) => g,
+    match cached {
+        Some(g) => Ok(g),
         None => {
             let g = GENERATORS
                 .get(handle)
                 .ok_or_else(|| no_handle(env, "generator", f64::from(handle)))?;
             LAST_GENERATOR.set(Some((handle, Arc::downgrade(&g))));
-            g
+            Ok(g)
         }
-    };
-    g.next_id().or_throw(env)
+    }
 }
 
 /// `ids` as the `i64`s of a `BigInt64Array`: the same values (IDs are below

@@ -103,8 +103,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, LeaseKeepAliveStream,
-    LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, LeaseGrantOptions,
+    LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 use jiff::Timestamp;
 
@@ -596,8 +596,25 @@ impl EtcdRegistry {
         // Before the grant request: the lease is valid until at most this plus
         // the TTL, whenever etcd started counting.
         let before = Instant::now();
+        // The lease ID is chosen here, not by etcd: a grant whose answer is
+        // cut off by the call timeout (or whose claim is dropped) may still
+        // be applied, and with its ID known it is revoked rather than left
+        // holding nothing for a whole TTL (`RevokeOnDrop`). Random over 63
+        // bits: two claimers meet with a chance of about N / 2^63, and then
+        // etcd refuses the second grant, which fails this try only.
+        let lease_id = i64::try_from(random_u64() >> 1).unwrap_or(1).max(1);
+        let mut orphan = RevokeOnDrop {
+            client: Some(self.client.clone()),
+            lease_id,
+            timeout: self.config.timeout,
+        };
+        // On any error the grant may have been applied (a timeout, a broken
+        // connection): the drop revokes it; a revoke of nothing is harmless.
         let grant = self
-            .call("claim", client.lease_grant(ttl_secs, None))
+            .call(
+                "claim",
+                client.lease_grant(ttl_secs, Some(LeaseGrantOptions::new().with_id(lease_id))),
+            )
             .await?;
         if grant.ttl() <= 0 {
             return Err(backend_msg(
@@ -610,16 +627,12 @@ impl EtcdRegistry {
             ));
         }
         let lease_id = grant.id();
+        orphan.lease_id = lease_id;
         let ttl = Duration::from_secs(grant.ttl().unsigned_abs());
         // If the caller gives up on this claim midway (its timeout drops this
         // future), the lease must not live on holding a worker nobody uses
         // for a whole TTL: under an overloaded etcd, such orphans filled the
         // space of 10,000 nodes faster than their leases ran out.
-        let mut orphan = RevokeOnDrop {
-            client: Some(self.client.clone()),
-            lease_id,
-            timeout: self.config.timeout,
-        };
         let claimed = claim(lease_id).await;
         orphan.client = None;
         match claimed {
@@ -751,8 +764,9 @@ impl EtcdRegistry {
     }
 }
 
-/// Revokes a just-granted lease when dropped armed: the claim that granted
-/// it was cancelled before it could hand the lease on or revoke it itself.
+/// Revokes a lease when dropped armed: the claim that asked for it failed
+/// or was cancelled before it could hand the lease on or revoke it itself
+/// (its grant may have been applied even when no answer came).
 /// The revoke runs on a task of its own (a drop can't wait), bounded by the
 /// call timeout; if it fails too, the lease runs out by itself.
 struct RevokeOnDrop {
@@ -772,12 +786,21 @@ impl Drop for RevokeOnDrop {
         };
         let (lease_id, timeout) = (self.lease_id, self.timeout);
         runtime.spawn(async move {
-            let revoked = tokio::time::timeout(timeout, client.lease_revoke(lease_id)).await;
-            tracing::debug!(
-                lease = lease_id,
-                ?revoked,
-                "revoked the lease of a cancelled etcd claim"
-            );
+            // A grant still on its way through etcd may land after a first
+            // revoke found nothing: one more try, a call timeout later.
+            for attempt in 0..2 {
+                let revoked = tokio::time::timeout(timeout, client.lease_revoke(lease_id)).await;
+                let gone = matches!(&revoked, Ok(Err(e)) if is_lease_not_found(e));
+                tracing::debug!(
+                    lease = lease_id,
+                    ?revoked,
+                    "revoked the lease of a cancelled etcd claim"
+                );
+                if !gone || attempt == 1 {
+                    break;
+                }
+                tokio::time::sleep(timeout).await;
+            }
         });
     }
 }
