@@ -784,7 +784,10 @@ impl Drop for RevokeOnDrop {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (lease_id, timeout) = (self.lease_id, self.timeout);
+        // A call timeout short enough to cut the grant off may cut the
+        // revoke off too: this one gets at least a second or two.
+        let lease_id = self.lease_id;
+        let timeout = self.timeout.max(Duration::from_secs(2));
         runtime.spawn(async move {
             // A grant still on its way through etcd may land after a first
             // revoke found nothing: one more try, a call timeout later.
@@ -799,7 +802,7 @@ impl Drop for RevokeOnDrop {
                 if !gone || attempt == 1 {
                     break;
                 }
-                tokio::time::sleep(timeout).await;
+                tokio::time::sleep(timeout / 2).await;
             }
         });
     }

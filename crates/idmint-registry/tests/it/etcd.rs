@@ -184,6 +184,76 @@ async fn a_cancelled_claim_leaves_no_holding() {
     crate::contract::a_cancelled_claim_leaves_no_holding(&b.registry(LONG).await).await;
 }
 
+/// A grant whose answer comes after the call timeout may still be applied by
+/// etcd. The claim chose the lease's ID, so it revokes it: no lease of the
+/// registry's TTL outlives the failed claims (they would each hold etcd's
+/// memory and expiry work for a whole TTL, and at 10,000 nodes they piled
+/// up faster than they expired).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_cut_off_by_the_timeout_leaves_no_lease() {
+    let Some(b) = backend("cut-grant") else {
+        return;
+    };
+    // A TTL no other test uses, to find this test's leases among theirs.
+    const TTL: i64 = 47;
+    let config = EtcdConfig::new()
+        .with_prefix(b.prefix.clone())
+        .with_lease_ttl(Duration::from_secs(TTL as u64))
+        .with_timeout(Duration::from_millis(1));
+    // Connecting makes a call under the same timeout: it may take a few tries.
+    let mut registry = None;
+    for _ in 0..50 {
+        if let Ok(r) = EtcdRegistry::connect(&[&b.endpoint], config.clone()).await {
+            registry = Some(r);
+            break;
+        }
+    }
+    let registry = registry.expect("connects within 50 tries of 1 ms");
+    // Cut off by idmint's bound (a Timeout) or by the gRPC deadline it sets
+    // on each request (a Backend error naming it).
+    let mut client = etcd_client::Client::connect([b.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    let mut timed_out = 0;
+    for i in 0..50 {
+        match registry.claim(&identity(i), 64).await {
+            Err(RegistryError::Timeout { .. }) => timed_out += 1,
+            Err(e) if e.to_string().contains("Timeout expired") => timed_out += 1,
+            Err(e) => panic!("{e}"),
+            // Answered within the timeout after all: its lease (the token's
+            // first part) is revoked here, where 1 ms is not the bound.
+            Ok(claim) => {
+                let lease = claim.token.split('/').next().unwrap();
+                let lease = i64::from_str_radix(lease, 16).unwrap();
+                client.lease_revoke(lease).await.unwrap();
+            }
+        }
+    }
+    assert!(
+        timed_out > 0,
+        "no grant was cut off: the test proves nothing"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut left = Vec::new();
+        for lease in client.leases().await.unwrap().leases() {
+            let ttl = client.lease_time_to_live(lease.id(), None).await.unwrap();
+            if ttl.granted_ttl() == TTL {
+                left.push(lease.id());
+            }
+        }
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} leases of {timed_out} cut-off claims live on: {left:x?}",
+            left.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_large_fleet_reads_a_sample_of_its_peers() {
     let Some(b) = backend("peer-sample") else {
