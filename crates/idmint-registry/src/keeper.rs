@@ -799,8 +799,9 @@ impl Ctx {
     /// [`RegistryError::Backend`]: a coordinator that is slow, overloaded by
     /// a fleet starting at once, or down; or a lease that ran out before the
     /// first mark was persisted) is tried again after a backoff
-    /// that doubles up to 8 retry intervals, jittered, so the fleet backs
-    /// off instead of piling on. A call that failed after the claim was made
+    /// that doubles up to 8 retry intervals (64 after timeouts:
+    /// [`Ctx::backoff_after`]), jittered, so the fleet backs off
+    /// instead of piling on. A call that failed after the claim was made
     /// is tried again on the same claim while its lease has room; past
     /// that, the claim is released first. Says once what it waits for, and tells `waiting`
     /// each time; past the wait, fails with the last error. Anything else
@@ -828,7 +829,7 @@ impl Ctx {
                     ) = &outcome
                     {
                         failures += 1;
-                        let pause = self.backoff(failures);
+                        let pause = self.backoff_after(failures, e);
                         let room = claim.lease.map_or(Duration::MAX, |l| {
                             l.valid_until.saturating_duration_since(mono_now())
                         });
@@ -863,7 +864,7 @@ impl Ctx {
                 | RegistryError::Backend { .. }
                 | RegistryError::LeaseLost { .. } => {
                     failures += 1;
-                    self.backoff(failures)
+                    self.backoff_after(failures, &error)
                 }
                 _ => return Err(error),
             };
@@ -889,11 +890,32 @@ impl Ctx {
     /// then spread by ±50 % (hashed from the node and a count of retries,
     /// so a simulation replays exactly).
     fn backoff(&self, failures: u32) -> Duration {
+        self.backoff_with_cap(failures, 3)
+    }
+
+    /// The backoff after `error`, the last of `failures` in a
+    /// row. A timeout is what an overloaded coordinator answers, and a try
+    /// it times out still cost it the work: after timeouts the pause keeps
+    /// doubling up to 64 retry intervals (about a minute at the defaults),
+    /// so a crowd larger than the coordinator can serve spreads its tries
+    /// out until they fit. After other failures (a refused or broken
+    /// connection: a coordinator down or restarting, where a try costs it
+    /// nothing) it stops at 8, so a start notices the way back soon.
+    fn backoff_after(&self, failures: u32, error: &RegistryError) -> Duration {
+        let doublings = if matches!(error, RegistryError::Timeout { .. }) {
+            6
+        } else {
+            3
+        };
+        self.backoff_with_cap(failures, doublings)
+    }
+
+    fn backoff_with_cap(&self, failures: u32, doublings: u32) -> Duration {
         let base = self
             .config
             .retry_interval
             .max(self.config.check_interval)
-            .saturating_mul(1 << failures.saturating_sub(1).min(3));
+            .saturating_mul(1 << failures.saturating_sub(1).min(doublings));
         jittered(
             base,
             &self.node,
@@ -1269,7 +1291,7 @@ impl Task {
                     // A slow or failing coordinator: back off, doubling.
                     RegistryError::Timeout { .. } | RegistryError::Backend { .. } => {
                         self.failures += 1;
-                        self.ctx.backoff(self.failures)
+                        self.ctx.backoff_after(self.failures, &e)
                     }
                     // Jittered: nodes that lost their leases together don't
                     // come back to the registry in lockstep.

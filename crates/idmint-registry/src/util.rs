@@ -61,7 +61,6 @@ pub(crate) async fn bounded<T>(
 }
 
 /// `n` distinct random numbers below `range` (which is larger than `n`).
-#[cfg(any(feature = "etcd", test))]
 pub(crate) fn distinct_below(range: u32, n: u32) -> Vec<u32> {
     let mut picked = Vec::with_capacity(n as usize);
     while picked.len() < n as usize {

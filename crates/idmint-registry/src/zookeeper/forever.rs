@@ -18,7 +18,7 @@ use zookeeper_client as zk;
 
 use super::{
     CAS_ATTEMPTS, KIND, Session, backend, identity_lines, ms_to_ts, node_address, parse_record,
-    split_address,
+    read_children, split_address,
 };
 use crate::error::{RegistryError, Result};
 use crate::registry::{
@@ -293,18 +293,22 @@ impl WorkerRegistry for Forever {
                     .list_children(&dir)
                     .await
                     .map_err(|e| backend("list peers", &e))?;
-                let mut nodes = Vec::with_capacity(children.len());
-                for child in children {
-                    let Some(seq) = child.rsplit_once('-').and_then(|(_, s)| parse_seq(s)) else {
-                        continue;
-                    };
-                    match client.get_data(&format!("{dir}/{child}")).await {
-                        Ok((data, stat)) => nodes.push((seq, data, stat.mtime)),
-                        Err(zk::Error::NoNode) => {}
-                        Err(e) => return Err(backend("list peers", &e)),
-                    }
-                }
-                Ok(nodes)
+                let (seqs, names): (Vec<i64>, Vec<String>) = children
+                    .into_iter()
+                    .filter_map(|child| {
+                        let seq = child.rsplit_once('-').and_then(|(_, s)| parse_seq(s))?;
+                        Some((seq, child))
+                    })
+                    .unzip();
+                let read = read_children(&client, "list peers", &dir, &names).await?;
+                Ok(seqs
+                    .into_iter()
+                    .zip(read)
+                    .filter_map(|(seq, found)| {
+                        let (data, stat) = found?;
+                        Some((seq, data, stat.mtime))
+                    })
+                    .collect::<Vec<_>>())
             })
             .await?;
         // Liveness by ZooKeeper's own modification times, not our clock.

@@ -160,6 +160,18 @@ async fn ephemeral_cancelled_claims_leave_no_holding() {
     crate::contract::a_cancelled_claim_leaves_no_holding(&registry).await;
 }
 
+/// A start reads a random 64 of its peers' reports, not all of them: in a
+/// fleet of 1,000 starting together, reading every report one after another
+/// timed the starts out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ephemeral_a_large_fleet_reads_a_sample_of_its_peers() {
+    let Some(b) = ZooKeeperBackend::new(ZooKeeperMode::Ephemeral, "peer-sample") else {
+        return;
+    };
+    let registry = b.node(Duration::from_secs(10)).await;
+    crate::contract::a_large_fleet_reads_a_sample_of_its_peers(&*registry, 1024, 64..=64).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ephemeral_claims_work_only_on_the_session_that_made_them() {
     let Some(addr) = zk_addr() else { return };
