@@ -433,8 +433,22 @@ impl EtcdRegistry {
         operation: &'static str,
         fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
     ) -> Result<T> {
-        bounded(KIND, operation, self.config.timeout, async {
-            fut.await.map_err(|e| backend(operation, &e))
+        let after = self.config.timeout;
+        bounded(KIND, operation, after, async {
+            fut.await.map_err(|e| {
+                // The client's own deadline (the same timeout, set on the
+                // channel) ran out first: a timeout, which the keeper backs
+                // off from longer than from a broken connection.
+                if is_deadline(&e) {
+                    RegistryError::Timeout {
+                        registry: KIND,
+                        operation,
+                        after,
+                    }
+                } else {
+                    backend(operation, &e)
+                }
+            })
         })
         .await
     }
@@ -633,21 +647,27 @@ impl EtcdRegistry {
         // future), the lease must not live on holding a worker nobody uses
         // for a whole TTL: under an overloaded etcd, such orphans filled the
         // space of 10,000 nodes faster than their leases ran out.
-        let claimed = claim(lease_id).await;
-        orphan.client = None;
-        match claimed {
-            Ok((worker, create_revision, stored_mark)) => Ok(Claim {
-                worker,
-                stored_mark,
-                lease: Some(Lease {
-                    ttl,
-                    valid_until: before + ttl,
-                }),
-                token: format!("{lease_id:x}/{create_revision}"),
-            }),
+        match claim(lease_id).await {
+            Ok((worker, create_revision, stored_mark)) => {
+                orphan.client = None;
+                Ok(Claim {
+                    worker,
+                    stored_mark,
+                    lease: Some(Lease {
+                        ttl,
+                        valid_until: before + ttl,
+                    }),
+                    token: format!("{lease_id:x}/{create_revision}"),
+                })
+            }
             Err(e) => {
-                if let Err(revoke_err) = self.revoke("claim", lease_id).await {
-                    tracing::warn!(lease = lease_id, error = %revoke_err, "could not revoke an unused etcd lease");
+                match self.revoke("claim", lease_id).await {
+                    Ok(_) => orphan.client = None,
+                    // Left armed: the drop tries again in the background,
+                    // with more time than a call timeout that just ran out.
+                    Err(revoke_err) => {
+                        tracing::warn!(lease = lease_id, error = %revoke_err, "could not revoke an unused etcd lease yet");
+                    }
                 }
                 Err(e)
             }
@@ -790,16 +810,16 @@ impl Drop for RevokeOnDrop {
         let timeout = self.timeout.max(Duration::from_secs(2));
         runtime.spawn(async move {
             // A grant still on its way through etcd may land after a first
-            // revoke found nothing: one more try, a call timeout later.
-            for attempt in 0..2 {
+            // revoke found nothing, and a revoke may time out: up to three
+            // tries, half a timeout apart, until one revokes.
+            for attempt in 0..3 {
                 let revoked = tokio::time::timeout(timeout, client.lease_revoke(lease_id)).await;
-                let gone = matches!(&revoked, Ok(Err(e)) if is_lease_not_found(e));
                 tracing::debug!(
                     lease = lease_id,
                     ?revoked,
-                    "revoked the lease of a cancelled etcd claim"
+                    "revoking the lease of a failed or cancelled etcd claim"
                 );
-                if !gone || attempt == 1 {
+                if matches!(revoked, Ok(Ok(_))) || attempt == 2 {
                     break;
                 }
                 tokio::time::sleep(timeout / 2).await;
@@ -1204,6 +1224,21 @@ fn backend(operation: &'static str, e: &etcd_client::Error) -> RegistryError {
 
 fn backend_msg(operation: &'static str, message: String) -> RegistryError {
     RegistryError::backend(KIND, operation, message)
+}
+
+/// Whether the call ran out of time in the gRPC channel (tonic's
+/// `TimeoutExpired`, reported as a cancelled call) or at etcd (its deadline
+/// exceeded).
+fn is_deadline(e: &etcd_client::Error) -> bool {
+    match e {
+        // gRPC's status codes: 1 CANCELLED, 4 DEADLINE_EXCEEDED (by number,
+        // as this crate does not name etcd-client's tonic).
+        etcd_client::Error::GRpcStatus(s) => {
+            let code = s.code() as i32;
+            code == 4 || (code == 1 && s.message().contains("Timeout expired"))
+        }
+        _ => false,
+    }
 }
 
 /// Whether etcd said the lease does not exist (expired or revoked).

@@ -209,8 +209,8 @@ async fn a_grant_cut_off_by_the_timeout_leaves_no_lease() {
         }
     }
     let registry = registry.expect("connects within 50 tries of 1 ms");
-    // Cut off by idmint's bound (a Timeout) or by the gRPC deadline it sets
-    // on each request (a Backend error naming it).
+    // Cut off by idmint's bound or by the gRPC deadline it sets on each
+    // request: both are a Timeout (which the keeper backs off from longer).
     let mut client = etcd_client::Client::connect([b.endpoint.as_str()], None)
         .await
         .unwrap();
@@ -218,8 +218,7 @@ async fn a_grant_cut_off_by_the_timeout_leaves_no_lease() {
     for i in 0..50 {
         match registry.claim(&identity(i), 64).await {
             Err(RegistryError::Timeout { .. }) => timed_out += 1,
-            Err(e) if e.to_string().contains("Timeout expired") => timed_out += 1,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("not a timeout: {e}"),
             // Answered within the timeout after all: its lease (the token's
             // first part) is revoked here, where 1 ms is not the bound.
             Ok(claim) => {
