@@ -592,8 +592,11 @@ fn serve_hostile_connection_cap_makes_new_clients_wait_their_turn() {
         .collect();
     let (tx, rx) = mpsc::channel();
     let url = server.url("/v1/ids/sf");
+    // Timed from before the spawn, so the clock covers the whole second the
+    // main thread waits below (a start taken inside the thread can begin a
+    // little after that wait does).
+    let started = Instant::now();
     let waiting = std::thread::spawn(move || {
-        let started = Instant::now();
         let (status, _) = get(&client(), &url);
         tx.send((status, started.elapsed())).unwrap();
     });
