@@ -70,6 +70,19 @@ use crate::error::{RegistryError, Result};
 use crate::registry::{Claim, Lease, NodeIdentity, WorkerRegistry};
 use crate::util::bounded;
 
+/// How many call timeouts bound one claim ([`Ctx::claim`]): a look, a grant,
+/// the claim's transaction, and a second look when the first one's free
+/// worker was taken meanwhile.
+const CLAIM_CALLS: u32 = 4;
+
+/// How many times its own length a failed try makes a waiting start pause
+/// at least ([`Ctx::paced`]).
+const PACE: u32 = 4;
+
+/// How many claim waits a start waits while the coordinator times out
+/// (see [`Ctx::claim_and_establish`]).
+const CROWD_WAIT: u32 = 4;
+
 /// How the keeper runs: windows, intervals, thresholds and timeouts.
 ///
 /// Builder-lite: [`KeeperConfig::new`] gives the defaults, `with_*` change one.
@@ -155,7 +168,8 @@ impl KeeperConfig {
     }
 
     /// The bound on every registry call (default 2 s); past it the call fails
-    /// with [`RegistryError::Timeout`].
+    /// with [`RegistryError::Timeout`]. A claim, which is several calls, is
+    /// bounded by four.
     pub const fn with_call_timeout(mut self, timeout: Duration) -> KeeperConfig {
         self.call_timeout = timeout;
         self
@@ -184,9 +198,10 @@ impl KeeperConfig {
     /// is safe until every earlier holder has stopped), or while every worker
     /// ID is taken ([`RegistryError::Exhausted`]: a dead node's lease has yet
     /// to expire, as after a mass restart). Keep it above the registry's lease
-    /// TTL plus a margin. Past it, the start fails with that error. A re-claim
-    /// while running retries for as long as it takes, not ready in the
-    /// meantime.
+    /// TTL plus a margin. Past it, the start fails with that error; while the
+    /// registry's calls time out (a coordinator serving a crowd), past four
+    /// times it. A re-claim while running retries for as long as it takes,
+    /// not ready in the meantime.
     pub const fn with_max_claim_wait(mut self, wait: Duration) -> KeeperConfig {
         self.max_claim_wait = wait;
         self
@@ -681,6 +696,7 @@ impl WorkerKeeper {
             next_report: now + ctx.config.report_interval,
             retry_at: now,
             failures: 0,
+            call_failures: 0,
             shared,
             ctx,
         };
@@ -782,10 +798,33 @@ impl Ctx {
         bounded(self.kind(), operation, self.config.call_timeout, fut).await
     }
 
+    /// One claim. A claim is several registry calls (a look at the free
+    /// worker IDs, a lease's grant, the claim's transaction), each bounded
+    /// by the registry itself; the whole is bounded by [`CLAIM_CALLS`] call
+    /// timeouts. Bounding it by one cut off claims midway on a coordinator
+    /// slowed by a crowd (10,000 nodes on one etcd), after the coordinator
+    /// had done the work for them, and the crowd came back to pay again.
     async fn claim(&self) -> Result<Claim> {
         let range = self.settings.range();
-        self.call("claim", self.registry.claim(&self.node, range))
-            .await
+        let after = self.config.call_timeout.saturating_mul(CLAIM_CALLS);
+        bounded(
+            self.kind(),
+            "claim",
+            after,
+            self.registry.claim(&self.node, range),
+        )
+        .await
+    }
+
+    /// The pause before the next try after a failed one that took `took`:
+    /// `pause`, and at least [`PACE`] times `took`. A coordinator's latency
+    /// is how it says it is busy; pacing tries by it keeps each waiting node
+    /// at one call in flight for `PACE + 1` parts of its time, so a crowd
+    /// of waiting starts leaves room for the running fleet's renewals
+    /// however large it is, and comes back as soon as answers are quick
+    /// again.
+    fn paced(pause: Duration, took: Duration) -> Duration {
+        pause.max(took.saturating_mul(PACE))
     }
 
     /// A start's claim and first mark, retried for up to the claim wait.
@@ -801,21 +840,42 @@ impl Ctx {
     /// first mark was persisted) is tried again after a backoff
     /// that doubles up to 8 retry intervals (64 after timeouts:
     /// [`Ctx::backoff_after`]), jittered, so the fleet backs off
-    /// instead of piling on. A call that failed after the claim was made
-    /// is tried again on the same claim while its lease has room; past
-    /// that, the claim is released first. Says once what it waits for, and tells `waiting`
-    /// each time; past the wait, fails with the last error. Anything else
-    /// (the clock, the config) fails at once.
+    /// instead of piling on. While the calls time out, the start waits up
+    /// to [`CROWD_WAIT`] times the claim wait. Every pause after a failed
+    /// try is at least [`PACE`] times as long as the try took
+    /// ([`Ctx::paced`]): a busy coordinator answers slowly before it times
+    /// out, and a crowd paced by its answers stays within what it serves. A
+    /// call that failed after the claim was made is tried again on the same
+    /// claim while its lease has room; past that, the claim is released
+    /// first. Says once what it waits for, and tells `waiting` each time;
+    /// past the wait, fails with the last error. Anything else (the clock,
+    /// the config) fails at once.
     async fn claim_and_establish(
         &self,
         waiting: &(dyn Fn(&RegistryError) + Send + Sync),
     ) -> Result<(Claim, Established)> {
-        let deadline = tokio::time::Instant::now() + self.config.max_claim_wait;
+        let started = tokio::time::Instant::now();
+        // What is left of the wait after `error`: the claim wait, or after a
+        // timeout [`CROWD_WAIT`] times it. A coordinator that times out is
+        // serving a crowd in turn (10,000 nodes starting at once on one etcd
+        // core took 150 s, past a 120 s claim wait), and a start that gives
+        // up on it only comes back, restarted, at the end of the line.
+        let left_after = |error: &RegistryError| {
+            let wait = match error {
+                RegistryError::Timeout { .. } => {
+                    self.config.max_claim_wait.saturating_mul(CROWD_WAIT)
+                }
+                _ => self.config.max_claim_wait,
+            };
+            (started + wait).saturating_duration_since(tokio::time::Instant::now())
+        };
         let mut said = false;
         let mut failures = 0u32;
         loop {
+            let tried = tokio::time::Instant::now();
             let error = match self.claim().await {
                 Ok(claim) => {
+                    let mut tried = tokio::time::Instant::now();
                     let mut outcome = self.establish(&claim, None).await;
                     // A slow coordinator failed a call after the claim: keep
                     // the claim while its lease has room and try the rest
@@ -829,18 +889,19 @@ impl Ctx {
                     ) = &outcome
                     {
                         failures += 1;
-                        let pause = self.backoff_after(failures, e);
+                        let pause = Self::paced(self.backoff_after(failures, e), tried.elapsed());
                         let room = claim.lease.map_or(Duration::MAX, |l| {
                             l.valid_until.saturating_duration_since(mono_now())
                         });
                         let needed =
                             pause + self.config.lease_margin + 2 * self.config.call_timeout;
-                        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                        let left = left_after(e);
                         if room < needed || left < pause {
                             break;
                         }
                         waiting(e);
                         tokio::time::sleep(pause).await;
+                        tried = tokio::time::Instant::now();
                         outcome = self.establish(&claim, None).await;
                     }
                     match outcome {
@@ -856,7 +917,7 @@ impl Ctx {
             let pause = match &error {
                 // Just past the hold's end, as the registry's clock reckons it.
                 RegistryError::Held { retry_after, .. } => *retry_after + Duration::from_millis(20),
-                RegistryError::Exhausted { .. } => self.backoff(0),
+                RegistryError::Exhausted { .. } => Self::paced(self.backoff(0), tried.elapsed()),
                 // A lease that ran out before the first mark was persisted
                 // (a claim slowed by an overloaded coordinator) is a failed
                 // call like the others.
@@ -864,11 +925,11 @@ impl Ctx {
                 | RegistryError::Backend { .. }
                 | RegistryError::LeaseLost { .. } => {
                     failures += 1;
-                    self.backoff_after(failures, &error)
+                    Self::paced(self.backoff_after(failures, &error), tried.elapsed())
                 }
                 _ => return Err(error),
             };
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let left = left_after(&error);
             if left.is_zero() {
                 return Err(error);
             }
@@ -1061,6 +1122,9 @@ struct Task {
     /// Re-claims that timed out or failed in a row: the backoff doubles
     /// with each.
     failures: u32,
+    /// Renewals and persists that failed in a row (reset by a success of
+    /// either): their retries back off by it ([`Task::retry_pause`]).
+    call_failures: u32,
 }
 
 impl Task {
@@ -1134,6 +1198,31 @@ impl Task {
             .max(self.ctx.config.check_interval)
     }
 
+    /// The pause before a failed renewal or persist is tried again, `left`
+    /// before it must have succeeded (the lease's fence; the mark's end).
+    ///
+    /// A fixed second was a storm at scale: 10,000 nodes whose persists
+    /// timed out on an overloaded etcd retried every second each, ten times
+    /// their usual rate, and kept it overloaded for good. So the pause backs
+    /// off as a start's does (doubling to 8 retry intervals, jittered) and
+    /// is paced by how long the failed call took ([`Ctx::paced`]), but it
+    /// never uses more than half of what is `left`, so the retries come
+    /// closer together as the deadline nears, and one falls before it.
+    ///
+    /// Past the deadline (the generator already stopped at its mark) every
+    /// second of pause is a second of refused IDs, so it no longer doubles:
+    /// a jittered retry interval, paced. Pacing alone holds a crowd's retries
+    /// to what a slow coordinator answers, and a coordinator that refuses at
+    /// once (down) costs nothing to ask every second.
+    fn retry_pause(&mut self, took: Duration, left: Option<Duration>) -> Duration {
+        self.call_failures += 1;
+        match left {
+            Some(left) if !left.is_zero() => Ctx::paced(self.ctx.backoff(self.call_failures), took)
+                .min((left / 2).max(self.retry_after())),
+            _ => Ctx::paced(self.ctx.backoff(0), took),
+        }
+    }
+
     /// One wake of the keeper: claim again if the claim is gone; otherwise
     /// fence an expired lease, renew when due, and keep the mark ahead.
     async fn step(&mut self) {
@@ -1189,8 +1278,10 @@ impl Task {
         if !renew_due {
             return !expired;
         }
+        let tried = tokio::time::Instant::now();
         match self.ctx.call("renew", self.ctx.registry.renew(claim)).await {
             Ok(lease) => {
+                self.call_failures = 0;
                 self.lease = lease;
                 self.next_renew = lease.map(|l| mono + renew_every(&l));
                 self.set_state(LeaseState::Held);
@@ -1209,9 +1300,15 @@ impl Task {
                 let retry = if expired {
                     self.ctx.config.check_interval
                 } else {
-                    // Jittered: a fleet whose renewals failed together
-                    // (a coordinator that stalled) doesn't retry in lockstep.
-                    self.ctx.backoff(0)
+                    // Jittered and backing off: a fleet whose renewals failed
+                    // together (a coordinator that stalled or is overloaded)
+                    // doesn't retry in lockstep, nor faster than it answers.
+                    let left = self.lease.and_then(|l| {
+                        l.valid_until
+                            .checked_sub(self.ctx.config.lease_margin)
+                            .map(|fence| fence.saturating_duration_since(mono_now()))
+                    });
+                    self.retry_pause(tried.elapsed(), left)
                 };
                 self.next_renew = Some(mono + retry);
                 if !expired {
@@ -1235,6 +1332,7 @@ impl Task {
         }
         let target = add(ahead, self.ctx.lead(self.lease.as_ref()));
         let persist = target.max(self.persisted);
+        let tried = tokio::time::Instant::now();
         match self
             .ctx
             .call(
@@ -1244,6 +1342,7 @@ impl Task {
             .await
         {
             Ok(()) => {
+                self.call_failures = 0;
                 self.persisted = persist;
                 self.generator.advance_mark(target);
                 self.next_report = mono + self.ctx.config.report_interval;
@@ -1258,7 +1357,9 @@ impl Task {
             Err(e) => {
                 // The mark stays where it is; the generator stops there by itself.
                 self.set_error(&e);
-                self.retry_at = mono + self.ctx.backoff(0);
+                let left = (mark > now)
+                    .then(|| Duration::try_from(mark.duration_since(now)).unwrap_or_default());
+                self.retry_at = mono_now() + self.retry_pause(tried.elapsed(), left);
             }
         }
     }
@@ -1276,6 +1377,7 @@ impl Task {
     /// Claims again and swaps in a new generator above both the new stored mark
     /// and everything the old generator could have issued.
     async fn reclaim(&mut self) {
+        let tried = tokio::time::Instant::now();
         let claim = match self.ctx.claim().await {
             Ok(claim) => {
                 self.failures = 0;
@@ -1291,11 +1393,11 @@ impl Task {
                     // A slow or failing coordinator: back off, doubling.
                     RegistryError::Timeout { .. } | RegistryError::Backend { .. } => {
                         self.failures += 1;
-                        self.ctx.backoff_after(self.failures, &e)
+                        Ctx::paced(self.ctx.backoff_after(self.failures, &e), tried.elapsed())
                     }
                     // Jittered: nodes that lost their leases together don't
                     // come back to the registry in lockstep.
-                    _ => self.ctx.backoff(0),
+                    _ => Ctx::paced(self.ctx.backoff(0), tried.elapsed()),
                 };
                 self.retry_at = mono_now() + wait;
                 return;

@@ -372,9 +372,9 @@ fn a_seed_replays_exactly() {
     assert_ne!(a.digest, c.digest, "seeds 7 and 8 ran alike");
 }
 
-/// The first of seeds 1 to 12 whose run `flaw` breaks, with its violation.
+/// The first of seeds 1 to 48 whose run `flaw` breaks, with its violation.
 fn caught(flaw: Flaw, target: Target) -> Option<(u64, checker::Violation)> {
-    (1..=12).find_map(|seed| {
+    (1..=48).find_map(|seed| {
         fleet::run(small(seed, Some((flaw, target))))
             .violation
             .map(|(_, v)| (seed, v))
@@ -389,7 +389,7 @@ fn caught(flaw: Flaw, target: Target) -> Option<(u64, checker::Violation)> {
 fn the_checker_catches_every_broken_registry() {
     for flaw in Flaw::ALL {
         let (seed, v) = caught(flaw, Target::Both)
-            .unwrap_or_else(|| panic!("no seed of 1..=12 caught the flaw {}", flaw.name()));
+            .unwrap_or_else(|| panic!("no seed of 1..=48 caught the flaw {}", flaw.name()));
         eprintln!("{}: seed {seed}: {v}", flaw.name());
     }
 }
@@ -405,7 +405,8 @@ fn the_checker_catches_every_broken_registry() {
 #[test]
 fn the_checker_catches_a_worker_registry_that_does_not_fence() {
     let (seed, v) = caught(Flaw::Unfenced, Target::Workers)
-        .expect("a seed of 1..=12 caught an unfenced worker registry");
+        .expect("a seed of 1..=48 caught an unfenced worker registry");
+    eprintln!("unfenced workers: seed {seed}: {v}");
     assert!(v.worker.is_some(), "seed {seed}: {v}");
     assert!(
         v.message.contains("interleave") || v.message.contains("twice"),

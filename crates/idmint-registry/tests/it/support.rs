@@ -51,6 +51,8 @@ pub struct MemRegistry {
     pub fail_renew: AtomicBool,
     /// Every call hangs (for timeouts).
     pub hang: AtomicBool,
+    /// How many calls hung.
+    pub hung: std::sync::atomic::AtomicU64,
     state: Mutex<MemState>,
 }
 
@@ -121,6 +123,7 @@ impl MemRegistry {
 
     async fn maybe_hang(&self) {
         if self.hang.load(Ordering::SeqCst) {
+            self.hung.fetch_add(1, Ordering::SeqCst);
             std::future::pending::<()>().await;
         }
     }

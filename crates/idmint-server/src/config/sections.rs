@@ -198,7 +198,9 @@ pub struct SnowflakeConfig {
     /// How long a start waits to claim a worker ID while every one is taken
     /// (a dead node's lease has yet to expire) or the registry holds claims:
     /// `auto` (default: the registry's lease TTL plus the window plus 30 s,
-    /// and at least 60 s) or a duration. Past it, the start fails.
+    /// and at least 60 s) or a duration. Past it, the start fails; while
+    /// the registry's calls time out (a coordinator serving a crowd of
+    /// starts), past four times it.
     #[serde(deserialize_with = "from_text", serialize_with = "show::text")]
     pub claim_wait: ClaimWait,
     /// The time IDs are made from: `monotonic` (default) or `wall`.
