@@ -27,12 +27,18 @@
 //! - `reported/<id>`: the holder's last reported time in Unix milliseconds,
 //!   attached to the lease, so dead peers vanish from [`WorkerRegistry::peers`]
 //!   and a new holder never inherits an old holder's report.
+//! - `full`: a hint, never a fence: the last claim that found every worker ID
+//!   of its range held wrote when, so that a crowd waiting for a full space
+//!   counts the held keys once a second between them instead of once a try
+//!   each.
 //!
 //! # Transactions, and why each is safe
 //!
-//! - **claim**: look for free IDs (32 random `workers/` keys in one read-only
-//!   transaction; every held key, keys only, when none of those is free, which
-//!   also counts them for the exhaustion error), grant a lease, then for up to
+//! - **claim**: look for free IDs (32 random `workers/` keys and the `full`
+//!   note in one read-only transaction; when none of those is free and no
+//!   note from the last second says the space is full, a count of the held
+//!   keys, and when that leaves room, every held key, keys only), grant a
+//!   lease, then for up to
 //!   4 of the free IDs in random order, and looking again after that:
 //!   `if create_revision(workers/<id>) == 0 then put workers/<id> (lease), get marks/<id>`.
 //!   A create revision of 0 means the key does not exist; etcd applies
@@ -86,9 +92,11 @@
 //! - **No authentication or TLS** is configured here: the endpoints are plain
 //!   `http://` URLs.
 //! - **A nearly full space costs a scan**: when none of the 32 IDs a claim
-//!   samples is free (a space about nine tenths held or more), it reads every
-//!   held `workers/` key. That read is keys only, but with millions of held
-//!   IDs it is large.
+//!   samples is free (a space about nine tenths held or more), it counts the
+//!   held `workers/` keys (etcd walks its index: about 3 ms for 10,000 here),
+//!   and reads them all, keys only, when the count leaves room. With
+//!   millions of held IDs that read is large. A full space costs a crowd of
+//!   waiting claims one count a second between them (the `full` note).
 //!
 //! # References
 //! - etcd API guarantees: <https://etcd.io/docs/v3.4/learning/api_guarantees/>
@@ -130,6 +138,56 @@ const CLAIM_SAMPLE: u32 = 32;
 /// How many free workers a claim tries (one transaction each) before it looks
 /// again: after that many losses to other claimers, its view is stale.
 const CLAIM_TRIES: usize = 4;
+
+/// How long a `full` note spares a waiting claim its count (see
+/// [`EtcdRegistry::free_workers`]): a worker freed just after a note is
+/// found this much later at most, by the first look after it.
+const FULL_NOTE_FRESH: Duration = Duration::from_secs(1);
+
+/// The `full` note: the last look that found all of a range's IDs held.
+/// Its value is `range=<ids> in_use=<held> at=<unix ms>`; `at` is the
+/// writer's clock, so a note is fresh only within [`FULL_NOTE_FRESH`] of
+/// the reader's either way (a writer whose clock runs ahead makes notes
+/// that are never fresh, and costs counts, not claims).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FullNote {
+    range: u32,
+    in_use: u64,
+    at_ms: i64,
+}
+
+impl FullNote {
+    fn parse(raw: &[u8]) -> Option<FullNote> {
+        let text = std::str::from_utf8(raw).ok()?;
+        let mut fields = text.split(' ');
+        let mut field = |name: &str| fields.next()?.strip_prefix(name)?.strip_prefix('=');
+        Some(FullNote {
+            range: field("range")?.parse().ok()?,
+            in_use: field("in_use")?.parse().ok()?,
+            at_ms: field("at")?.parse().ok()?,
+        })
+    }
+
+    fn is_fresh(&self) -> bool {
+        self.at_ms.abs_diff(unix_ms()) < FULL_NOTE_FRESH.as_millis() as u64
+    }
+}
+
+impl fmt::Display for FullNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "range={} in_use={} at={}",
+            self.range, self.in_use, self.at_ms
+        )
+    }
+}
+
+/// The wall clock in Unix milliseconds (for the `full` note only: no
+/// claim's safety rests on it).
+fn unix_ms() -> i64 {
+    Timestamp::now().as_millisecond()
+}
 
 /// How many peers' reports a start reads at most (a sample when the fleet is
 /// larger): enough for the median the clock check takes.
@@ -423,6 +481,10 @@ impl EtcdRegistry {
             .transpose()
     }
 
+    fn full_note_key(&self) -> String {
+        format!("{}full", self.config.prefix)
+    }
+
     fn key(&self, kind: &str, worker: u32) -> String {
         format!("{}{kind}{worker}", self.config.prefix)
     }
@@ -459,47 +521,123 @@ impl EtcdRegistry {
     /// A claim must not cost O(N) when N nodes start at once: that crowd then
     /// costs etcd O(N²) (at 1,000 nodes, claims took 1.8 s at p99). So it first
     /// looks at [`CLAIM_SAMPLE`] random IDs in one read-only transaction,
-    /// O(1) however large the fleet, and reads every held key (keys only) only
-    /// when none of those is free: when the space is nearly full, where the full
-    /// read is also what tells a waiting start that it is full.
+    /// O(1) however large the fleet. Only when none of those is free (a space
+    /// about nine tenths held or more) does it count the held keys, which
+    /// etcd answers from its index alone, and read them (keys only) when the
+    /// count leaves room.
+    ///
+    /// A crowd waiting for a full space (a quarter of 10,000 nodes killed
+    /// and replaced) would still count 10,000 keys a try each, more than
+    /// etcd can serve beside the running fleet. So a look that finds the
+    /// space full says so in the `full` note, and for [`FULL_NOTE_FRESH`]
+    /// the crowd's looks take the note's word after their sample, one count
+    /// for them all. A worker freed meanwhile is found by a sample, or by
+    /// the next count.
     async fn free_workers(&self, range: u32) -> Result<Vec<u32>> {
-        if range > 2 * CLAIM_SAMPLE {
-            let sample = distinct_below(range, CLAIM_SAMPLE);
-            let txn = Txn::new().and_then(
-                sample
-                    .iter()
-                    .map(|w| {
-                        TxnOp::get(
-                            self.key("workers/", *w),
-                            Some(GetOptions::new().with_keys_only()),
-                        )
-                    })
-                    .collect::<Vec<_>>(),
-            );
-            let mut client = self.client.clone();
-            let resp = self.call("claim", client.txn(txn)).await?;
-            let free: Vec<u32> = sample
+        if range <= 2 * CLAIM_SAMPLE {
+            let held = self.held_workers(range).await?;
+            return self.free_of(range, &held);
+        }
+        let sample = distinct_below(range, CLAIM_SAMPLE);
+        let note = self.full_note_key();
+        let txn = Txn::new().and_then(
+            sample
                 .iter()
-                .zip(resp.op_responses())
-                .filter_map(|(w, op)| match op {
-                    TxnOpResponse::Get(get) if get.kvs().is_empty() => Some(*w),
-                    _ => None,
+                .map(|w| {
+                    TxnOp::get(
+                        self.key("workers/", *w),
+                        Some(GetOptions::new().with_keys_only()),
+                    )
                 })
-                .take(CLAIM_TRIES)
-                .collect();
-            if !free.is_empty() {
-                return Ok(free);
+                .chain([TxnOp::get(note.as_str(), None)])
+                .collect::<Vec<_>>(),
+        );
+        let mut client = self.client.clone();
+        let resp = self.call("claim", client.txn(txn)).await?;
+        let answers = resp.op_responses();
+        let mut free = Vec::new();
+        for (w, op) in sample.iter().zip(&answers) {
+            if let TxnOpResponse::Get(get) = op
+                && get.kvs().is_empty()
+                && free.len() < CLAIM_TRIES
+            {
+                free.push(*w);
             }
+        }
+        if !free.is_empty() {
+            return Ok(free);
+        }
+        let noted = match answers.last() {
+            Some(TxnOpResponse::Get(get)) => get.kvs().first().and_then(|kv| {
+                FullNote::parse(kv.value()).filter(|n| n.range == range && n.is_fresh())
+            }),
+            _ => None,
+        };
+        if let Some(noted) = noted {
+            return Err(self.exhausted(noted.in_use, range));
+        }
+        let mut client = self.client.clone();
+        let prefix = format!("{}workers/", self.config.prefix);
+        let counted = self
+            .call(
+                "claim",
+                client.get(
+                    prefix.as_bytes(),
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                ),
+            )
+            .await?
+            .count();
+        let counted = u64::try_from(counted).unwrap_or(0);
+        // Exactly `range` held keys is a full space, unless keys of IDs
+        // outside it share the prefix (a second layout's nodes in the same
+        // cluster) while as many inside it are free: then samples find those.
+        // More than `range` can only be such keys: read them to tell.
+        if counted == u64::from(range) {
+            self.note_full(range, counted).await;
+            return Err(self.exhausted(counted, range));
         }
         let held = self.held_workers(range).await?;
         if held.len() as u64 >= u64::from(range) {
-            return Err(RegistryError::Exhausted {
-                registry: KIND,
-                in_use: held.len() as u64,
-                range: u64::from(range),
-            });
+            self.note_full(range, held.len() as u64).await;
         }
-        Ok(sample_free(range, &held, CLAIM_TRIES))
+        self.free_of(range, &held)
+    }
+
+    /// Up to [`CLAIM_TRIES`] random IDs below `range` not in `held`, or
+    /// [`RegistryError::Exhausted`].
+    fn free_of(&self, range: u32, held: &HashSet<u32>) -> Result<Vec<u32>> {
+        if held.len() as u64 >= u64::from(range) {
+            return Err(self.exhausted(held.len() as u64, range));
+        }
+        Ok(sample_free(range, held, CLAIM_TRIES))
+    }
+
+    fn exhausted(&self, in_use: u64, range: u32) -> RegistryError {
+        RegistryError::Exhausted {
+            registry: KIND,
+            in_use,
+            range: u64::from(range),
+        }
+    }
+
+    /// Writes the `full` note: every ID below `range` was held just now. A
+    /// note that can't be written costs the crowd counts, not correctness,
+    /// so a failure is only logged.
+    async fn note_full(&self, range: u32, in_use: u64) {
+        let value = FullNote {
+            range,
+            in_use,
+            at_ms: unix_ms(),
+        }
+        .to_string();
+        let mut client = self.client.clone();
+        if let Err(e) = self
+            .call("claim", client.put(self.full_note_key(), value, None))
+            .await
+        {
+            tracing::debug!(error = %e, "could not note a full etcd worker space");
+        }
     }
 
     /// The worker IDs below `range` whose holding key exists now.
@@ -1311,6 +1449,35 @@ fn parse_ms(operation: &'static str, worker: u32, raw: &[u8]) -> Result<Timestam
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn full_notes_round_trip_and_are_fresh_for_a_second_either_way() {
+        let now = unix_ms();
+        let note = FullNote {
+            range: 16_384,
+            in_use: 16_384,
+            at_ms: now,
+        };
+        let text = note.to_string();
+        assert_eq!(text, format!("range=16384 in_use=16384 at={now}"));
+        assert_eq!(FullNote::parse(text.as_bytes()), Some(note));
+        assert!(note.is_fresh());
+        for off in [-1_500, 1_500, -3_600_000, 3_600_000] {
+            let moved = FullNote {
+                at_ms: now + off,
+                ..note
+            };
+            assert!(!moved.is_fresh(), "{off} ms away is not fresh");
+        }
+        for bad in [
+            "",
+            "range=1",
+            "range=x in_use=1 at=2",
+            "in_use=1 range=1 at=2",
+        ] {
+            assert_eq!(FullNote::parse(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
 
     fn claim_with_token(token: &str) -> Claim {
         Claim {

@@ -253,6 +253,70 @@ async fn a_grant_cut_off_by_the_timeout_leaves_no_lease() {
     }
 }
 
+/// A claim that finds a space of 100 full notes it, so that a crowd
+/// waiting for it costs etcd one count a second; a worker freed after the
+/// note is claimed within the note's second and a try, and a note never
+/// stands for another range.
+#[tokio::test]
+async fn a_full_space_is_noted_and_a_worker_freed_after_it_is_found_within_a_second() {
+    let Some(b) = backend("full-note") else {
+        return;
+    };
+    const N: u32 = 100;
+    let registry = b.registry(LONG).await;
+    let mut claims = Vec::new();
+    for i in 0..N {
+        claims.push(registry.claim(&identity(i as usize), N).await.unwrap());
+    }
+    let err = registry.claim(&identity(900), N).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RegistryError::Exhausted {
+                in_use: 100,
+                range: 100,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let mut client = etcd_client::Client::connect([b.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    let note = client.get(format!("{}full", b.prefix), None).await.unwrap();
+    let note = note.kvs().first().expect("the full space was noted");
+    let text = note.value_str().unwrap();
+    assert!(text.starts_with("range=100 in_use=100 at="), "{text}");
+
+    // The note is for range 100 only: a claim in 200 finds room at once.
+    let wider = registry.claim(&identity(901), 2 * N).await.unwrap();
+    assert!(wider.worker >= N, "{}", wider.worker);
+    registry.release(&wider).await.unwrap();
+
+    let freed = claims.swap_remove(37);
+    registry.release(&freed).await.unwrap();
+    let released = Instant::now();
+    let mut noted = 0;
+    let claim = loop {
+        match registry.claim(&identity(902), N).await {
+            Ok(claim) => break claim,
+            // The sample missed it and the note still stands.
+            Err(RegistryError::Exhausted { .. }) => noted += 1,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            released.elapsed() < Duration::from_millis(1500),
+            "the freed worker was not found within the note's second and a try"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(claim.worker, freed.worker);
+    eprintln!(
+        "freed worker found {:?} after its release, {noted} tries answered by the note",
+        released.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn a_large_fleet_reads_a_sample_of_its_peers() {
     let Some(b) = backend("peer-sample") else {
