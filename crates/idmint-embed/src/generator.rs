@@ -347,7 +347,8 @@ impl Generator {
     /// come at once; more wait for the ticks they need (at the layout's cap).
     ///
     /// # Errors
-    /// `invalid_count` for 0 or more than 1,000,000,000; else as
+    /// `invalid_count` for 0 or more than 10,000,000 (the core's
+    /// [`idmint_core::Snowflake::MAX_BATCH`]); else as
     /// [`Generator::next_id`].
     pub fn next_ids(&self, n: u64) -> Result<Vec<u64>, Error> {
         let mut out = Vec::new();

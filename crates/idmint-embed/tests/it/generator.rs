@@ -45,6 +45,10 @@ fn fill_ids_writes_increasing_ids_into_the_callers_array() {
     assert!(first < out[0]);
     assert!(out.windows(2).all(|w| w[0] < w[1]));
     assert_eq!(g.fill_ids(&mut []).unwrap_err().code(), "invalid_count");
+    // The limit the docs give: the core's, not a larger one of the binding's.
+    let err = g.next_ids(10_000_001).unwrap_err();
+    assert_eq!(err.code(), "invalid_count");
+    assert!(err.to_string().contains("10000000"), "{err}");
     g.close();
     let mut untouched = [7u64; 3];
     assert_eq!(g.fill_ids(&mut untouched).unwrap_err().code(), "closed");
