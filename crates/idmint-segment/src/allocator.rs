@@ -1,4 +1,4 @@
-// Size: about 1,270 lines before the tests (which are in `allocator/tests.rs`),
+// Size: about 1,580 lines before the tests (which are in `allocator/tests.rs`),
 // some 300 of them docs. The allocator is one type whose loader, preloader,
 // failure back-off and floors share a per-key lock and state; split up, the
 // rule that every lease starts above the previous one (and above the
@@ -253,6 +253,10 @@ pub struct KeyStatus {
     pub loading: bool,
     /// The last lease failure, cleared by a successful lease.
     pub last_error: Option<String>,
+    /// The code of a standing refusal (`key_below_floor`, `store_reset`):
+    /// the store holds less than this node issued from the key, and only an
+    /// operator's `idmint segment raise` clears it. `None` otherwise.
+    pub refusal: Option<&'static str>,
     /// The store's row, when the listing came from the store.
     pub stored: Option<KeyInfo>,
 }
@@ -270,20 +274,55 @@ struct KeyEntry {
     preloading: AtomicBool,
     shown: Mutex<Shown>,
     /// After a failed lease, callers don't try the store again before this:
-    /// they fail at once with the failure (the preloader keeps probing).
-    /// Without it, every caller of a key whose store is down waits out its
-    /// own store timeout and adds a connection attempt to the storm. A lease
-    /// refused for the key's floor is remembered with it, so callers in the
-    /// meantime get the same typed refusal.
-    retry_at: Mutex<Option<(tokio::time::Instant, Option<BelowFloor>)>>,
+    /// they fail at once with the failure, and the preloader starts no lease
+    /// for the key. Without it, every caller of a key whose store is down
+    /// waits out its own store timeout and adds a connection attempt to the
+    /// storm. A refusal (the store holds less than this node issued) is
+    /// remembered with it, so callers in the meantime get the same typed
+    /// refusal.
+    retry_at: Mutex<Option<Backoff>>,
 }
 
-/// A lease refused because the store is below the key's floor.
-#[derive(Debug, Clone, Copy)]
-struct BelowFloor {
-    floor: u64,
-    found: Option<u64>,
+/// Why a key's callers wait before the store is asked again.
+#[derive(Debug, Clone)]
+struct Backoff {
+    /// Not before this.
+    until: tokio::time::Instant,
+    /// The standing refusal, when the store refused rather than failed.
+    refusal: Option<Refusal>,
+    /// Refusals in a row. Only an operator clears a refusal (`idmint segment
+    /// raise`), so each one doubles the pause, up to [`MAX_REFUSED_PAUSE`],
+    /// as the preloader's retries of a down store do; the first is logged
+    /// as an error, the repeats only at debug level.
+    refusals: u32,
 }
+
+/// A lease the store can't be allowed to serve: it holds less than this node
+/// issued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Refusal {
+    /// The key is missing (`found: None`) or its `max_id` is below the floor.
+    BelowFloor { floor: u64, found: Option<u64> },
+    /// The store's epoch marker is missing or another than the one this node
+    /// adopted: it was reset, or is another store.
+    StoreReset {
+        remembered: Option<String>,
+        found: Option<String>,
+    },
+}
+
+impl Refusal {
+    /// The refusal's stable code, as [`SegmentError::code`] gives it.
+    fn code(&self) -> &'static str {
+        match self {
+            Refusal::BelowFloor { .. } => "key_below_floor",
+            Refusal::StoreReset { .. } => "store_reset",
+        }
+    }
+}
+
+/// The longest pause between two store calls for a refused key.
+const MAX_REFUSED_PAUSE: Duration = Duration::from_secs(30);
 
 /// The leasing state, under [`KeyEntry::loader`].
 #[derive(Debug)]
@@ -704,6 +743,7 @@ impl SegmentAllocator {
                     next: None,
                     loading: false,
                     last_error: None,
+                    refusal: None,
                     stored: Some(info),
                 },
             })
@@ -852,7 +892,14 @@ impl Lookout for PreloadLookout {
         let mut loads = lock(&self.loads);
         for entry in keys.values() {
             let position = entry.buffer.position();
-            if position.wants_next() && !entry.preloading.swap(true, Ordering::AcqRel) {
+            // A key backing off from its store (down, or refusing) is left
+            // alone until the pause is over: callers get the failure at once
+            // meanwhile, and a refusal would otherwise be asked again at
+            // every scan.
+            let backing_off = entry.backing_off().map(|(left, _)| left);
+            if let Some(left) = backing_off.filter(|_| position.wants_next()) {
+                scan.look_again = Some(scan.look_again.map_or(left, |d| d.min(left)));
+            } else if position.wants_next() && !entry.preloading.swap(true, Ordering::AcqRel) {
                 loads.push(Box::pin(preload(Arc::downgrade(&inner), entry.clone())));
                 scan.moved = true;
             }
@@ -917,6 +964,8 @@ async fn preload(inner: Weak<Inner>, entry: Arc<KeyEntry>) {
                 tracing::warn!(key = %entry.key, %error, retry_in = ?backoff,
                     "segment preload failed");
             }
+            // Logged where it was decided, once; the key backs off.
+            Err(SegmentError::KeyBelowFloor { .. } | SegmentError::StoreReset { .. }) => return,
             Err(error) => {
                 tracing::error!(key = %entry.key, %error, "segment preload failed");
                 return;
@@ -1100,8 +1149,8 @@ impl Inner {
         let Some((left, refused)) = entry.backing_off() else {
             return Ok(());
         };
-        if let Some(refused) = refused {
-            return Err(self.below_floor(&entry.key, refused.floor, refused.found));
+        if let Some(refusal) = refused {
+            return Err(self.refusal_error(&entry.key, refusal));
         }
         let last = entry.shown().last_error.clone().unwrap_or_default();
         Err(SegmentError::Unavailable {
@@ -1111,9 +1160,11 @@ impl Inner {
         })
     }
 
-    /// Background preload: leases the next segment unless one is buffered.
+    /// Background preload: leases the next segment unless one is buffered
+    /// or the key backs off from its store.
     async fn preload(&self, entry: &Arc<KeyEntry>) -> Result<()> {
         let mut loader = entry.loader.lock().await;
+        self.check_backoff(entry)?;
         let deadline = tokio::time::Instant::now() + self.config.store_timeout;
         self.lease(entry, &mut loader, 0, deadline).await
     }
@@ -1137,21 +1188,30 @@ impl Inner {
         let timeout = self.config.store_timeout.min(left);
         let floor = self.floor_of(&entry.key);
         entry.loading.store(true, Ordering::Relaxed);
-        let fetched = tokio::time::timeout(
-            timeout,
+        let fetched = tokio::time::timeout(timeout, async {
+            if floor.is_some()
+                && let Some(refusal) = self.check_epoch().await?
+            {
+                return Ok(Err(refusal));
+            }
             self.store
-                .fetch_above(&entry.key, Some(lease_step), floor.unwrap_or(0)),
-        )
+                .fetch_above(&entry.key, Some(lease_step), floor.unwrap_or(0))
+                .await
+                .map(Ok)
+        })
         .await;
         entry.loading.store(false, Ordering::Relaxed);
         let grant = match fetched {
-            Ok(Ok(grant)) => grant,
+            Ok(Ok(Ok(grant))) => grant,
+            // The store's epoch marker is gone or another: nothing was asked.
+            Ok(Ok(Err(refusal))) => return Err(self.refuse(entry, refusal)),
             // The store changed nothing: it is below what this node issued.
             Ok(Err(SegmentError::KeyBelowFloor { floor, found, .. })) => {
-                return Err(self.refuse(entry, floor, found));
+                return Err(self.refuse(entry, Refusal::BelowFloor { floor, found }));
             }
             Ok(Err(SegmentError::NotFound { .. })) if floor.is_some() => {
-                return Err(self.refuse(entry, floor.unwrap_or(0), None));
+                let floor = floor.unwrap_or(0);
+                return Err(self.refuse(entry, Refusal::BelowFloor { floor, found: None }));
             }
             Ok(Err(error)) if error.is_transient() => {
                 tracing::warn!(key = %entry.key, store = self.store.kind(), %error,
@@ -1192,7 +1252,8 @@ impl Inner {
         if let Some(floor) = floor
             && grant.start() < floor
         {
-            return Err(self.refuse(entry, floor, Some(grant.start())));
+            let found = Some(grant.start());
+            return Err(self.refuse(entry, Refusal::BelowFloor { floor, found }));
         }
         let segment = IdRun::from_range(grant.start(), grant.max_id, grant.delta, grant.remainder)?;
         // Persist, then issue: the floor covers the segment before any of
@@ -1202,7 +1263,15 @@ impl Inner {
             return Err(self.lease_failed(entry, error.to_string()));
         }
         entry.buffer.install(segment)?;
-        lock(&entry.retry_at).take();
+        if let Some(Backoff {
+            refusal: Some(refusal),
+            refusals,
+            ..
+        }) = lock(&entry.retry_at).take()
+        {
+            tracing::info!(key = %entry.key, refused = refusal.code(), refusals,
+                "segment lease granted again after refusals");
+        }
         loader.last_end = Some(grant.max_id);
         loader.last_lease = Some(now);
         loader.step = step;
@@ -1219,23 +1288,92 @@ impl Inner {
 
     /// A lease the store failed: callers back off from it for the retry hint.
     fn lease_failed(&self, entry: &KeyEntry, reason: String) -> SegmentError {
-        *lock(&entry.retry_at) =
-            Some((tokio::time::Instant::now() + self.config.retry_after, None));
+        *lock(&entry.retry_at) = Some(Backoff {
+            until: tokio::time::Instant::now() + self.config.retry_after,
+            refusal: None,
+            refusals: 0,
+        });
         self.unavailable(entry, reason)
     }
 
-    /// A lease refused because the store is below the key's floor: callers
-    /// get the refusal at once for the retry hint, then the store is asked
-    /// again (at or above the floor, so a refused lease never moves it).
-    fn refuse(&self, entry: &KeyEntry, floor: u64, found: Option<u64>) -> SegmentError {
-        let error = self.below_floor(&entry.key, floor, found);
-        tracing::error!(key = %entry.key, %error, "segment lease refused");
-        *lock(&entry.retry_at) = Some((
-            tokio::time::Instant::now() + self.config.retry_after,
-            Some(BelowFloor { floor, found }),
-        ));
+    /// A lease refused because the store holds less than this node issued:
+    /// callers get the refusal at once until the pause is over, then the
+    /// store is asked again (at or above the floor, so a refused lease never
+    /// moves it). Only an operator clears a refusal, so the pause doubles
+    /// with each one in a row, from the retry hint up to
+    /// [`MAX_REFUSED_PAUSE`]; the first is logged as an error, a change of
+    /// refusal as a warning, the repeats at debug level only.
+    fn refuse(&self, entry: &KeyEntry, refusal: Refusal) -> SegmentError {
+        let error = self.refusal_error(&entry.key, refusal.clone());
+        let mut backoff = lock(&entry.retry_at);
+        let before = backoff.as_ref().and_then(|b| {
+            let refusal = b.refusal.as_ref()?;
+            Some((refusal.clone(), b.refusals))
+        });
+        let refusals = before.as_ref().map_or(0, |(_, n)| *n).saturating_add(1);
+        let pause = self
+            .config
+            .retry_after
+            .saturating_mul(1 << (refusals - 1).min(16))
+            .min(MAX_REFUSED_PAUSE.max(self.config.retry_after));
+        match &before {
+            None => tracing::error!(key = %entry.key, %error, retry_in = ?pause,
+                "segment lease refused; serving the key resumes once an operator raises it \
+                 (idmint segment raise)"),
+            Some((was, _)) if *was != refusal => {
+                tracing::warn!(key = %entry.key, %error, retry_in = ?pause,
+                    "segment lease refused")
+            }
+            Some(_) => tracing::debug!(key = %entry.key, %error, refusals, retry_in = ?pause,
+                "segment lease refused again"),
+        }
+        *backoff = Some(Backoff {
+            until: tokio::time::Instant::now() + pause,
+            refusal: Some(refusal),
+            refusals,
+        });
+        drop(backoff);
         entry.shown().last_error = Some(error.to_string());
         error
+    }
+
+    /// The error callers see for `refusal`.
+    fn refusal_error(&self, key: &str, refusal: Refusal) -> SegmentError {
+        match refusal {
+            Refusal::BelowFloor { floor, found } => self.below_floor(key, floor, found),
+            Refusal::StoreReset { remembered, found } => SegmentError::StoreReset {
+                store: self.store.kind(),
+                remembered,
+                found,
+                floors: self
+                    .floors
+                    .as_ref()
+                    .map(|f| f.record().floor_list())
+                    .unwrap_or_default(),
+            },
+        }
+    }
+
+    /// Whether the store's epoch marker is still the one this node adopted
+    /// (its floor file's), read before each lease of a floored key: a store
+    /// that was reset, or another store, is refused before it is asked for
+    /// anything ([`SegmentError::StoreReset`]), also when its keys look
+    /// whole. `None` when the store keeps no marker or this node adopted
+    /// none yet.
+    async fn check_epoch(&self) -> Result<Option<Refusal>> {
+        let Some(remembered) = self.floors.as_ref().and_then(|f| f.epoch()) else {
+            return Ok(None);
+        };
+        if !self.store.keeps_epoch() {
+            return Ok(None);
+        }
+        let found = self.store.epoch().await?;
+        Ok(
+            (found.as_ref() != Some(&remembered)).then(|| Refusal::StoreReset {
+                remembered: Some(remembered.to_string()),
+                found: found.map(|e| e.to_string()),
+            }),
+        )
     }
 
     fn below_floor(&self, key: &str, floor: u64, found: Option<u64>) -> SegmentError {
@@ -1388,10 +1526,13 @@ impl KeyEntry {
     /// How long callers must still wait before trying the store again after
     /// a failed or refused lease, and the refusal; `None` when they may try
     /// now.
-    fn backing_off(&self) -> Option<(Duration, Option<BelowFloor>)> {
-        let (retry_at, refused) = (*lock(&self.retry_at))?;
-        let left = retry_at.saturating_duration_since(tokio::time::Instant::now());
-        (!left.is_zero()).then_some((left, refused))
+    fn backing_off(&self) -> Option<(Duration, Option<Refusal>)> {
+        let backoff = lock(&self.retry_at);
+        let backoff = backoff.as_ref()?;
+        let left = backoff
+            .until
+            .saturating_duration_since(tokio::time::Instant::now());
+        (!left.is_zero()).then(|| (left, backoff.refusal.clone()))
     }
 
     fn shown(&self) -> std::sync::MutexGuard<'_, Shown> {
@@ -1413,6 +1554,9 @@ impl KeyEntry {
             next: buffer.next.map(|segment| (segment.first(), segment.last())),
             loading: self.loading.load(Ordering::Relaxed),
             last_error: shown.last_error,
+            refusal: lock(&self.retry_at)
+                .as_ref()
+                .and_then(|b| b.refusal.as_ref().map(Refusal::code)),
             stored: None,
         }
     }

@@ -52,6 +52,13 @@ impl MemoryStore {
         *self.state() = State::default();
     }
 
+    /// Forgets the epoch marker only, keys kept (for tests: someone deleted
+    /// the marker by hand, or another store was swapped in with the same
+    /// keys).
+    pub fn forget_epoch(&self) {
+        self.state().epoch = None;
+    }
+
     /// Sets `key`'s `max_id` (for tests: a store restored from an older
     /// backup); `false` when there is no such key.
     pub fn set_max_id(&self, key: &str, max_id: u64) -> bool {

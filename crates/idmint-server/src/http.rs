@@ -898,7 +898,7 @@ async fn healthz() -> Response {
 
 /// `GET /readyz`'s body when ready.
 #[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"monotonic": null, "registry": "file", "status": "ready", "worker": 0}))]
+#[schema(example = json!({"monotonic": null, "registry": "file", "segments_refused": [], "status": "ready", "worker": 0}))]
 pub(crate) struct Ready {
     /// The timestamp oracle's state (`role`, `leader`, `term`, ...) when a
     /// key is of the `monotonic` strategy; else `null`.
@@ -906,10 +906,26 @@ pub(crate) struct Ready {
     monotonic: Option<Value>,
     /// The worker registry (`snowflake.registry`).
     registry: &'static str,
+    /// Segment keys refused because their store holds less than this node
+    /// issued (`key_below_floor`, `store_reset`); usually empty. They don't
+    /// make the node unready: every node on that store refuses them alike,
+    /// and the node's other keys still serve. Only an operator clears them.
+    segments_refused: Vec<RefusedKey>,
     /// Always `ready`.
     status: &'static str,
     /// This node's worker ID.
     worker: u32,
+}
+
+/// A segment key `/readyz` lists as refused.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RefusedKey {
+    /// The key.
+    key: String,
+    /// `key_below_floor` or `store_reset`.
+    code: &'static str,
+    /// The refusal, naming the floor and what the store holds.
+    message: Option<String>,
 }
 
 /// `GET /readyz`: 200 while the worker claim is held, its mark persisted and
@@ -939,6 +955,18 @@ async fn readyz(State(state): Shared) -> Result<Response, ApiError> {
                 .as_deref()
                 .map(crate::monotonic::Monotonic::snapshot),
             registry: status.registry,
+            segments_refused: state
+                .segments
+                .served_keys()
+                .into_iter()
+                .filter_map(|k| {
+                    Some(RefusedKey {
+                        code: k.refusal?,
+                        message: k.last_error,
+                        key: k.key,
+                    })
+                })
+                .collect(),
             status: "ready",
             worker: status.worker,
         })

@@ -496,6 +496,11 @@ const GAUGE_HELP: &[(&str, &str)] = &[
         "idmint_segment_step",
         "the step a segment key's next lease will use",
     ),
+    (
+        "idmint_segment_refused",
+        "1 while a segment key's store holds less than this node issued from it \
+         (key_below_floor, store_reset): refused until raised",
+    ),
 ];
 
 /// `key`'s issued counter, found once for a caller that issues for the same

@@ -256,6 +256,10 @@ pub(crate) struct SegmentStatus {
     min_step: u64,
     /// The segment buffered next.
     next: Option<NextSegment>,
+    /// `key_below_floor` or `store_reset` while the store holds less than
+    /// this node issued from the key: its requests are refused until an
+    /// operator raises it (`idmint segment raise`); else `null`.
+    refusal: Option<&'static str>,
     /// See `delta`.
     remainder: u64,
     /// The segment size now.
@@ -370,6 +374,7 @@ pub(crate) fn snapshot(state: &AppState) -> Status {
                     ids: next_ids.to_string(),
                     last: last.get().to_string(),
                 }),
+                refusal: k.refusal,
                 remainder: k.remainder,
                 step: k.step,
             }

@@ -153,6 +153,8 @@ impl Metrics {
                 .set(if k.next.is_some() { 1.0 } else { 0.0 });
             self.gauge("idmint_segment_step", labels())
                 .set(k.step as f64);
+            self.gauge("idmint_segment_refused", labels())
+                .set(if k.refusal.is_some() { 1.0 } else { 0.0 });
         }
     }
 }

@@ -222,10 +222,10 @@ fn require_after(out: &mut Outcome, record: &Record, resumed: Timestamp) {
     }
 }
 
-/// Waits until both nodes answered `key_below_floor` on the segment key.
-fn wait_refused(load: &Load) -> Result<()> {
+/// Waits until both nodes answered `code` on the segment key.
+fn wait_refused(load: &Load, code: &str) -> Result<()> {
     for node in ["a", "b"] {
-        load.wait_error(Some(node), &["key_below_floor"], WAIT)
+        load.wait_error(Some(node), &[code], WAIT)
             .with_context(|| format!("{node} never refused while running"))?;
     }
     Ok(())
@@ -244,7 +244,8 @@ fn redis_reset(ctx: &Ctx) -> Result<Outcome> {
 
     let reset_at = Timestamp::now();
     redis.restart()?;
-    let running = wait_refused(&load);
+    // The running nodes find the epoch marker gone at their next lease.
+    let running = wait_refused(&load, "store_reset");
     let (refused, floor) = restart_refused(&mut nodes, &["store_reset"])?;
     let mut raised = Vec::new();
     for node in &nodes {
@@ -261,7 +262,8 @@ fn redis_reset(ctx: &Ctx) -> Result<Outcome> {
 
     let mut out = Checker::new(
         "Redis (no persistence) restarted empty under a segment key: the nodes serve what \
-         they leased, then 503 key_below_floor; restarted, they refuse (store_reset) and create \
+         they leased, then 503 store_reset (the epoch marker is gone); restarted, they refuse \
+         (store_reset) and create \
          nothing; after idmint segment raise on each data directory they serve above every ID \
          issued",
     )
@@ -370,7 +372,7 @@ fn postgres_restored(ctx: &Ctx) -> Result<Outcome> {
     }
     let restored_at = Timestamp::now();
     pg_restore(&url, &table, &dump)?;
-    let running = wait_refused(&load);
+    let running = wait_refused(&load, "key_below_floor");
     let (refused, floor) = restart_refused(&mut nodes, &["key_below_floor"])?;
     for node in &nodes {
         raise(node, floor - 1)?;

@@ -3,7 +3,8 @@
 //! segment key. What must hold, seen from outside the real binary:
 //!
 //! - while running, the node serves what it leased, then answers `503
-//!   key_below_floor` with `Retry-After`, never an ID it issued;
+//!   store_reset` with `Retry-After` (the epoch marker went with the keys),
+//!   never an ID it issued; so it does when only the marker is deleted;
 //! - restarted, it refuses to start, naming the key and its floor, and
 //!   creates nothing in the store;
 //! - `idmint segment raise` (store only) is not enough while the node's
@@ -117,14 +118,16 @@ fn serve_refuses_a_redis_segment_store_that_forgot_until_the_key_is_raised() {
         assert!(r.headers().get("retry-after").is_some());
         let body: serde_json::Value = r.json().unwrap();
         match body["error"]["code"].as_str().unwrap() {
-            "key_below_floor" => break body["error"]["message"].as_str().unwrap().to_owned(),
+            // The epoch marker went with the keys: the next lease finds it
+            // missing before it asks for the key.
+            "store_reset" => break body["error"]["message"].as_str().unwrap().to_owned(),
             "unavailable" | "store_error" | "store_timeout" => {
                 std::thread::sleep(Duration::from_millis(100));
             }
             other => panic!("{other}: {body}"),
         }
     };
-    assert!(message.contains("no such key"), "{message}");
+    assert!(message.contains("epoch marker is missing"), "{message}");
     let (status, _) = server.terminate();
     assert!(status.success());
     assert!(
@@ -228,6 +231,105 @@ fn serve_refuses_a_redis_segment_store_that_forgot_until_the_key_is_raised() {
     assert_eq!(code, 1, "{line}");
     assert!(line.contains("in use by another idmint process"), "{line}");
     issued.extend(after);
+    let unique: HashSet<u64> = issued.iter().copied().collect();
+    assert_eq!(unique.len(), issued.len(), "an ID came twice");
+}
+
+/// Only the epoch marker deleted (`DEL idmint:segments:epoch`) under a
+/// running node: its keys look whole, but this is no longer the store it
+/// adopted. The next lease finds that out before asking for anything, and
+/// the node answers `503 store_reset` from then on (it used to keep serving
+/// with no error), backing off the store rather than asking it at every
+/// preloader scan.
+#[test]
+fn serve_refuses_at_its_next_lease_a_redis_store_whose_epoch_was_deleted() {
+    let Some(redis) = PrivateService::start(Service::Redis) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let prefix = "epoch-test:";
+    let config = format!(
+        "[segment]\nurl = {:?}\nkey_prefix = {prefix:?}\n[segment.keys.order]\nstep = 100\n",
+        redis.address()
+    );
+    let server = Served::start(&data, Some(&config), &[]);
+    let c = client();
+    let mut issued = binary_ids(&c, &server, "order", 150);
+    let epoch_key = format!("{prefix}segments:epoch");
+    assert!(redis_keys(redis.address(), prefix).contains(&epoch_key));
+
+    let client = redis::Client::open(redis.address()).unwrap();
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    let deleted: u64 = redis::cmd("DEL").arg(&epoch_key).query(&mut conn).unwrap();
+    assert_eq!(deleted, 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let message = loop {
+        assert!(Instant::now() < deadline, "never refused");
+        let r = c.get(server.url("/v1/ids/order")).send().unwrap();
+        if r.status() == StatusCode::OK {
+            issued.push(r.text().unwrap().trim().parse().unwrap());
+            assert!(
+                issued.len() < 100_000,
+                "served on and on without its marker"
+            );
+            continue;
+        }
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(r.headers().get("retry-after").is_some());
+        let body: serde_json::Value = r.json().unwrap();
+        assert_eq!(body["error"]["code"], "store_reset", "{body}");
+        break body["error"]["message"].as_str().unwrap().to_owned();
+    };
+    assert!(message.contains("epoch marker is missing"), "{message}");
+    assert!(message.contains("\"order\" (floor "), "{message}");
+
+    // A second and a half with no traffic: a preloader asking the store at
+    // every scan would log the refusal dozens of times meanwhile.
+    std::thread::sleep(Duration::from_millis(1500));
+
+    // The refusal shows on /readyz (still ready: every node on the store
+    // refuses alike) and /v1/status, and the store is left alone.
+    let ready: serde_json::Value = c.get(server.url("/readyz")).send().unwrap().json().unwrap();
+    assert_eq!(ready["status"], "ready", "{ready}");
+    assert_eq!(ready["segments_refused"][0]["key"], "order", "{ready}");
+    assert_eq!(
+        ready["segments_refused"][0]["code"], "store_reset",
+        "{ready}"
+    );
+    let status: serde_json::Value = c
+        .get(server.url("/v1/status"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let order = status["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == "order")
+        .unwrap_or_else(|| panic!("no order in {status}"));
+    assert_eq!(order["refusal"], "store_reset", "{order}");
+    let metrics = c
+        .get(server.url("/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        metrics.contains(r#"idmint_segment_refused{key="order"} 1"#),
+        "{metrics}"
+    );
+    let (status, log) = server.terminate();
+    assert!(status.success());
+    let refusals = log.matches("segment lease refused").count();
+    assert!(refusals <= 3, "{refusals} refusals logged: {log}");
+    assert!(
+        !redis_keys(redis.address(), prefix).contains(&epoch_key),
+        "a refused lease writes no marker"
+    );
     let unique: HashSet<u64> = issued.iter().copied().collect();
     assert_eq!(unique.len(), issued.len(), "an ID came twice");
 }
