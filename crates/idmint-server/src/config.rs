@@ -241,6 +241,88 @@ pub struct Config {
     pub tls: Option<TlsSection>,
 }
 
+/// The keys whose values are paths (or SQLite URLs, whose path is one).
+const PATH_KEYS: &[&[&str]] = &[
+    &["server", "data_dir"],
+    &["monotonic", "forward_ca"],
+    &["monotonic", "forward_cert"],
+    &["monotonic", "forward_key"],
+    &["tls", "cert"],
+    &["tls", "key"],
+    &["tls", "client_ca"],
+];
+const SQLITE_URL_KEYS: &[&[&str]] = &[&["segment", "url"], &["snowflake", "sql", "url"]];
+
+/// Makes every relative path written in a config file relative to the file's
+/// folder, as nginx's, systemd's and most servers' users expect: `idmint serve
+/// --config conf/idmint.toml` reads `tls.cert = "server.pem"` as
+/// `conf/server.pem` from whatever folder it runs in. Paths from `IDMINT_…`
+/// variables, flags and the defaults (`./idmint-data`) stay relative to the
+/// working directory, where whoever typed them stood. A config file in the
+/// working directory itself (`folder` empty) changes nothing.
+fn resolve_relative_paths(table: &mut toml::Table, folder: &Path) {
+    if folder.as_os_str().is_empty() {
+        return;
+    }
+    for key in PATH_KEYS {
+        if let Some(toml::Value::String(text)) = lookup_mut(table, key) {
+            let path = Path::new(text.as_str());
+            if path.is_relative() && !text.is_empty() {
+                *text = within(folder, path).to_string_lossy().into_owned();
+            }
+        }
+    }
+    for key in SQLITE_URL_KEYS {
+        if let Some(toml::Value::String(url)) = lookup_mut(table, key)
+            && let Some(resolved) = sqlite_url_in(url, folder)
+        {
+            *url = resolved;
+        }
+    }
+}
+
+/// The value at the dotted `key` in `table`, when every part is there.
+fn lookup_mut<'a>(table: &'a mut toml::Table, key: &[&str]) -> Option<&'a mut toml::Value> {
+    let (last, parents) = key.split_last()?;
+    let mut here = table;
+    for part in parents {
+        here = here.get_mut(*part)?.as_table_mut()?;
+    }
+    here.get_mut(*last)
+}
+
+/// `url` with its file made relative to `folder`, when it is a SQLite URL
+/// (`sqlite://PATH` or `sqlite:PATH`, either with `?options`) naming a
+/// relative file; `None` for any other URL, an absolute path or `:memory:`.
+fn sqlite_url_in(url: &str, folder: &Path) -> Option<String> {
+    let scheme = url.get(..7).filter(|s| s.eq_ignore_ascii_case("sqlite:"))?;
+    let rest = &url[7..];
+    let (slashes, rest) = match rest.strip_prefix("//") {
+        Some(rest) => ("//", rest),
+        None => ("", rest),
+    };
+    let (file, options) = match rest.find('?') {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    if file.is_empty() || file.starts_with(':') || Path::new(file).is_absolute() {
+        return None;
+    }
+    let file = within(folder, Path::new(file));
+    Some(format!("{scheme}{slashes}{}{options}", file.display()))
+}
+
+/// `folder/path`, without `path`'s `.` parts (`./idmint-data` in `conf/`
+/// is `conf/idmint-data`).
+fn within(folder: &Path, path: &Path) -> PathBuf {
+    let mut joined = folder.to_path_buf();
+    joined.extend(
+        path.components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir)),
+    );
+    joined
+}
+
 /// Where an overlaid value came from.
 #[derive(Debug, Clone)]
 struct EnvValue {
@@ -275,6 +357,12 @@ impl Config {
                             path: path.to_owned(),
                             message: one_line(&e.to_string()),
                         })?;
+                let mut table = table;
+                // A pipe (`/dev/stdin`) has no folder of its own.
+                let is_file = std::fs::metadata(path).is_ok_and(|m| m.is_file());
+                if let Some(folder) = path.parent().filter(|_| is_file) {
+                    resolve_relative_paths(&mut table, folder);
+                }
                 (table, format!("config file {}", path.display()))
             }
             None => (toml::Table::new(), "the defaults".to_owned()),
@@ -551,6 +639,64 @@ mod tests {
         let f = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(f.path(), text).unwrap();
         f
+    }
+
+    #[test]
+    fn a_config_files_relative_paths_are_read_from_its_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("conf");
+        std::fs::create_dir(&conf).unwrap();
+        let path = conf.join("idmint.toml");
+        std::fs::write(
+            &path,
+            "[server]\ndata_dir = \"data\"\n\
+             [segment]\nurl = \"sqlite://segments.db?mode=rwc\"\n\
+             [snowflake]\nregistry = \"sql\"\n[snowflake.sql]\nurl = \"sqlite:/abs/w.db\"\n\
+             [monotonic]\nforward_ca = \"/etc/ca.pem\"\nforward_cert = \"c.pem\"\n\
+             [tls]\ncert = \"tls/server.pem\"\nkey = \"server.key\"\n",
+        )
+        .unwrap();
+        // The key file from a variable stays where the caller stood.
+        let config = Config::load(Some(&path), env(&[("IDMINT_TLS__KEY", "mine.key")])).unwrap();
+        assert_eq!(config.server.data_dir, conf.join("data"));
+        assert_eq!(
+            config.segment_url(),
+            format!("sqlite://{}?mode=rwc", conf.join("segments.db").display())
+        );
+        let sql = config
+            .snowflake
+            .sql
+            .url
+            .as_ref()
+            .unwrap()
+            .expose()
+            .to_owned();
+        assert_eq!(sql, "sqlite:/abs/w.db", "an absolute path is kept");
+        assert_eq!(
+            config.monotonic.forward_ca.as_deref(),
+            Some(Path::new("/etc/ca.pem"))
+        );
+        assert_eq!(config.monotonic.forward_cert, Some(conf.join("c.pem")));
+        let tls = config.tls.unwrap();
+        assert_eq!(tls.cert, Some(conf.join("tls/server.pem")));
+        assert_eq!(tls.key, Some(PathBuf::from("mine.key")));
+
+        // A file in the working directory, and the defaults, change nothing.
+        assert_eq!(
+            sqlite_url_in("sqlite::memory:", Path::new("conf")),
+            None,
+            "memory"
+        );
+        assert_eq!(sqlite_url_in("postgres://h/db", Path::new("conf")), None);
+        assert_eq!(
+            sqlite_url_in("sqlite:ids.db", Path::new("conf")).as_deref(),
+            Some("sqlite:conf/ids.db")
+        );
+        let mut table: toml::Table = "[server]\ndata_dir = \"d\"\n".parse().unwrap();
+        resolve_relative_paths(&mut table, Path::new(""));
+        assert_eq!(table["server"]["data_dir"].as_str(), Some("d"));
+        let defaults = Config::load(None, env(&[])).unwrap();
+        assert_eq!(defaults.server.data_dir, PathBuf::from("./idmint-data"));
     }
 
     #[test]

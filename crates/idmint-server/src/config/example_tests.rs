@@ -195,9 +195,14 @@ fn key_paths(text: &str) -> Vec<String> {
 }
 
 /// Loads `text` as a config file, with no environment.
+/// Loads `text` as a config file. Every file goes in one folder, so the
+/// relative paths in two loads are read from the same place.
 fn load(text: &str) -> Result<Config, ConfigError> {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let path = dir.path().join("idmint.toml");
+    static FOLDER: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    static FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = FOLDER.get_or_init(|| tempfile::tempdir().expect("a temporary directory"));
+    let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.path().join(format!("idmint-{n}.toml"));
     std::fs::write(&path, text).expect("write the config");
     Config::load(Some(&path), Vec::new())
 }
@@ -245,8 +250,13 @@ fn the_example_with_its_examples_uncommented_loads_and_passes_the_checks() {
 #[test]
 fn the_examples_values_shown_as_defaults_are_the_defaults() {
     let text = example();
-    let as_is = load(&text).unwrap_or_else(|e| panic!("{e}"));
-    let defaults = Config::default();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("idmint.toml");
+    std::fs::write(&path, &text).expect("write the config");
+    let as_is = Config::load(Some(&path), Vec::new()).unwrap_or_else(|e| panic!("{e}"));
+    let mut defaults = Config::default();
+    // The file's `data_dir = "./idmint-data"` is read from the file's folder.
+    defaults.server.data_dir = dir.path().join("idmint-data");
     assert_eq!(
         as_value(&as_is),
         as_value(&defaults),

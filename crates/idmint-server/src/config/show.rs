@@ -148,6 +148,8 @@ mod tests {
         };
         config.snowflake.sequence_start = SequenceStart::Random { below: 100 };
         config.server.read_timeout = Duration::from_micros(2500);
+        // Absolute: a relative one would be read from the file's folder.
+        config.server.data_dir = "/var/lib/idmint".into();
         let text = config.to_toml().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shown.toml");

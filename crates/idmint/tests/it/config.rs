@@ -351,7 +351,13 @@ fn config_default_passes_config_check_and_loads_back_the_same() {
     let file = write(dir.path(), "default.toml", &default);
     let args = ["config", "check", file.to_str().unwrap()];
     let checked = expect_ok(&args, check(&file, &[]));
-    assert_eq!(checked, default);
+    // The file's relative data directory is read from the file's folder.
+    let in_folder = format!("data_dir = {:?}", dir.path().join("idmint-data"));
+    assert_eq!(
+        checked,
+        default.replace("data_dir = \"./idmint-data\"", &in_folder)
+    );
+    // Standard input has no folder: the working directory's.
     let args = ["config", "check", "/dev/stdin"];
     let piped = expect_ok(&args, run(&args, &[], &default));
     assert_eq!(piped, default);

@@ -583,3 +583,95 @@ fn serve_tls_handshakes_are_bounded_and_never_hold_up_other_clients() {
     }
     assert!(started.elapsed() < Duration::from_secs(20));
 }
+
+/// A config file's relative paths are read from the file's folder, not the
+/// working directory: `idmint serve --config conf/tls.toml` run from the
+/// folder above finds `conf/server.pem` and makes its data directory in
+/// `conf/`. (It failed with `cannot read tls.cert server.pem`.) `config
+/// check` reads them the same way.
+#[test]
+fn serve_reads_a_config_files_relative_paths_from_the_files_folder() {
+    let root = tempfile::tempdir().unwrap();
+    let conf = root.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    let ca = TestCa::new("idmint test CA");
+    let ca_file = ca.write(root.path(), "ca");
+    ca.server(0x12).write(&conf, "server");
+    std::fs::write(
+        conf.join("tls.toml"),
+        "[server]\nhttp_addr = \"127.0.0.1:0\"\ndata_dir = \"data\"\n\n\
+         [tls]\ncert = \"server.pem\"\nkey = \"server.key\"\n",
+    )
+    .unwrap();
+    let idmint = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_idmint"));
+        command.args(args).current_dir(root.path());
+        for (name, _) in std::env::vars() {
+            if name.starts_with("IDMINT_") {
+                command.env_remove(name);
+            }
+        }
+        command
+    };
+
+    let out = idmint(&["config", "check", "conf/tls.toml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(shown.contains("data_dir = \"conf/data\""), "{shown}");
+    assert!(shown.contains("cert = \"conf/server.pem\""), "{shown}");
+
+    let mut child = idmint(&[
+        "serve",
+        "--config",
+        "conf/tls.toml",
+        "--ready-file",
+        "ready",
+    ])
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let ready = root.path().join("ready");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let addr = loop {
+        if let Ok(text) = std::fs::read_to_string(&ready) {
+            break text.lines().next().unwrap().to_owned();
+        }
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            panic!("serve exited: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        assert!(Instant::now() < deadline, "no ready file in 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let body = curl_ok(&[
+        "--cacert",
+        ca_file.to_str().unwrap(),
+        &format!("https://{addr}/readyz"),
+    ]);
+    assert!(body.contains("\"ready\""), "{body}");
+    assert!(
+        conf.join("data").is_dir(),
+        "the data directory is not in conf/"
+    );
+    assert!(
+        !root.path().join("data").exists(),
+        "a data directory in the working directory"
+    );
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(child.wait().unwrap().success());
+}
