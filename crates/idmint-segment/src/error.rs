@@ -25,7 +25,7 @@ pub enum SegmentError {
     },
 
     /// A key name that can't be a key.
-    #[error("invalid segment key {key:?}: {reason}")]
+    #[error("invalid key {key:?}: {reason}")]
     InvalidKey {
         /// The name given, shortened if long.
         key: String,

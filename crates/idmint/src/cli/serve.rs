@@ -44,7 +44,9 @@ pub struct ServeArgs {
     /// Once serving, write the addresses to this file, for scripts and tests
     /// that start the server on port 0: the HTTP address (`127.0.0.1:PORT`)
     /// on the first line, then `resp=ADDR` when RESP is on and `grpc=ADDR`
-    /// when gRPC is on.
+    /// when gRPC is on. Written whole (a temporary file renamed over it);
+    /// a file left by an earlier run is removed first, and this one when the
+    /// server exits, so the file names a server that is up.
     #[arg(long, value_name = "FILE")]
     ready_file: Option<PathBuf>,
 
@@ -113,6 +115,13 @@ enum LogFormat {
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(args: ServeArgs) -> Result<()> {
     init_logging(args.log_format);
+    // Before anything can fail: a script waiting for the file must not read
+    // the address of a server that is gone.
+    let _ready_file = args
+        .ready_file
+        .as_deref()
+        .map(ReadyFile::clear)
+        .transpose()?;
     let overrides = args.overrides;
     let config = checked_config(args.config.as_deref(), |config| overrides.apply(config))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -194,10 +203,40 @@ fn init_logging(format: LogFormat) {
 
 /// Written whole (temporary file, then rename), so a reader never sees half an address.
 fn write_ready_file(path: &Path, text: &str) -> Result<()> {
-    let tmp = path.with_extension("tmp");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
     std::fs::write(&tmp, text)
         .and_then(|()| std::fs::rename(&tmp, path))
         .with_context(|| format!("writing --ready-file {}", path.display()))
+}
+
+/// Owns `--ready-file`'s path for the run: clears a file left behind when
+/// the run begins and removes the one it wrote when the run ends, also on a
+/// failed start or a panic (a SIGKILL leaves it; the next run clears it).
+struct ReadyFile(PathBuf);
+
+impl ReadyFile {
+    fn clear(path: &Path) -> Result<ReadyFile> {
+        remove_if_there(path)
+            .with_context(|| format!("removing the old --ready-file {}", path.display()))?;
+        Ok(ReadyFile(path.to_owned()))
+    }
+}
+
+impl Drop for ReadyFile {
+    fn drop(&mut self) {
+        if let Err(e) = remove_if_there(&self.0) {
+            tracing::warn!(path = %self.0.display(), error = %e, "cannot remove --ready-file");
+        }
+    }
+}
+
+fn remove_if_there(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Asks the server to read its TLS files again on every SIGHUP.

@@ -542,6 +542,14 @@ fn serve_errors_are_typed_json_with_fitting_statuses() {
         if code == "invalid_count" && path.contains("1000000000000") {
             assert!(message.contains("100000"), "{message}");
         }
+        // A bad name is a bad key whatever its route's strategy: a snowflake
+        // route's message doesn't call it a segment key.
+        if code == "invalid_key" {
+            assert!(
+                message.starts_with("invalid key \"a b\""),
+                "{path}: {message}"
+            );
+        }
     }
     expect_error(
         c.post(server.url("/v1/ids/sf")).send().unwrap(),
@@ -737,6 +745,76 @@ fn serve_sigterm_releases_the_lease_for_the_next_server() {
         .parse()
         .unwrap();
     assert!(after > before, "{after} <= {before}");
+}
+
+/// `--ready-file` names a server that is up, or nothing: a file left by an
+/// earlier run is removed before anything can fail, the server writes its
+/// file whole (no temporary file left beside it), and removes it when it
+/// exits.
+#[test]
+fn serve_ready_file_names_a_live_server_or_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let serve = |config: &str| {
+        let config_path = dir.path().join("idmint.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_idmint"));
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--http-addr", "127.0.0.1:0", "--ready-file"])
+            .arg(&ready)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (name, _) in std::env::vars() {
+            if name.starts_with("IDMINT_") {
+                command.env_remove(name);
+            }
+        }
+        command
+    };
+
+    // A stale file and a start that fails on its config: the file is gone.
+    std::fs::write(&ready, "127.0.0.1:1\n").unwrap();
+    let status = serve("[server]\nhttp_adr = \"x\"\n").status().unwrap();
+    assert_eq!(status.code(), Some(2));
+    assert!(!ready.exists(), "a failed start left the old ready file");
+
+    // A server that runs: its file holds its address, whole, and goes with it.
+    let mut child = serve("").spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        if let Ok(text) = std::fs::read_to_string(&ready) {
+            break text;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the server exited");
+        assert!(Instant::now() < deadline, "no ready file in 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(text.ends_with('\n'), "{text:?}");
+    let addr = text.lines().next().unwrap();
+    let (status, _) = get(&client(), &format!("http://{addr}/readyz"));
+    assert_eq!(status, StatusCode::OK);
+    let beside: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".tmp"))
+        .collect();
+    assert!(beside.is_empty(), "{beside:?}");
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(child.wait().unwrap().success());
+    assert!(!ready.exists(), "the ready file outlived its server");
 }
 
 #[test]
