@@ -269,3 +269,117 @@ fn sh_blocks_are_found_in_order_and_other_fences_are_not() {
     let text = "# t\n```sh\necho 1\n```\n\n```toml\n[a]\n```\n```sh\necho 2\necho 3\n```\n";
     assert_eq!(sh_blocks(text), ["echo 1\n", "echo 2\necho 3\n"]);
 }
+
+/// The README's quick start, run as a new user runs it: every `curl` line of
+/// its section, in order, against one real server (started as the section
+/// says, with the admin token), each answered with a 2xx (`curl -f`), and a
+/// line's `# N` comment, when it is a number, is its answer. One name used
+/// as a snowflake key and then created as a segment key on the same server
+/// fails here with 409 `wrong_strategy`.
+#[test]
+fn readme_quick_start_runs_against_one_server() {
+    let readme = read(&repo_root().join("README.md"));
+    let start = readme
+        .find("\n## Quick start")
+        .expect("a Quick start section");
+    let rest = &readme[start + 1..];
+    let section = &rest[..rest[1..].find("\n## ").map_or(rest.len(), |end| end + 1)];
+    let lines: Vec<String> = sh_blocks(section)
+        .iter()
+        .flat_map(|block| block.lines().map(str::to_owned).collect::<Vec<_>>())
+        .filter(|line| line.starts_with("curl "))
+        .collect();
+    assert!(
+        lines.len() >= 5,
+        "too few curl lines in the quick start: {lines:?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = crate::serve::Served::start(
+        &dir.path().join("data"),
+        None,
+        &[("IDMINT_ADMIN_TOKEN", "s3cret")],
+    );
+    for line in &lines {
+        let (command, comment) = match line.split_once(" #") {
+            Some((command, comment)) => (command.trim_end(), comment.trim()),
+            None => (line.as_str(), ""),
+        };
+        let command = command
+            .replacen("curl ", "curl -sS -f --max-time 30 ", 1)
+            .replace("localhost:8080", &server.addr);
+        let out = Command::new("bash")
+            .args(["-c", &command])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{line}: {}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !comment.is_empty() && comment.bytes().all(|b| b.is_ascii_digit()) {
+            assert_eq!(stdout.trim(), comment, "{line}");
+        }
+    }
+}
+
+/// What the READMEs say `idmint config check` connects to is what it does:
+/// it asks each Redis about its persistence unless `--offline`
+/// (`cli/config.rs`; `config_check_warns_when_redis_can_forget` runs it),
+/// so neither README may say it makes no connection.
+#[test]
+fn readmes_say_config_check_asks_redis_unless_offline() {
+    for (file, offline) in [("README.md", "--offline"), ("README.zh-CN.md", "--offline")] {
+        let text = read(&repo_root().join(file));
+        let at = text
+            .find("`idmint config check FILE`")
+            .unwrap_or_else(|| panic!("{file} doesn't describe config check"));
+        let paragraph = &text[at..at + text[at..].find("\n\n").unwrap_or(text.len() - at)];
+        assert!(paragraph.contains(offline), "{file}: {paragraph}");
+        for wrong in ["no connections", "不建立任何连接"] {
+            assert!(!paragraph.contains(wrong), "{file}: {paragraph}");
+        }
+    }
+}
+
+/// Figures that change with every build stay out of the READMEs' prose: the
+/// binary's size is measured in BENCHMARKS.md, not written here.
+#[test]
+fn readmes_state_no_binary_size() {
+    for file in ["README.md", "README.zh-CN.md"] {
+        let text = read(&repo_root().join(file));
+        for line in text.lines() {
+            let sized = line
+                .split_whitespace()
+                .zip(line.split_whitespace().skip(1))
+                .any(|(n, unit)| {
+                    n.trim_start_matches('(').parse::<f64>().is_ok()
+                        && unit.starts_with("MB")
+                        && (line.contains("stripped") || line.contains("剥离"))
+                });
+            assert!(!sized, "{file}: {line}");
+        }
+    }
+}
+
+/// `idmint segment raise` can't know the step of a key the store lost that
+/// no config declares (made through the admin API or in the table): it
+/// refuses without `--step` (`serve_segment_reset.rs`). Every place that
+/// shows the command says so.
+#[test]
+fn docs_of_segment_raise_say_when_it_needs_a_step() {
+    for file in [
+        "README.md",
+        "README.zh-CN.md",
+        "docs/operating.md",
+        "docs/zh-CN/operating.md",
+    ] {
+        let text = read(&repo_root().join(file));
+        assert!(text.contains("idmint segment raise"), "{file}");
+        assert!(
+            text.contains("--step N"),
+            "{file} doesn't say when --step is needed"
+        );
+    }
+}

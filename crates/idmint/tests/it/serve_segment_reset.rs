@@ -387,3 +387,50 @@ fn serve_refuses_a_deleted_sqlite_store_until_raised_in_its_data_dir() {
     let unique: HashSet<u64> = issued.iter().copied().collect();
     assert_eq!(unique.len(), issued.len(), "an ID came twice");
 }
+
+/// A key made through the admin API (or in the table) is in no config: once
+/// the store has lost it, `segment raise` can't know its step and says to
+/// give `--step`, changing nothing; with it, the key comes back above `N`.
+/// A key the store still holds keeps its own step.
+#[test]
+fn segment_raise_of_a_lost_undeclared_key_needs_its_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("idmint.toml");
+    let db = dir.path().join("segments.db");
+    std::fs::write(
+        &config_path,
+        format!("[segment]\nurl = \"sqlite://{}\"\n", db.display()),
+    )
+    .unwrap();
+    let config = config_path.to_str().unwrap();
+    let args = [
+        "segment",
+        "raise",
+        "made",
+        "--above",
+        "5",
+        "--config",
+        config,
+        "--store-only",
+    ];
+    let (code, line) = expect_failure(&args, idmint(&args));
+    assert_eq!(code, 2, "{line}");
+    assert!(line.contains("give --step"), "{line}");
+
+    let with_step = [&args[..], &["--step", "50"]].concat();
+    let out = expect_ok(&with_step, idmint(&with_step));
+    assert!(out.contains("created, issuing from 6 (step 50)"), "{out}");
+    // Held by the store now: raised again without --step, at its own step.
+    let again = [
+        "segment",
+        "raise",
+        "made",
+        "--above",
+        "80",
+        "--config",
+        config,
+        "--store-only",
+    ];
+    let out = expect_ok(&again, idmint(&again));
+    assert!(out.contains("raised from 6 to 81"), "{out}");
+}
