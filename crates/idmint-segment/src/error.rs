@@ -24,6 +24,22 @@ pub enum SegmentError {
         key: String,
     },
 
+    /// A key to create that the store had before and lost (its row was
+    /// deleted or evicted, or restored away while its ledger entry stayed):
+    /// created again from its start, it would hand out IDs it issued
+    /// before. Nothing is created.
+    #[error(
+        "segment key {key:?} existed in the {store} store and is gone (deleted, evicted or \
+         restored away): created again from its start it could repeat IDs it issued; nothing \
+         was created. Raise it above every ID it issued: idmint segment raise {key} --above N"
+    )]
+    KeyForgotten {
+        /// The store kind.
+        store: &'static str,
+        /// The key.
+        key: String,
+    },
+
     /// A key name that can't be a key.
     #[error("invalid key {key:?}: {reason}")]
     InvalidKey {
@@ -213,6 +229,7 @@ impl SegmentError {
         match self {
             SegmentError::NotFound { .. } => "key_not_found",
             SegmentError::KeyExists { .. } => "key_exists",
+            SegmentError::KeyForgotten { .. } => "key_forgotten",
             SegmentError::InvalidKey { .. } => "invalid_key",
             SegmentError::InvalidSpec { .. } => "invalid_spec",
             SegmentError::InvalidCount { .. } => "invalid_count",

@@ -37,6 +37,8 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct State {
     keys: BTreeMap<String, KeyInfo>,
+    /// Every key the store ever had.
+    ledger: std::collections::BTreeSet<String>,
     epoch: Option<StoreEpoch>,
 }
 
@@ -50,6 +52,12 @@ impl MemoryStore {
     /// does when it restarts (for tests of what follows).
     pub fn reset(&self) {
         *self.state() = State::default();
+    }
+
+    /// Deletes `key`'s row only, its ledger entry kept (for tests: a row
+    /// deleted by hand, or evicted); `false` when there is no such key.
+    pub fn delete_key(&self, key: &str) -> bool {
+        self.state().keys.remove(key).is_some()
     }
 
     /// Forgets the epoch marker only, keys kept (for tests: someone deleted
@@ -145,6 +153,13 @@ impl SegmentStore for MemoryStore {
                 key: key.key().to_owned(),
             });
         }
+        if state.ledger.contains(key.key()) {
+            return Err(SegmentError::KeyForgotten {
+                store: self.kind(),
+                key: key.key().to_owned(),
+            });
+        }
+        state.ledger.insert(key.key().to_owned());
         Ok(MemoryStore::insert(&mut state.keys, key))
     }
 
@@ -164,9 +179,21 @@ impl SegmentStore for MemoryStore {
             }
             None => {
                 key.validate()?;
+                state.ledger.insert(key.key().to_owned());
                 Ok(MemoryStore::insert(&mut state.keys, key))
             }
         }
+    }
+
+    fn keeps_ledger(&self) -> bool {
+        true
+    }
+
+    async fn remember_keys(&self) -> Result<()> {
+        let mut state = self.state();
+        let State { keys, ledger, .. } = &mut *state;
+        ledger.extend(keys.keys().cloned());
+        Ok(())
     }
 
     fn keeps_epoch(&self) -> bool {

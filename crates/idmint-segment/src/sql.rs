@@ -365,6 +365,15 @@ type KeyRow = (String, i64, i64, i64, i64, Option<String>, Option<i64>);
 /// A grant as the statements return it: max_id, step, delta, remainder.
 type GrantRow = (i64, i64, i64, i64);
 
+/// How a created key goes into the ledger.
+#[derive(Debug, Clone, Copy)]
+enum Ledger {
+    /// A new key: refused when the ledger knows it.
+    New,
+    /// A raise bringing a key back: recorded, known or not.
+    Raise,
+}
+
 impl SqlSegmentStore {
     /// Connects, then readies the table: for [`TableSchema::Idmint`] runs the
     /// migrations (creating the table on first use; safe when many servers
@@ -535,16 +544,147 @@ impl SqlSegmentStore {
         })
     }
 
-    /// Turns an updated row into a grant, checking what the row says.
+    /// Creates `key`'s row, recording it in the ledger as `ledger` says.
+    async fn create_row(&self, key: &NewKey, ledger: Ledger) -> Result<KeyInfo> {
+        key.validate()?;
+        if self.schema == TableSchema::Tinyid {
+            let row = self.create_tinyid(key).await?;
+            return self.key_info(row);
+        }
+        if self.schema == TableSchema::Leaf {
+            if key.delta() != 1 || key.remainder() != 0 {
+                return Err(SegmentError::InvalidSpec {
+                    field: "delta",
+                    reason: format!(
+                        "delta {} and remainder {} need the idmint schema: a Leaf table has \
+                         no delta/remainder columns",
+                        key.delta(),
+                        key.remainder()
+                    ),
+                });
+            }
+            if key.step() > i32::MAX as u64 {
+                return Err(SegmentError::InvalidSpec {
+                    field: "step",
+                    reason: format!(
+                        "{} does not fit a Leaf table's INT step (at most {})",
+                        key.step(),
+                        i32::MAX
+                    ),
+                });
+            }
+        }
+        // validate() bounds every number by MAX_ID, so the casts are exact.
+        let start = key.start() as i64;
+        let step = key.step() as i64;
+        let delta = key.delta() as i64;
+        let remainder = key.remainder() as i64;
+        let description = (!key.description().is_empty()).then_some(key.description());
+        let mut binds = vec![
+            Bind::Int(start),
+            Bind::Int(step),
+            Bind::OptText(description),
+        ];
+        if self.schema == TableSchema::Idmint {
+            binds.extend([Bind::Int(delta), Bind::Int(remainder)]);
+        }
+        let ledger = match (self.keeps_ledger(), ledger) {
+            (false, _) => None,
+            (true, Ledger::New) => Some(self.sql.ledger_insert.as_str()),
+            (true, Ledger::Raise) => Some(self.sql.ledger_upsert.as_str()),
+        };
+        let row = match self.insert_key(key, &self.sql.insert, &binds, ledger).await {
+            // The ledger knows the key, or its row exists: which one.
+            Err(SegmentError::KeyExists { .. }) if ledger.is_some() => {
+                return match self.describe(key.key()).await? {
+                    Some(_) => Err(SegmentError::KeyExists {
+                        key: key.key().to_owned(),
+                    }),
+                    None => Err(SegmentError::KeyForgotten {
+                        store: self.kind(),
+                        key: key.key().to_owned(),
+                    }),
+                };
+            }
+            other => other?,
+        };
+        self.key_info(row)
+    }
+
+    /// [`SegmentStore::raise`]: a key it creates is recorded in the ledger,
+    /// also when the ledger knows it already (bringing a lost key back is
+    /// what a raise is for).
+    async fn raise_row(&self, key: &NewKey) -> Result<KeyInfo> {
+        key.validate()?;
+        if self.schema == TableSchema::Tinyid {
+            let row = self.raise_tinyid(key).await?;
+            return self.key_info(row);
+        }
+        // validate() bounds the start by MAX_ID: the cast is exact.
+        let target = key.start() as i64;
+        // A raise that finds no row creates one; one that loses that race to
+        // another create (or finds the row another process just made) raises
+        // that row. `max_id` only grows, so this ends.
+        for _ in 0..5 {
+            self.retry
+                .run(|| async {
+                    on_pool!(self.db.pool(), p => {
+                        sqlx::query(&self.sql.raise)
+                            .bind(target)
+                            .bind(key.key())
+                            .bind(target)
+                            .execute(p)
+                            .await
+                            .map(|_| ())
+                    })
+                })
+                .await
+                .map_err(self.backend("raise"))?;
+            match self.describe(key.key()).await? {
+                Some(info) if info.max_id >= key.start() => return Ok(info),
+                // Created by another process after our update found nothing:
+                // raise that row.
+                Some(_) => continue,
+                None => {}
+            }
+            match self.create_row(key, Ledger::Raise).await {
+                Err(SegmentError::KeyExists { .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(SegmentError::Backend {
+            store: self.kind(),
+            operation: "raise",
+            message: format!(
+                "the row of key {:?} keeps appearing and disappearing",
+                key.key()
+            ),
+        })
+    }
+
     /// Inserts `key`'s row with `sql` (the key, then `binds`) and reads it
-    /// back, in one transaction: the new row is locked until the commit, so the
-    /// read sees what was written. "Exists" is the insert failing on the
-    /// primary key, never a check before it.
-    async fn insert_key(&self, key: &NewKey, sql: &str, binds: &[Bind<'_>]) -> Result<KeyRow> {
+    /// back, in one transaction, after its ledger entry when `ledger` is a
+    /// ledger statement: the new row is locked until the commit, so the read
+    /// sees what was written. "Exists" is an insert failing on a primary key
+    /// (the row's, or the ledger's), never a check before it.
+    async fn insert_key(
+        &self,
+        key: &NewKey,
+        sql: &str,
+        binds: &[Bind<'_>],
+        ledger: Option<&str>,
+    ) -> Result<KeyRow> {
         self.retry
             .run(|| async {
                 on_pool!(self.db.pool(), p => {
                     let mut tx = p.begin().await?;
+                    if let Some(ledger) = ledger {
+                        sqlx::query(ledger)
+                            .bind(self.table.as_str())
+                            .bind(key.key())
+                            .execute(&mut *tx)
+                            .await?;
+                    }
                     bind_all!(sqlx::query(sql).bind(key.key()), binds)
                         .execute(&mut *tx)
                         .await?;
@@ -568,6 +708,7 @@ impl SqlSegmentStore {
             })
     }
 
+    /// Turns an updated row into a grant, checking what the row says.
     fn grant(&self, key: &str, given: Option<i64>, row: GrantRow) -> Result<SegmentGrant> {
         let (max_id, row_step, delta, remainder) = row;
         let step = given.unwrap_or(row_step);
@@ -750,98 +891,33 @@ impl SegmentStore for SqlSegmentStore {
     }
 
     async fn create(&self, key: &NewKey) -> Result<KeyInfo> {
-        key.validate()?;
-        if self.schema == TableSchema::Tinyid {
-            let row = self.create_tinyid(key).await?;
-            return self.key_info(row);
-        }
-        if self.schema == TableSchema::Leaf {
-            if key.delta() != 1 || key.remainder() != 0 {
-                return Err(SegmentError::InvalidSpec {
-                    field: "delta",
-                    reason: format!(
-                        "delta {} and remainder {} need the idmint schema: a Leaf table has \
-                         no delta/remainder columns",
-                        key.delta(),
-                        key.remainder()
-                    ),
-                });
-            }
-            if key.step() > i32::MAX as u64 {
-                return Err(SegmentError::InvalidSpec {
-                    field: "step",
-                    reason: format!(
-                        "{} does not fit a Leaf table's INT step (at most {})",
-                        key.step(),
-                        i32::MAX
-                    ),
-                });
-            }
-        }
-        // validate() bounds every number by MAX_ID, so the casts are exact.
-        let start = key.start() as i64;
-        let step = key.step() as i64;
-        let delta = key.delta() as i64;
-        let remainder = key.remainder() as i64;
-        let description = (!key.description().is_empty()).then_some(key.description());
-        let mut binds = vec![
-            Bind::Int(start),
-            Bind::Int(step),
-            Bind::OptText(description),
-        ];
-        if self.schema == TableSchema::Idmint {
-            binds.extend([Bind::Int(delta), Bind::Int(remainder)]);
-        }
-        let row = self.insert_key(key, &self.sql.insert, &binds).await?;
-        self.key_info(row)
+        self.create_row(key, Ledger::New).await
     }
 
     async fn raise(&self, key: &NewKey) -> Result<KeyInfo> {
-        key.validate()?;
-        if self.schema == TableSchema::Tinyid {
-            let row = self.raise_tinyid(key).await?;
-            return self.key_info(row);
+        self.raise_row(key).await
+    }
+
+    fn keeps_ledger(&self) -> bool {
+        self.schema == TableSchema::Idmint
+    }
+
+    async fn remember_keys(&self) -> Result<()> {
+        if !self.keeps_ledger() {
+            return Ok(());
         }
-        // validate() bounds the start by MAX_ID: the cast is exact.
-        let target = key.start() as i64;
-        // A raise that finds no row creates one; one that loses that race to
-        // another create (or finds the row another process just made) raises
-        // that row. `max_id` only grows, so this ends.
-        for _ in 0..5 {
-            self.retry
-                .run(|| async {
-                    on_pool!(self.db.pool(), p => {
-                        sqlx::query(&self.sql.raise)
-                            .bind(target)
-                            .bind(key.key())
-                            .bind(target)
-                            .execute(p)
-                            .await
-                            .map(|_| ())
-                    })
+        self.retry
+            .run(|| async {
+                on_pool!(self.db.pool(), p => {
+                    sqlx::query(&self.sql.ledger_remember)
+                        .bind(self.table.as_str())
+                        .execute(p)
+                        .await
+                        .map(|_| ())
                 })
-                .await
-                .map_err(self.backend("raise"))?;
-            match self.describe(key.key()).await? {
-                Some(info) if info.max_id >= key.start() => return Ok(info),
-                // Created by another process after our update found nothing:
-                // raise that row.
-                Some(_) => continue,
-                None => {}
-            }
-            match self.create(key).await {
-                Err(SegmentError::KeyExists { .. }) => continue,
-                other => return other,
-            }
-        }
-        Err(SegmentError::Backend {
-            store: self.kind(),
-            operation: "raise",
-            message: format!(
-                "the row of key {:?} keeps appearing and disappearing",
-                key.key()
-            ),
-        })
+            })
+            .await
+            .map_err(self.backend("remember keys"))
     }
 
     fn keeps_epoch(&self) -> bool {

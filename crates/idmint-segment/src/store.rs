@@ -307,6 +307,12 @@ impl SegmentGrant {
 ///   for its floor changes nothing.
 /// - A key created by [`SegmentStore::create`] (or by hand in the table) is
 ///   visible to the next [`SegmentStore::describe`] and `fetch`, in any process.
+/// - A store that keeps a ledger ([`SegmentStore::keeps_ledger`]) records
+///   every key it creates or raises, in the same atomic step, and
+///   [`SegmentStore::remember_keys`] records the keys it holds that were
+///   made by hand; [`SegmentStore::create`] refuses a key the ledger knows
+///   and the store no longer holds ([`SegmentError::KeyForgotten`]). Only
+///   [`SegmentStore::raise`] brings such a key back.
 /// - [`SegmentStore::raise`] never lowers a key.
 /// - A store that keeps an epoch marker ([`SegmentStore::keeps_epoch`]) writes
 ///   it only through [`SegmentStore::init_epoch`], once: a marker that is
@@ -346,11 +352,13 @@ pub trait SegmentStore: Send + Sync + fmt::Debug + 'static {
     /// [`SegmentError::Backend`] when the store fails.
     async fn describe(&self, key: &str) -> Result<Option<KeyInfo>>;
 
-    /// Creates a key (validated with [`NewKey::validate`]).
+    /// Creates a key (validated with [`NewKey::validate`]), and records it in
+    /// the store's ledger when it keeps one.
     ///
     /// # Errors
-    /// [`SegmentError::KeyExists`] when it exists, the validation errors, and
-    /// [`SegmentError::Backend`].
+    /// [`SegmentError::KeyExists`] when it exists,
+    /// [`SegmentError::KeyForgotten`] when the ledger knows the key and its
+    /// row is gone, the validation errors, and [`SegmentError::Backend`].
     async fn create(&self, key: &NewKey) -> Result<KeyInfo>;
 
     /// Every key, sorted by name.
@@ -370,6 +378,23 @@ pub trait SegmentStore: Send + Sync + fmt::Debug + 'static {
     /// The validation errors of [`NewKey::validate`] (for a key to create),
     /// [`SegmentError::Backend`] when the store fails.
     async fn raise(&self, key: &NewKey) -> Result<KeyInfo>;
+
+    /// Whether the store keeps a ledger of every key it ever had; `false`
+    /// for tables idmint uses as their peers made them (Leaf's, Tinyid's).
+    fn keeps_ledger(&self) -> bool {
+        false
+    }
+
+    /// Records in the ledger every key the store holds now (keys made by
+    /// hand in the table, or before the ledger existed); nothing for a
+    /// store that keeps none. A server runs it at every start, before it
+    /// creates the keys its config declares.
+    ///
+    /// # Errors
+    /// [`SegmentError::Backend`] when the store fails.
+    async fn remember_keys(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Whether the store keeps an epoch marker; `false` for tables idmint
     /// uses as their peers made them (Leaf's, Tinyid's), where it adds

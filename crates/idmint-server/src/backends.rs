@@ -428,8 +428,11 @@ fn allocator_on(
 
 /// What a start does on the opened allocator before it serves: checks the
 /// store against this node's floors (refusing a store that was reset or
-/// restored behind them, and leaving it as it was), then creates the keys
-/// declared in `[segment.keys]` that the store lacks.
+/// restored behind them, and leaving it as it was), records the keys the
+/// store holds in its ledger, then creates the keys declared in
+/// `[segment.keys]` that the store lacks, refusing one its ledger knows
+/// (`key_forgotten`: a key the store had and lost is never created again
+/// from its start).
 ///
 /// # Errors
 /// [`ServerError::Segment`] naming the floor file or the key.
@@ -445,6 +448,12 @@ pub async fn prepare_segments(
             .unwrap_or_default();
         return Err(ServerError::Segment {
             what: format!("checking the store against this node's floors in {floors}"),
+            source,
+        });
+    }
+    if let Err(source) = segments.store().remember_keys().await {
+        return Err(ServerError::Segment {
+            what: "recording the store's keys in its ledger".to_owned(),
             source,
         });
     }

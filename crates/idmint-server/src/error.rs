@@ -145,6 +145,7 @@ pub(crate) const ERROR_CODES: &[&str] = &[
     // Segment keys
     "key_not_found",
     "key_exists",
+    "key_forgotten",
     "invalid_spec",
     "unavailable",
     "key_below_floor",
@@ -283,7 +284,7 @@ impl From<SegmentError> for IssueError {
             SegmentError::NotFound { .. } => {
                 IssueError::new(ErrorClass::NotFound, code, e.to_string())
             }
-            SegmentError::KeyExists { .. } => {
+            SegmentError::KeyExists { .. } | SegmentError::KeyForgotten { .. } => {
                 IssueError::new(ErrorClass::Conflict, code, e.to_string())
             }
             // The store forgot what this node issued: no ID until an

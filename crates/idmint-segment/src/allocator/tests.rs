@@ -900,3 +900,26 @@ fn served(allocator: &SegmentAllocator, key: &str) -> KeyStatus {
         .find(|k| k.key == key)
         .expect("a served key")
 }
+
+#[tokio::test]
+async fn a_key_the_store_lost_is_not_created_again_by_a_node_without_floors() {
+    // Node A issued from the key; its row is then deleted by hand. Node B,
+    // with no floors (a new node, an empty data directory), would create it
+    // again from its start and repeat A's IDs: the store's ledger refuses.
+    let store = Arc::new(FlakyStore::default());
+    let (a, _) = allocator_with(store.clone(), config(), &[NewKey::new("k", 10)]).await;
+    let issued = ids(&a.next_ids("k", 25).await.unwrap());
+    assert!(store.store.delete_key("k"));
+    let (b, _) = allocator_with(store.clone(), config(), &[]).await;
+    let error = b.create_key(NewKey::new("k", 10)).await.unwrap_err();
+    assert_eq!(error.code(), "key_forgotten", "{error}");
+    assert!(store.store.describe("k").await.unwrap().is_none());
+    // The operator raises it above what was issued; both serve above.
+    let above = *issued.iter().max().unwrap() + 1;
+    store
+        .raise(&NewKey::new("k", 10).with_start(above))
+        .await
+        .unwrap();
+    let next = b.next_id("k").await.unwrap().get();
+    assert!(next >= above, "{next} < {above}");
+}

@@ -44,28 +44,36 @@ redis.call('HSET', KEYS[1], 'updated', ARGV[2])
 return {1, redis.call('HGET', KEYS[1], 'max_id'), step, row[3] or '1', row[4] or '0'}
 ";
 
-/// KEYS[1]: the key's hash; KEYS[2]: the index set. ARGV: key, max_id, step,
-/// delta, remainder, description, updated (Unix ms).
-/// Returns 1 created, 0 exists.
+/// KEYS[1]: the key's hash; KEYS[2]: the index set; KEYS[3]: the ledger
+/// set. ARGV: key, max_id, step, delta, remainder, description, updated
+/// (Unix ms). Returns 1 created, 0 exists, 2 forgotten (the ledger or the
+/// index names the key, whose hash is gone: nothing written).
 const CREATE_LUA: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
+if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1
+  or redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+  return 2
+end
 redis.call('HSET', KEYS[1], 'max_id', ARGV[2], 'step', ARGV[3], 'delta', ARGV[4],
   'remainder', ARGV[5], 'description', ARGV[6], 'updated', ARGV[7])
 redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[1])
 return 1
 ";
 
-/// KEYS[1]: the key's hash; KEYS[2]: the index set. ARGV: key, max_id
-/// (the start to raise to), step, delta, remainder, description, updated
-/// (Unix ms). Returns `{0}` left as it was, `{1}` raised, `{2}` created.
+/// KEYS[1]: the key's hash; KEYS[2]: the index set; KEYS[3]: the ledger
+/// set. ARGV: key, max_id (the start to raise to), step, delta, remainder,
+/// description, updated (Unix ms). Returns `{0}` left as it was, `{1}`
+/// raised, `{2}` created.
 const RAISE_LUA: &str = r"
 local max_id = redis.call('HGET', KEYS[1], 'max_id')
 if not max_id then
   redis.call('HSET', KEYS[1], 'max_id', ARGV[2], 'step', ARGV[3], 'delta', ARGV[4],
     'remainder', ARGV[5], 'description', ARGV[6], 'updated', ARGV[7])
   redis.call('SADD', KEYS[2], ARGV[1])
+  redis.call('SADD', KEYS[3], ARGV[1])
   return {2}
 end
 if below(max_id, ARGV[2]) then
@@ -187,9 +195,15 @@ impl Default for RedisStoreConfig {
 ///   `max_id` to it when below, in one script: a concurrent fetch runs wholly
 ///   before or after it, so the raise never lowers what a fetch wrote.
 /// - **init epoch** (`INIT_EPOCH_LUA`) is `SETNX` and a read of the winner.
-/// - **create** (`CREATE_LUA`) checks that the hash does not exist and writes
-///   it and its index entry in one script, so of two concurrent creates of a
-///   key exactly one succeeds.
+/// - **create** (`CREATE_LUA`) checks that the hash does not exist and that
+///   no ledger entry names it, and writes it, its index entry and its ledger
+///   entry in one script, so of two concurrent creates of a key exactly one
+///   succeeds, and a key whose hash was deleted or evicted is never created
+///   again from its start (`SegmentError::KeyForgotten`).
+///
+/// The ledger is the set `{prefix}segments:ledger`: every key the store ever
+/// created or raised. A Redis that restarts empty loses it with everything
+/// else; the epoch marker and the nodes' floors cover that case.
 ///
 /// # Examples
 ///
@@ -255,6 +269,11 @@ impl RedisSegmentStore {
     /// The Redis set holding every key name.
     pub fn index_key(&self) -> String {
         format!("{}segments", self.config.key_prefix)
+    }
+
+    /// The Redis set holding every key name the store ever had (the ledger).
+    pub fn ledger_key(&self) -> String {
+        format!("{}segments:ledger", self.config.key_prefix)
     }
 
     /// The Redis key holding the store's epoch marker. (Not a key's hash:
@@ -426,6 +445,7 @@ impl SegmentStore for RedisSegmentStore {
         };
         let redis_key = self.redis_key(key.key());
         let index_key = self.index_key();
+        let ledger_key = self.ledger_key();
         let created: i64 = self
             .conn
             .call("create", self.config.timeout, |mut conn| {
@@ -433,6 +453,7 @@ impl SegmentStore for RedisSegmentStore {
                 invocation
                     .key(&redis_key)
                     .key(&index_key)
+                    .key(&ledger_key)
                     .arg(&info.key)
                     .arg(info.max_id)
                     .arg(info.step)
@@ -443,10 +464,14 @@ impl SegmentStore for RedisSegmentStore {
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;
-        if created != 1 {
-            return Err(SegmentError::KeyExists { key: info.key });
+        match created {
+            1 => Ok(info),
+            2 => Err(SegmentError::KeyForgotten {
+                store: KIND,
+                key: info.key,
+            }),
+            _ => Err(SegmentError::KeyExists { key: info.key }),
         }
-        Ok(info)
     }
 
     async fn list(&self) -> Result<Vec<KeyInfo>> {
@@ -490,6 +515,7 @@ impl SegmentStore for RedisSegmentStore {
         key.validate()?;
         let redis_key = self.redis_key(key.key());
         let index_key = self.index_key();
+        let ledger_key = self.ledger_key();
         let now = Timestamp::now().as_millisecond();
         let _: Vec<i64> = self
             .conn
@@ -498,6 +524,7 @@ impl SegmentStore for RedisSegmentStore {
                 invocation
                     .key(&redis_key)
                     .key(&index_key)
+                    .key(&ledger_key)
                     .arg(key.key())
                     .arg(key.start())
                     .arg(key.step())
@@ -514,6 +541,32 @@ impl SegmentStore for RedisSegmentStore {
                 format!("key {:?} is gone right after its raise", key.key()),
             )
         })
+    }
+
+    fn keeps_ledger(&self) -> bool {
+        true
+    }
+
+    /// The index set names every key created through idmint, also those
+    /// whose hash was deleted since: its union into the ledger.
+    async fn remember_keys(&self) -> Result<()> {
+        let (index_key, ledger_key) = (self.index_key(), self.ledger_key());
+        let _: i64 = self
+            .conn
+            .call(
+                "remember keys",
+                self.config.timeout,
+                |mut conn| async move {
+                    redis::cmd("SUNIONSTORE")
+                        .arg(&ledger_key)
+                        .arg(&ledger_key)
+                        .arg(&index_key)
+                        .query_async(&mut conn)
+                        .await
+                },
+            )
+            .await?;
+        Ok(())
     }
 
     fn keeps_epoch(&self) -> bool {

@@ -10,6 +10,10 @@ use super::tinyid::TinyidStatements;
 /// row per segment table (shared by every segment table of the database).
 pub(super) const EPOCH_TABLE: &str = "idmint_segment_epochs";
 
+/// The table holding every key each idmint-schema segment table ever had
+/// (its ledger), one row per table and key.
+pub(super) const LEDGER_TABLE: &str = "idmint_segment_ledger";
+
 /// The columns of Leaf's `leaf_alloc`, which both schemas have.
 pub(super) const LEAF_COLUMNS: [&str; 5] =
     ["biz_tag", "max_id", "step", "description", "update_time"];
@@ -96,6 +100,37 @@ pub(super) fn migrations(dialect: Dialect, table: &Identifier) -> MigrationSet {
             ) STRICT"
         ),
     };
+    // Every key the table ever had: written with the key's row, never
+    // deleted, so a row deleted by hand is not created again from its start.
+    // The keys already in the table are its first entries.
+    let ledger = match dialect {
+        Dialect::Postgres => format!(
+            "CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} (
+                segment_table VARCHAR(63) NOT NULL,
+                biz_tag VARCHAR(128) NOT NULL,
+                created TIMESTAMPTZ NOT NULL DEFAULT now(),
+                PRIMARY KEY (segment_table, biz_tag)
+            )"
+        ),
+        Dialect::MySql => format!(
+            "CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} (
+                segment_table VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+                biz_tag VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+                created DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+                PRIMARY KEY (segment_table, biz_tag)
+            ) ENGINE=InnoDB"
+        ),
+        Dialect::Sqlite => format!(
+            "CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} (
+                segment_table TEXT NOT NULL,
+                biz_tag TEXT NOT NULL,
+                created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+                PRIMARY KEY (segment_table, biz_tag)
+            ) STRICT"
+        ),
+    };
+    // An Identifier is letters, digits and `_`: safe as a literal.
+    let backfill = remember_sql(dialect, &t, &format!("'{}'", table.as_str()));
     MigrationSet::new(super::component(table))
         .with_migration(
             1,
@@ -107,6 +142,29 @@ pub(super) fn migrations(dialect: Dialect, table: &Identifier) -> MigrationSet {
             "create idmint_segment_epochs, the segment tables' epoch markers",
             [epochs],
         )
+        .with_migration(
+            3,
+            "create idmint_segment_ledger, every key a segment table ever had",
+            [ledger, backfill],
+        )
+}
+
+/// Records every key of the table `t` (quoted) in the ledger under the
+/// table name `name` (a bind or a literal), leaving the entries there alone.
+fn remember_sql(dialect: Dialect, t: &str, name: &str) -> String {
+    let select = format!("SELECT {name}, biz_tag FROM {t}");
+    match dialect {
+        Dialect::Postgres => format!(
+            "INSERT INTO {LEDGER_TABLE} (segment_table, biz_tag) {select} \
+             ON CONFLICT (segment_table, biz_tag) DO NOTHING"
+        ),
+        Dialect::MySql => {
+            format!("INSERT IGNORE INTO {LEDGER_TABLE} (segment_table, biz_tag) {select}")
+        }
+        Dialect::Sqlite => {
+            format!("INSERT OR IGNORE INTO {LEDGER_TABLE} (segment_table, biz_tag) {select}")
+        }
+    }
 }
 
 /// Every statement of one store. Written with `?`; numbered for PostgreSQL.
@@ -137,6 +195,13 @@ pub(super) struct Statements {
     pub insert: String,
     /// The columns the table has; binds the table name.
     pub columns: String,
+    /// Records a key in the ledger; binds the table name, the key. Fails on
+    /// the primary key when the ledger has it (idmint schema only).
+    pub ledger_insert: String,
+    /// The same, leaving an entry that is there alone (a raise).
+    pub ledger_upsert: String,
+    /// Records every key of the table; binds the table name.
+    pub ledger_remember: String,
     /// Tinyid's lease, insert and token statements (the Tinyid schema only,
     /// whose lease and insert are not the ones above: those stay empty).
     pub tinyid: Option<TinyidStatements>,
@@ -233,8 +298,27 @@ impl Statements {
                 format!("INSERT OR IGNORE INTO {EPOCH_TABLE} (segment_table, epoch) VALUES (?, ?)")
             }
         });
+        let ledger_insert = s(format!(
+            "INSERT INTO {LEDGER_TABLE} (segment_table, biz_tag) VALUES (?, ?)"
+        ));
+        let ledger_upsert = s(match dialect {
+            Dialect::Postgres => format!(
+                "INSERT INTO {LEDGER_TABLE} (segment_table, biz_tag) VALUES (?, ?) \
+                 ON CONFLICT (segment_table, biz_tag) DO NOTHING"
+            ),
+            Dialect::MySql => {
+                format!("INSERT IGNORE INTO {LEDGER_TABLE} (segment_table, biz_tag) VALUES (?, ?)")
+            }
+            Dialect::Sqlite => format!(
+                "INSERT OR IGNORE INTO {LEDGER_TABLE} (segment_table, biz_tag) VALUES (?, ?)"
+            ),
+        });
+        let ledger_remember = s(remember_sql(dialect, &t, "?"));
         if schema == TableSchema::Tinyid {
             return Statements {
+                ledger_insert,
+                ledger_upsert,
+                ledger_remember,
                 fetch_given: String::new(),
                 fetch_own: String::new(),
                 raise: String::new(),
@@ -276,6 +360,9 @@ impl Statements {
             list: format!("SELECT {row_columns} FROM {t}"),
             insert: s(insert),
             columns: s(columns),
+            ledger_insert,
+            ledger_upsert,
+            ledger_remember,
             tinyid: None,
         }
     }
@@ -309,6 +396,9 @@ mod tests {
             assert_eq!(count(&s.raise), 3, "{d} {schema:?}");
             assert_eq!(count(&s.epoch_read), 1, "{d} {schema:?}");
             assert_eq!(count(&s.epoch_init), 2, "{d} {schema:?}");
+            assert_eq!(count(&s.ledger_insert), 2, "{d} {schema:?}");
+            assert_eq!(count(&s.ledger_upsert), 2, "{d} {schema:?}");
+            assert_eq!(count(&s.ledger_remember), 1, "{d} {schema:?}");
             assert_eq!(count(&s.read_grant), 1, "{d} {schema:?}");
             assert_eq!(count(&s.describe), 1, "{d} {schema:?}");
             assert_eq!(count(&s.list), 0, "{d} {schema:?}");

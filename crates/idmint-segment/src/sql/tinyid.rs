@@ -379,7 +379,7 @@ impl SqlSegmentStore {
             Bind::Int(key.delta() as i64),
             Bind::Int(key.remainder() as i64),
         ];
-        self.insert_key(key, &self.tinyid_sql().insert, &binds)
+        self.insert_key(key, &self.tinyid_sql().insert, &binds, None)
             .await
     }
 

@@ -1471,3 +1471,105 @@ async fn a_connection_that_stops_answering_is_replaced_after_a_timeout() {
     let next = store.fetch("order", None).await.unwrap();
     assert!(next.start() >= first.max_id, "{first:?} then {next:?}");
 }
+
+/// The ledger on Redis (issue 32, item 10): a key hash deleted (`DEL`, or
+/// evicted) is never created again from its start (`key_forgotten`), also
+/// by a store that never created it; `raise` brings it back. A hash written
+/// by hand and indexed joins the ledger at `remember_keys`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_never_creates_again_a_key_it_lost() {
+    let Some(conn) = connect().await else { return };
+    let Some(other_conn) = connect().await else {
+        return;
+    };
+    let keys = TestKeys::new("store-ledger");
+    let config = RedisStoreConfig::new().with_key_prefix(&keys.prefix);
+    let store = RedisSegmentStore::new(conn, config.clone()).unwrap();
+    let other = RedisSegmentStore::new(other_conn, config).unwrap();
+    assert!(store.keeps_ledger());
+    store.create(&NewKey::new("order", 100)).await.unwrap();
+    let issued = store.fetch("order", None).await.unwrap();
+
+    let mut raw = raw().await;
+    let _: i64 = redis::cmd("DEL")
+        .arg(store.redis_key("order"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for s in [&store, &other] {
+        let error = s.create(&NewKey::new("order", 100)).await.unwrap_err();
+        assert_eq!(error.code(), "key_forgotten", "{error}");
+    }
+    assert_eq!(
+        store.describe("order").await.unwrap(),
+        None,
+        "nothing created"
+    );
+    // The index lost too (a hand clean-up): the ledger still knows.
+    let _: i64 = redis::cmd("SREM")
+        .arg(store.index_key())
+        .arg("order")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        other
+            .create(&NewKey::new("order", 100))
+            .await
+            .unwrap_err()
+            .code(),
+        "key_forgotten"
+    );
+    let raised = other
+        .raise(&NewKey::new("order", 100).with_start(issued.max_id))
+        .await
+        .unwrap();
+    assert_eq!(raised.max_id, issued.max_id);
+
+    // Written by hand and indexed, then remembered, then deleted.
+    let _: () = redis::cmd("HSET")
+        .arg(store.redis_key("by_hand"))
+        .arg("max_id")
+        .arg(1)
+        .arg("step")
+        .arg(10)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("SADD")
+        .arg(store.index_key())
+        .arg("by_hand")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    store.remember_keys().await.unwrap();
+    let _: i64 = redis::cmd("SREM")
+        .arg(store.index_key())
+        .arg("by_hand")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg(store.redis_key("by_hand"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .create(&NewKey::new("by_hand", 10))
+            .await
+            .unwrap_err()
+            .code(),
+        "key_forgotten"
+    );
+    // A new key is created once.
+    store.create(&NewKey::new("new", 10)).await.unwrap();
+    assert_eq!(
+        other
+            .create(&NewKey::new("new", 10))
+            .await
+            .unwrap_err()
+            .code(),
+        "key_exists"
+    );
+}

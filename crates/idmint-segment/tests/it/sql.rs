@@ -101,6 +101,12 @@ impl TestDb {
         ));
         let _ =
             on_pool!(self.admin.pool(), p => sqlx::raw_sql(&forget).execute(p).await.map(|_| ()));
+        let forget = format!(
+            "DELETE FROM idmint_segment_ledger WHERE segment_table = '{}'",
+            self.table
+        );
+        let _ =
+            on_pool!(self.admin.pool(), p => sqlx::raw_sql(&forget).execute(p).await.map(|_| ()));
         let delete = format!(
             "DELETE FROM {} WHERE component = '{}'",
             idmint_sql::MIGRATIONS_TABLE,
@@ -167,6 +173,7 @@ on_each_backend!(
     the_epoch_is_written_once_and_read_by_every_pool,
     a_node_with_floors_refuses_a_restored_table_until_raised,
     a_leaf_table_keeps_no_epoch_but_honours_floors,
+    a_key_the_table_lost_is_never_created_again_from_its_start,
 );
 
 async fn create_describe_list_fetch(db: TestDb) {
@@ -604,14 +611,14 @@ async fn concurrent_connects_migrate_once(db: TestDb) {
     let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
     let recorded = db.admin.applied_migrations(&db.component()).await.unwrap();
     let versions: Vec<i64> = recorded.iter().map(|m| m.version).collect();
-    assert_eq!(versions, [1, 2]);
+    assert_eq!(versions, [1, 2, 3]);
 
     // Re-running is a no-op, and the stores work.
     let table = Identifier::new(db.table.clone()).unwrap();
     let set = SqlSegmentStore::migrations(db.dialect, &table);
     let report = db.admin.migrate(&set).await.unwrap();
     assert!(report.applied.is_empty(), "{report:?}");
-    assert_eq!(report.version, 2);
+    assert_eq!(report.version, 3);
     a.create(&NewKey::new("k", 10)).await.unwrap();
     assert_eq!(b.fetch("k", None).await.unwrap().start(), 1);
     assert_eq!(c.fetch("k", None).await.unwrap().start(), 11);
@@ -647,7 +654,7 @@ async fn newer_schema_version_is_refused(db: TestDb) {
     assert!(
         matches!(
             &err,
-            idmint_sql::Error::SchemaTooNew { component, recorded: 99, known: 2 }
+            idmint_sql::Error::SchemaTooNew { component, recorded: 99, known: 3 }
                 if *component == db.component()
         ),
         "{err}"
@@ -948,4 +955,78 @@ async fn a_leaf_table_keeps_no_epoch_but_honours_floors(db: TestDb) {
     let g = store.fetch_above("leaf", None, 5000).await.unwrap();
     assert_eq!((g.start(), g.max_id), (5000, 6000));
     store.close().await;
+}
+
+/// The ledger (issue 32, item 10): a row deleted by hand is never created
+/// again from its start, by a config's declared key or the admin API
+/// (`key_forgotten`), from any pool; `raise` brings it back above. Rows made
+/// by hand enter the ledger at `remember_keys` (every start), and rows from
+/// before the ledger existed at the migration that made it.
+async fn a_key_the_table_lost_is_never_created_again_from_its_start(db: TestDb) {
+    let (store, other) = (db.store().await, db.store().await);
+    assert!(store.keeps_ledger());
+    store.create(&NewKey::new("order", 100)).await.unwrap();
+    let issued = store.fetch("order", None).await.unwrap();
+    assert_eq!(issued.start(), 1);
+    db.exec(&format!("DELETE FROM {} WHERE biz_tag = 'order'", db.table))
+        .await;
+    for s in [&store, &other] {
+        let error = s.create(&NewKey::new("order", 100)).await.unwrap_err();
+        assert_eq!(error.code(), "key_forgotten", "{error}");
+        assert!(
+            error.to_string().contains("idmint segment raise order"),
+            "{error}"
+        );
+    }
+    assert_eq!(
+        store.describe("order").await.unwrap(),
+        None,
+        "nothing created"
+    );
+    // An existing row is still "exists", not "forgotten".
+    store.create(&NewKey::new("kept", 10)).await.unwrap();
+    let exists = other.create(&NewKey::new("kept", 10)).await.unwrap_err();
+    assert_eq!(exists.code(), "key_exists", "{exists}");
+    // The way back: a raise, above what was issued.
+    let raised = store
+        .raise(&NewKey::new("order", 100).with_start(issued.max_id))
+        .await
+        .unwrap();
+    assert_eq!(raised.max_id, issued.max_id);
+    assert!(store.fetch("order", None).await.unwrap().start() >= issued.max_id);
+
+    // A row written by hand, as Leaf's users do, joins the ledger at the
+    // next start's remember_keys; deleted then, it is refused too.
+    let (insert, delete) = (
+        format!(
+            "INSERT INTO {} (biz_tag, max_id, step, description) VALUES ('by_hand', 1, 10, NULL)",
+            db.table
+        ),
+        format!("DELETE FROM {} WHERE biz_tag = 'by_hand'", db.table),
+    );
+    db.exec(&insert).await;
+    store.remember_keys().await.unwrap();
+    other.remember_keys().await.unwrap();
+    db.exec(&delete).await;
+    assert_eq!(
+        other
+            .create(&NewKey::new("by_hand", 10))
+            .await
+            .unwrap_err()
+            .code(),
+        "key_forgotten"
+    );
+    // Concurrent creates of a new key: one wins, the other sees it exists.
+    let new = NewKey::new("new", 10);
+    let (x, y) = tokio::join!(store.create(&new), other.create(&new));
+    let codes: Vec<&str> = [&x, &y]
+        .iter()
+        .map(|r| r.as_ref().map_or_else(|e| e.code(), |_| "ok"))
+        .collect();
+    assert!(
+        codes.contains(&"ok") && codes.contains(&"key_exists"),
+        "{codes:?}"
+    );
+    store.close().await;
+    other.close().await;
 }

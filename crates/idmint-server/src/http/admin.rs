@@ -159,7 +159,7 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError
         (status = 401, description = "`unauthorized`: the admin token is missing or wrong.", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "`admin_disabled`: no admin token is configured.", body = ErrorBody),
-        (status = 409, description = "`key_exists`: the store has the key already; `wrong_strategy`: the name is declared, or was answered, with another strategy.", body = ErrorBody),
+        (status = 409, description = "`key_exists`: the store has the key already; `key_forgotten`: the store had the key and lost it (`idmint segment raise` brings it back above every ID it issued); `wrong_strategy`: the name is declared, or was answered, with another strategy.", body = ErrorBody),
         (status = 413, description = "`body_too_large`: the body passes 64 KiB.", body = ErrorBody),
         (status = 503, description = "`unavailable`: the store failed; `key_below_floor`: this node issued from a key of that name above `start`.", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Whole seconds to wait before a retry (at least 1)."))),

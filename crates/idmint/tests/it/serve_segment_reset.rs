@@ -434,3 +434,106 @@ fn segment_raise_of_a_lost_undeclared_key_needs_its_step() {
     let out = expect_ok(&again, idmint(&again));
     assert!(out.contains("raised from 6 to 81"), "{out}");
 }
+
+/// Issue 32, item 10, as measured: node A served a config-declared key on
+/// PostgreSQL, whose row was then deleted by hand. Node B, with an empty
+/// data directory, started on the same config and created the key again at
+/// its start, issuing IDs A had issued. Now the table's ledger remembers the
+/// key: B's start refuses, naming the key and `idmint segment raise`, and
+/// creates nothing; the admin API refuses the same name with 409
+/// `key_forgotten`; once raised, B starts and serves above every ID A issued.
+#[test]
+fn serve_never_creates_again_a_declared_key_its_table_lost() {
+    if !crate::serve::postgres_up() {
+        return;
+    }
+    let unique = crate::serve::unique_suffix();
+    let url = std::env::var("IDMINT_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let table = format!("alloc_forgot_{unique}");
+    let config = format!(
+        "[server]\nadmin_token = \"t\"\n[segment]\nurl = {url:?}\ntable = {table:?}\n\
+         [segment.keys.order]\nstep = 100\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let c = client();
+    let a = Served::start(&dir.path().join("a"), Some(&config), &[]);
+    let mut issued = binary_ids(&c, &a, "order", 250);
+    let (status, _) = a.terminate();
+    assert!(status.success());
+
+    let psql = |sql: &str| {
+        let out = std::process::Command::new("psql")
+            .args([url.as_str(), "-v", "ON_ERROR_STOP=1", "-qAt", "-c", sql])
+            .output()
+            .expect("psql (scripts/deps installs it)");
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    psql(&format!("DELETE FROM {table} WHERE biz_tag = 'order'"));
+
+    let (status, log) = refused_start(&dir.path().join("b"), &config);
+    assert_eq!(status.code(), Some(1), "{log}");
+    let line = error_line(&log);
+    assert!(line.contains("segment key \"order\" existed"), "{line}");
+    assert!(
+        line.contains("idmint segment raise order --above N"),
+        "{line}"
+    );
+    assert_eq!(
+        psql(&format!(
+            "SELECT count(*) FROM {table} WHERE biz_tag = 'order'"
+        ))
+        .trim(),
+        "0",
+        "a refused start creates nothing"
+    );
+
+    // The way back: raised above every ID issued, B starts and serves above.
+    let config_path = dir.path().join("idmint.toml");
+    std::fs::write(&config_path, &config).unwrap();
+    let above = issued.iter().max().unwrap().to_string();
+    let args = [
+        "segment",
+        "raise",
+        "order",
+        "--above",
+        &above,
+        "--config",
+        config_path.to_str().unwrap(),
+        "--store-only",
+    ];
+    let out = expect_ok(&args, idmint(&args));
+    assert!(out.contains("created"), "{out}");
+    let b = Served::start(&dir.path().join("b"), Some(&config), &[]);
+    let after = binary_ids(&c, &b, "order", 250);
+    assert!(after[0] > *issued.iter().max().unwrap());
+    // Another name, created through the admin API and then lost, is
+    // refused there with 409.
+    let create = |key: &str| {
+        c.post(b.url("/v1/admin/keys"))
+            .bearer_auth("t")
+            .json(&serde_json::json!({"key": key, "step": 10}))
+            .send()
+            .unwrap()
+    };
+    assert_eq!(create("made").status(), StatusCode::CREATED);
+    psql(&format!("DELETE FROM {table} WHERE biz_tag = 'made'"));
+    let r = create("made");
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let body: serde_json::Value = r.json().unwrap();
+    assert_eq!(body["error"]["code"], "key_forgotten", "{body}");
+    issued.extend(after);
+    let unique_ids: HashSet<u64> = issued.iter().copied().collect();
+    assert_eq!(unique_ids.len(), issued.len(), "an ID came twice");
+    psql(&format!("DROP TABLE {table}"));
+    psql(&format!(
+        "DELETE FROM idmint_segment_ledger WHERE segment_table = '{table}'; \
+         DELETE FROM idmint_segment_epochs WHERE segment_table = '{table}'; \
+         DELETE FROM idmint_schema_migrations WHERE component = 'segment:{table}'"
+    ));
+}
