@@ -31,8 +31,14 @@ import (
 	"unsafe"
 )
 
-// MaxBatch is the largest count one NextIDs call takes.
-const MaxBatch = int(C.IDMINT_MAX_BATCH)
+// MaxBatch is the largest count one Generator.NextIDs call takes, as the
+// embedded layer decides it (read from it, never repeated here).
+var MaxBatch = int(C.idmint_max_batch())
+
+// DefaultMaxCount is server.max_count when a config doesn't set it: the
+// largest count one Segments.NextIDs call takes by default (Segments.MaxCount
+// is the config's own).
+var DefaultMaxCount = int(C.idmint_default_max_count())
 
 // Error is every failure of this package. Match it with errors.As:
 //

@@ -111,9 +111,20 @@ func TestRotationAndErrors(t *testing.T) {
 	if byZero, _ := pinned.Obfuscate(12345); byZero != madeByOld {
 		t.Fatalf("active key 0 made %d, key 0 alone %d", byZero, madeByOld)
 	}
+	// A malformed key: invalid_key, as docs/api.md says of the library.
 	_, err = idmint.NewPublicIDs(idmint.PublicIDOptions{Key: "abc"})
-	if e := asError(t, err); e.Code != "invalid_config" || strings.Contains(e.Message, "abc") {
+	if e := asError(t, err); e.Code != "invalid_key" || strings.Contains(e.Message, "abc") {
 		t.Fatalf("%+v", e) // a key never shows in errors
+	}
+	for _, ring := range []string{"zz", "0:zz", "x:" + key} {
+		_, err = idmint.NewPublicIDs(idmint.PublicIDOptions{Key: ring})
+		if c := code(t, err); c != "invalid_key" {
+			t.Fatalf("%q: %s", ring, c)
+		}
+	}
+	_, err = idmint.NewPublicIDs(idmint.PublicIDOptions{Key: key, Format: "hex"})
+	if c := code(t, err); c != "invalid_obfuscator" {
+		t.Fatal(c)
 	}
 	sq, _ := idmint.NewPublicIDs(idmint.PublicIDOptions{Key: key, Format: "sqids"})
 	_, err = sq.Decode("not!sqids")

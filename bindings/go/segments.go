@@ -83,6 +83,14 @@ func (s *Segments) NextIDs(key string, n int) ([]int64, error) {
 	return out, nil
 }
 
+// MaxCount is the largest count one NextIDs call takes: the config's
+// server.max_count (DefaultMaxCount unless the config sets it).
+func (s *Segments) MaxCount() int {
+	n := int(C.idmint_segments_max_count(s.h))
+	runtime.KeepAlive(s)
+	return n
+}
+
 // Close stops the preloader and closes the store. Idempotent; later calls
 // fail with "closed".
 func (s *Segments) Close() {

@@ -6,8 +6,9 @@
 /**
  * An idmint failure. `code` is idmint's stable error code, the same as the
  * server's (`clock_behind`, `mark_reached`, `key_not_found`, `unavailable`,
- * `invalid_layout_text`, `workers_exhausted`, ...), plus `closed` (a call
- * after `close()`). `message` is `"<code>: <what went wrong>"`.
+ * `invalid_layout_text`, `workers_exhausted`, `worker_taken`, ...), plus
+ * `closed` (a call after `close()`). `message` is
+ * `"<code>: <what went wrong>"`.
  */
 export class IdmintError extends Error {
   readonly name: 'IdmintError'
@@ -16,6 +17,12 @@ export class IdmintError extends Error {
   /** How long to wait before a retry may succeed, or null when retrying can't help. */
   readonly retryAfterMs: number | null
 }
+
+/** The most IDs one `Generator#nextIds` call makes. */
+export const MAX_BATCH: number
+/** `server.max_count` when a config doesn't set it: the most IDs one
+ * `Segments#nextIds` call takes by default. */
+export const DEFAULT_MAX_COUNT: number
 
 /** An ID taken apart by `Layout.decode`. */
 export interface Decoded {
@@ -141,6 +148,8 @@ export class Segments {
   nextId(key: string): bigint
   /** `n` IDs of `key` in increasing order. */
   nextIds(key: string, n: number | bigint): BigInt64Array
+  /** The most IDs one `nextIds` call takes: the config's `server.max_count`. */
+  readonly maxCount: number
   /** Stops the preloader and closes the store. Idempotent. */
   close(): void
 }

@@ -154,6 +154,9 @@ Object.defineProperties(proto, {
 })
 
 module.exports = {
+  // The limits of a batch, as the embedded layer decides them.
+  MAX_BATCH: native.maxBatch(),
+  DEFAULT_MAX_COUNT: native.defaultMaxCount(),
   Generator: native.Generator,
   Layout: native.Layout,
   Segments: native.Segments,

@@ -16,10 +16,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-// The largest count `idmint_generator_next_ids` takes in one call (the
-// core's `Snowflake::MAX_BATCH`).
-#define IDMINT_MAX_BATCH 10000000
-
 // A failure: idmint's stable code (`clock_behind`, `mark_reached`,
 // `key_not_found`, `unavailable`, `closed`, ... as the server sends them,
 // plus this layer's `invalid_argument` and `internal`), a message naming
@@ -175,6 +171,15 @@ typedef struct IdmintPublicIdsOptions {
 extern "C" {
 #endif // __cplusplus
 
+// The largest count `idmint_generator_next_ids` takes in one call, as the
+// embedded layer decides it (the core's `Snowflake::MAX_BATCH`). A function,
+// not a `#define`: the number lives in one place, below this crate.
+uint64_t idmint_max_batch(void);
+
+// `server.max_count` when a config doesn't set it: the largest count
+// `idmint_segments_next_ids` takes by default.
+uint64_t idmint_default_max_count(void);
+
 // The error's stable code, borrowed from `error` (an empty string for NULL).
 //
 // # Safety
@@ -315,7 +320,7 @@ struct IdmintIdResult idmint_generator_next(const struct IdmintGenerator *genera
 // `n` IDs in increasing order, written to `out[0..n]`. Up to a tick's
 // worth come at once; more wait for the ticks they need.
 //
-// Errors: `invalid_count` for 0 or more than `IDMINT_MAX_BATCH` (`out` may
+// Errors: `invalid_count` for 0 or more than `idmint_max_batch()` (`out` may
 // then be NULL: nothing is written); else as `idmint_generator_next_id`.
 //
 // # Safety
@@ -409,6 +414,13 @@ struct IdmintError *idmint_segments_next_ids(const struct IdmintSegments *segmen
                                              const char *key,
                                              uint64_t n,
                                              uint64_t *out);
+
+// The largest count `idmint_segments_next_ids` takes: the config's
+// `server.max_count` (0 for NULL).
+//
+// # Safety
+// `segments` is NULL or a live handle.
+uint64_t idmint_segments_max_count(const struct IdmintSegments *segments);
 
 // Stops the preloader and closes the store. Idempotent, and safe while
 // other threads call: later calls fail with `closed`. NULL is ignored.

@@ -32,9 +32,20 @@ use std::time::Duration;
 
 use idmint_embed::{Generator, GeneratorOptions, IdParts, Layout, PublicIds, Segments, Timestamp};
 
-/// The largest count `idmint_generator_next_ids` takes in one call (the
-/// core's `Snowflake::MAX_BATCH`).
-pub const IDMINT_MAX_BATCH: u64 = 10_000_000;
+/// The largest count `idmint_generator_next_ids` takes in one call, as the
+/// embedded layer decides it (the core's `Snowflake::MAX_BATCH`). A function,
+/// not a `#define`: the number lives in one place, below this crate.
+#[unsafe(no_mangle)]
+pub extern "C" fn idmint_max_batch() -> u64 {
+    idmint_embed::MAX_BATCH
+}
+
+/// `server.max_count` when a config doesn't set it: the largest count
+/// `idmint_segments_next_ids` takes by default.
+#[unsafe(no_mangle)]
+pub extern "C" fn idmint_default_max_count() -> u64 {
+    Segments::default_max_count()
+}
 
 // ---- Errors ----
 
@@ -679,7 +690,7 @@ pub unsafe extern "C" fn idmint_generator_next(
 /// `n` IDs in increasing order, written to `out[0..n]`. Up to a tick's
 /// worth come at once; more wait for the ticks they need.
 ///
-/// Errors: `invalid_count` for 0 or more than `IDMINT_MAX_BATCH` (`out` may
+/// Errors: `invalid_count` for 0 or more than `idmint_max_batch()` (`out` may
 /// then be NULL: nothing is written); else as `idmint_generator_next_id`.
 ///
 /// # Safety
@@ -694,7 +705,7 @@ pub unsafe extern "C" fn idmint_generator_next_ids(
     call(|| {
         // SAFETY: as the caller promised.
         let g = unsafe { handle(generator, "generator")? };
-        if n == 0 || n > IDMINT_MAX_BATCH {
+        if n == 0 || n > idmint_embed::MAX_BATCH {
             // The core refuses the count before it issues anything.
             g.inner.next_ids(n)?;
             return Err(IdmintError::argument(format!("count {n} is out of range")));
@@ -704,7 +715,7 @@ pub unsafe extern "C" fn idmint_generator_next_ids(
         }
         let len = usize::try_from(n).map_err(|_| IdmintError::argument(format!("count {n}")))?;
         // SAFETY: non-NULL and valid for `n` writes (the caller's promise);
-        // `n` is at most IDMINT_MAX_BATCH, so the slice fits in memory.
+        // `n` is at most `idmint_embed::MAX_BATCH`, so the slice fits in memory.
         let out = unsafe { std::slice::from_raw_parts_mut(out, len) };
         g.inner.fill_ids(out)?;
         Ok(())
@@ -902,6 +913,17 @@ pub unsafe extern "C" fn idmint_segments_next_ids(
         out.copy_from_slice(&ids);
         Ok(())
     })
+}
+
+/// The largest count `idmint_segments_next_ids` takes: the config's
+/// `server.max_count` (0 for NULL).
+///
+/// # Safety
+/// `segments` is NULL or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn idmint_segments_max_count(segments: *const IdmintSegments) -> u64 {
+    // SAFETY: as the caller promised.
+    unsafe { segments.as_ref() }.map_or(0, |s| s.inner.max_count())
 }
 
 /// Stops the preloader and closes the store. Idempotent, and safe while
@@ -1199,7 +1221,7 @@ mod tests {
 
     #[test]
     fn max_batch_is_the_cores() {
-        assert_eq!(IDMINT_MAX_BATCH, idmint_core::Snowflake::MAX_BATCH);
+        assert_eq!(idmint_max_batch(), idmint_core::Snowflake::MAX_BATCH);
         // Above the core's largest batch: refused by the count alone.
         let options = IdmintGeneratorOptions {
             layout: c"twitter".as_ptr(),
@@ -1213,7 +1235,7 @@ mod tests {
         let mut g = ptr::null_mut();
         // SAFETY: valid options and out-pointer.
         unsafe { assert!(idmint_generator_new(&options, &mut g).is_null()) };
-        for n in [0, IDMINT_MAX_BATCH + 1] {
+        for n in [0, idmint_max_batch() + 1] {
             // SAFETY: a live generator; `out` NULL is allowed for a bad count.
             let e = unsafe { idmint_generator_next_ids(g, n, ptr::null_mut()) };
             assert_eq!(code(e), "invalid_count", "n = {n}");

@@ -510,6 +510,22 @@ pub fn close_all() {
     }
 }
 
+// ---- Limits ----
+
+/// The most IDs one `Generator#nextIds` call makes, as the embedded layer
+/// decides it (index.js exports it as `MAX_BATCH`; the README states it).
+#[napi]
+pub fn max_batch() -> f64 {
+    idmint_embed::MAX_BATCH as f64
+}
+
+/// `server.max_count` when a config doesn't set it: the most IDs one
+/// `Segments#nextIds` call takes by default (index.js: `DEFAULT_MAX_COUNT`).
+#[napi]
+pub fn default_max_count() -> f64 {
+    idmint_embed::Segments::default_max_count() as f64
+}
+
 // ---- Generator ----
 
 /// Snowflake IDs in this process: `new Generator({ layout: 'twitter', worker:
@@ -863,6 +879,13 @@ impl Segments {
         let n = count_arg(env, n)?;
         let ids = self.inner.next_ids(&key, n).or_throw(env)?;
         Ok(BigInt64Array::new(as_i64s(ids)))
+    }
+
+    /// The most IDs one `nextIds` call takes: the config's
+    /// `server.max_count` (default `DEFAULT_MAX_COUNT`).
+    #[napi(getter)]
+    pub fn max_count(&self) -> f64 {
+        self.inner.max_count() as f64
     }
 
     /// Stops the preloader and closes the store, for every object on it.

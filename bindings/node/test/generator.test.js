@@ -41,7 +41,11 @@ test('a fixed generator: bigint IDs, BigInt64Array batches, typed errors', () =>
   throwsCode(() => s.nextId(), 'closed')
   throwsCode(() => s.nextIds(5), 'closed')
   s.close() // idempotent
-  assert.equal(new Generator().layout.preset, 'twitter', 'twitter and worker 0 by default')
+  const d = new Generator()
+  assert.equal(d.layout.preset, 'twitter', 'twitter and worker 0 by default')
+  assert.equal(d.worker, 0)
+  d.close()
+  g.close()
 })
 
 test('from a config with the file registry', async (t) => {

@@ -37,6 +37,7 @@ for (const text of LAYOUTS) {
     const layout = new Layout(text)
     const worker = layout.workers === 1n ? 0 : 1 // tso has no node field
     const g = new Generator({ layout, worker })
+    t.after(() => g.close())
     const ids = [g.nextId(), ...g.nextIds(3)]
     // One composed from parts of our own choosing too.
     ids.push(layout.compose({ time: new Date('2025-06-01T12:00:00Z'), worker, sequence: 2 }))
@@ -76,7 +77,9 @@ test('compose round-trips and names bad parts', () => {
 
 test('an ID is a bigint, or a number only while it is a safe integer', () => {
   const twitter = new Layout('twitter')
-  const id = new Generator({ worker: 1 }).nextId()
+  const g = new Generator({ worker: 1 })
+  const id = g.nextId()
+  g.close()
   assert.equal(twitter.decode(id).id, id)
   assert.equal(twitter.decode(4096).sequence, 0)
   assert.equal(twitter.decode(4096).id, 4096n)

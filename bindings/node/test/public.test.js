@@ -12,9 +12,10 @@ const h = require('./helpers')
 const KEY = '000102030405060708090a0b0c0d0e0f'
 
 for (const format of ['dec', 'base32', 'sqids']) {
-  test(`round trips: ${format}`, () => {
+  test(`round trips: ${format}`, (t) => {
     const p = new PublicIds(KEY, { format })
     const g = new Generator({ worker: 3 })
+    t.after(() => g.close())
     for (const id of g.nextIds(1000)) {
       const pub = p.obfuscate(id)
       assert.equal(typeof pub, 'bigint')
@@ -51,7 +52,10 @@ test('key rotation and errors', (t) => {
   assert.equal(rotated.reveal(old.obfuscate(12345)), 12345n)
   assert.equal(rotated.reveal(rotated.obfuscate(12345n)), 12345n)
   h.throwsCode(() => old.reveal(rotated.obfuscate(12345)), 'unknown_key_id')
-  const bad = h.throwsCode(() => new PublicIds('abc'), 'invalid_config')
+  // A malformed key: `invalid_key`, as docs/api.md says of the library.
+  const bad = h.throwsCode(() => new PublicIds('abc'), 'invalid_key')
+  for (const ring of ['zz', '0:zz', `x:${KEY}`, '']) h.throwsCode(() => new PublicIds(ring), 'invalid_key')
+  h.throwsCode(() => new PublicIds(KEY, { format: 'hex' }), 'invalid_obfuscator')
   assert.ok(!bad.message.includes('abc'), 'a key never shows in errors')
   h.throwsCode(() => new PublicIds(KEY, { format: 'sqids' }).decode('not!sqids'), 'invalid_public_id')
   h.throwsCode(() => new PublicIds(KEY, { fromat: 'sqids' }), 'invalid_config')

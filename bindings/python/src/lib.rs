@@ -456,6 +456,13 @@ impl Segments {
         py.detach(|| s.next_ids(key, n)).or_raise(py)
     }
 
+    /// The most IDs one `next_ids` call takes: the config's
+    /// `server.max_count` (default `idmint.DEFAULT_MAX_COUNT`).
+    #[getter]
+    fn max_count(&self) -> u64 {
+        self.inner.max_count()
+    }
+
     /// Stops the preloader and closes the store. Idempotent.
     fn close(&self, py: Python<'_>) {
         let s = &self.inner;
@@ -579,6 +586,13 @@ fn _idmint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Segments>()?;
     m.add_class::<PublicIds>()?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
+    // The limits, as the embedded layer decides them (the README states
+    // them; a test checks that it says these numbers).
+    m.add("MAX_BATCH", idmint_embed::MAX_BATCH)?;
+    m.add(
+        "DEFAULT_MAX_COUNT",
+        idmint_embed::Segments::default_max_count(),
+    )?;
     // What holds a lease or a store open, closed at exit by the package.
     m.add(
         "_open",

@@ -184,3 +184,29 @@ def test_configs_an_embedded_process_cannot_use_are_refused(config):
     with pytest.raises(idmint.IdmintError) as e:
         idmint.Generator.from_config(expired)
     assert e.value.code == "invalid_config" and "ran out" in e.value.message
+
+
+DATA_DIR_CHILD = """
+import idmint, os, sys
+with idmint.Generator.from_config(sys.argv[1]) as g:
+    g.next_id()
+print(sorted(os.listdir(".")))
+"""
+
+
+def test_a_config_that_keeps_nothing_on_disk_makes_no_data_directory(tmp_path, postgres):
+    """The default `server.data_dir` is ./idmint-data: run from a temporary
+    working directory, a PostgreSQL registry leaves it empty."""
+    cwd = tmp_path / "app"
+    cwd.mkdir()
+    path = tmp_path / "idmint.toml"
+    path.write_text(
+        '[snowflake]\nlayout = "twitter,epoch=2022-03-03"\nregistry = "sql"\n'
+        f'[snowflake.sql]\nurl = "{postgres}"\ncluster = "{unique("nodir")}"\n'
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", DATA_DIR_CHILD, str(path)], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    assert list(cwd.iterdir()) == []

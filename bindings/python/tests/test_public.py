@@ -48,7 +48,7 @@ def test_rotation_and_errors(config):
     assert e.value.code == "unknown_key_id"
     with pytest.raises(idmint.IdmintError) as e:
         idmint.PublicIds("abc")
-    assert e.value.code == "invalid_config"
+    assert e.value.code == "invalid_key"  # docs/api.md: the library's malformed key
     assert "abc" not in e.value.message  # a key never shows in errors
     with pytest.raises(idmint.IdmintError) as e:
         idmint.PublicIds(KEY, format="sqids").decode("not!sqids")
@@ -56,3 +56,17 @@ def test_rotation_and_errors(config):
     path = config(f'[obfuscation]\nkey = "{KEY}"\nformat = "sqids"\n')
     from_file = idmint.PublicIds.from_config(path)
     assert from_file.obfuscate_text(77) == idmint.PublicIds(KEY, format="sqids").obfuscate_text(77)
+
+
+@pytest.mark.parametrize("ring", ["zz", "0:zz", "x:" + KEY, ""])
+def test_a_malformed_key_is_invalid_key(ring, config):
+    with pytest.raises(idmint.IdmintError) as e:
+        idmint.PublicIds(ring)
+    assert e.value.code == "invalid_key"
+    with pytest.raises(idmint.IdmintError) as e:
+        idmint.PublicIds(KEY, format="hex")
+    assert e.value.code == "invalid_obfuscator"
+    # In a config file it is a setting like any other.
+    with pytest.raises(idmint.IdmintError) as e:
+        idmint.PublicIds.from_config(config(f'[obfuscation]\nkey = "{ring or "zz"}"\n'))
+    assert e.value.code == "invalid_config"

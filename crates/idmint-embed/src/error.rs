@@ -10,13 +10,17 @@ use idmint_server::ConfigError;
 use idmint_server::ServerError;
 use idmint_server::embed::Refusal;
 
+use crate::workers::Conflict;
+
 /// Everything that can fail here, with the stable code the server sends for
 /// the same failure (docs/api.md, "Error codes").
 ///
 /// - [`Error::code`]: `clock_behind`, `mark_reached`, `key_not_found`,
-///   `unavailable`, `invalid_layout_text`, `workers_exhausted`, ...; and the
-///   two of the embedded layer alone, `closed` (a call after `close`) and
-///   `forked` (a fixed-worker generator used in a forked child).
+///   `unavailable`, `invalid_layout_text`, `workers_exhausted`, ...;
+///   `worker_taken` also for a generator whose layout and worker ID overlap
+///   a live one's in this process (`workers.rs`); and the two of the
+///   embedded layer alone, `closed` (a call after `close`) and `forked` (a
+///   fixed-worker generator used in a forked child).
 /// - [`Error::message`]: what went wrong, naming the value; it may change
 ///   between releases, the code never does.
 /// - [`Error::retry_after`]: how long to wait before trying again, for the
@@ -41,6 +45,9 @@ enum Kind {
     Closed,
     /// A generator with a fixed worker used in a forked child.
     Forked,
+    /// A generator whose IDs would repeat a live one's in this process:
+    /// the registry's `worker_taken`, for one process.
+    InUse,
     /// The runtime's threads could not be started.
     Runtime,
 }
@@ -53,6 +60,7 @@ impl Error {
             Kind::Config => "invalid_config",
             Kind::Closed => "closed",
             Kind::Forked => "forked",
+            Kind::InUse => "worker_taken",
             Kind::Runtime => "internal",
         }
     }
@@ -113,6 +121,14 @@ impl Error {
                  make a generator with the child's own worker ID, or one from a config with a \
                  shared registry (it claims anew in each child)"
             ),
+            retry_after: None,
+        }
+    }
+
+    pub(crate) fn worker_taken(conflict: &Conflict) -> Error {
+        Error {
+            kind: Kind::InUse,
+            message: conflict.to_string(),
             retry_after: None,
         }
     }

@@ -9,17 +9,25 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 use idmint_core::clock::{MonotonicClock, WallClock};
 use idmint_core::{Clock, ClockBehind, IdBatch, SequenceExhausted, SequenceStart, Snowflake};
-use idmint_registry::{KeeperGuard, LeaseState, NodeIdentity, WorkerHandle, WorkerKeeper};
+use idmint_registry::{
+    KeeperGuard, LeaseState, NodeIdentity, RegistryError, WorkerHandle, WorkerKeeper,
+};
 use idmint_server::config::{RegistryKind, ZooKeeperModeName};
 use idmint_server::embed::{
     MARK_POLL, MARK_WAIT, Refusal, generator_settings, id_clock, keeper_config, open_registry,
 };
 use idmint_server::{Config, Server};
+use jiff::Timestamp;
 
 use crate::error::Error;
 use crate::fork::ProcessBound;
 use crate::layout::Layout;
 use crate::runtime::Runtime;
+use crate::workers::{self, CheckedRegistry, IdSpace, InUse};
+
+/// The most IDs one [`Generator::next_ids`] call makes: the core's
+/// [`Snowflake::MAX_BATCH`], which every binding states and exposes as is.
+pub const MAX_BATCH: u64 = Snowflake::MAX_BATCH;
 
 /// How long a failed claim in a forked child is answered from memory before
 /// the next call tries again (so a registry that is down doesn't get one
@@ -100,13 +108,20 @@ impl GeneratorOptions {
         self
     }
 
-    fn build(&self) -> Result<Snowflake, Error> {
+    /// The generator, starting strictly after `start_after` when given (the
+    /// last ID of a generator that had this worker ID in this process).
+    fn build(&self, start_after: Option<Timestamp>) -> Result<Snowflake, Error> {
         let clock: Arc<dyn Clock> = if self.wall_clock {
             Arc::new(WallClock)
         } else {
             Arc::new(MonotonicClock::new())
         };
-        Ok(Snowflake::builder(*self.layout.core())
+        let builder = Snowflake::builder(*self.layout.core());
+        let builder = match start_after {
+            Some(after) => builder.with_start_after(after),
+            None => builder,
+        };
+        Ok(builder
             .with_datacenter(self.datacenter)
             .with_worker(self.worker)
             .with_clock(clock)
@@ -138,7 +153,8 @@ pub struct GeneratorStatus {
 ///
 /// Two kinds, one API:
 /// - **Fixed** ([`Generator::new`]): a worker ID given by the caller; no
-///   registry, no I/O. The caller keeps worker IDs unique across processes.
+///   registry, no I/O. The caller keeps worker IDs unique across processes
+///   (a registry, below, does it for them).
 /// - **Leased** ([`Generator::from_config`]): the `[snowflake]` section of
 ///   an `idmint serve` config; the worker ID is claimed from its registry
 ///   (file, static, host, k8s, SQL in every mode, Redis, etcd, ZooKeeper)
@@ -147,6 +163,15 @@ pub struct GeneratorStatus {
 ///   and fences the generator when the lease or the store is lost.
 ///
 /// Contract:
+/// - **One per worker in a process.** A second live generator whose IDs
+///   would overlap this one's (the same epoch, unit and bits below the time
+///   field, and the same node field: the same layout and worker ID, whatever
+///   the preset is called) is refused with `worker_taken`, fixed or leased
+///   alike: two of them repeat every ID. A leased generator's claims (the
+///   first, and each re-claim) are checked too; a re-claim that overlaps is
+///   given back and tried again later, issuing nothing meanwhile. The
+///   worker ID is free again once the generator is closed (or dropped) and
+///   its last call has returned.
 /// - **Thread-safe.** `&self` everywhere; share it (`Arc`) between threads.
 ///   A call is one load of the generator in force, then the core's
 ///   compare-and-swap on one word.
@@ -209,8 +234,15 @@ enum Source {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Live {
-    /// A fixed worker's generator, and that worker.
-    Fixed(Snowflake, u32),
+    /// A fixed worker's generator, that worker, and its entry in the
+    /// process's table of live workers (given back when this drops: after
+    /// close, once no call holds it).
+    Fixed {
+        snowflake: Snowflake,
+        worker: u32,
+        /// Given back when this drops, with the last tick.
+        in_use: InUse,
+    },
     Leased(Leased),
 }
 
@@ -222,6 +254,9 @@ struct Leased {
     /// Taken by close; dropping it would stop issuing and release in the
     /// background.
     keeper: Mutex<Option<KeeperGuard>>,
+    /// The registry the keeper claims through, which holds the claim's entry
+    /// in the process's table of live workers.
+    registry: Arc<CheckedRegistry>,
     /// Dropped last (fields drop in order): it runs the keeper's release.
     runtime: Runtime,
 }
@@ -239,15 +274,38 @@ impl Generator {
     ///
     /// # Errors
     /// `node_out_of_range` for a worker or datacenter outside the layout,
-    /// `invalid_config` for a policy the layout can't support.
+    /// `invalid_config` for a policy the layout can't support,
+    /// `worker_taken` while a live generator of this process makes IDs that
+    /// overlap this one's (see the type's contract).
     pub fn new(options: GeneratorOptions) -> Result<Generator, Error> {
-        let snowflake = options.build()?;
+        // Checked first, so bad input is refused as such.
+        options.build(None)?;
         let worker = options.worker;
+        let layout = options.layout.core();
+        // In range: `build` checked both parts.
+        let node = (u64::from(options.datacenter) << layout.worker_bits()) | u64::from(worker);
+        let ids = IdSpace::new(
+            layout,
+            node,
+            options.clock_behind == ClockBehind::RollbackBits,
+        );
+        let holder = format!(
+            "the generator with the fixed worker ID {worker} (datacenter {}) of layout {}",
+            options.datacenter,
+            workers::layout_name(layout)
+        );
+        let (in_use, start_after) =
+            workers::enter(ids, holder).map_err(|c| Error::worker_taken(&c))?;
+        let snowflake = options.build(start_after)?;
         Ok(Generator {
             layout: options.layout,
             max_wait: max_wait(options.layout, options.clock_behind),
             source: Source::Fixed(options),
-            live: ArcSwapOption::from_pointee(ProcessBound::new(Live::Fixed(snowflake, worker))),
+            live: ArcSwapOption::from_pointee(ProcessBound::new(Live::Fixed {
+                snowflake,
+                worker,
+                in_use,
+            })),
             reclaim: Mutex::new(Reclaim::default()),
         })
     }
@@ -262,7 +320,9 @@ impl Generator {
     /// `invalid_config` for a config `idmint serve` would refuse (or that an
     /// embedded process can't use: ZooKeeper's `forever` mode), and the
     /// registry's codes for a failed claim (`workers_exhausted`,
-    /// `registry_timeout`, `registry_backend`, `clock_behind_mark`, ...).
+    /// `registry_timeout`, `registry_backend`, `clock_behind_mark`, ...);
+    /// `worker_taken` when the worker ID claimed would make IDs that a live
+    /// generator of this process makes (the claim is released).
     pub fn from_config(path: impl AsRef<Path>) -> Result<Generator, Error> {
         let config = load_config(Some(path.as_ref()))?;
         Generator::from_loaded(config)
@@ -314,7 +374,7 @@ impl Generator {
         let live = self.live.load();
         match live.as_deref() {
             Some(live) if live.is_current() => match &**live {
-                Live::Fixed(s, _) => Ok(s.next_id()?.get()),
+                Live::Fixed { snowflake: s, .. } => Ok(s.next_id()?.get()),
                 Live::Leased(l) => l.next_id(),
             },
             _ => self.after_fork_or_close()?.next_id_live(),
@@ -335,7 +395,7 @@ impl Generator {
         let live = self.live.load();
         match live.as_deref() {
             Some(live) if live.is_current() => match &**live {
-                Live::Fixed(s, _) => Ok(Some(s.next_id()?.get())),
+                Live::Fixed { snowflake: s, .. } => Ok(Some(s.next_id()?.get())),
                 Live::Leased(l) => l.try_next_id(),
             },
             Some(_) if matches!(self.source, Source::Config(_)) => Ok(None),
@@ -347,8 +407,8 @@ impl Generator {
     /// come at once; more wait for the ticks they need (at the layout's cap).
     ///
     /// # Errors
-    /// `invalid_count` for 0 or more than 10,000,000 (the core's
-    /// [`idmint_core::Snowflake::MAX_BATCH`]); else as
+    /// `invalid_count` for 0 or more than [`MAX_BATCH`] (10,000,000, the
+    /// core's [`idmint_core::Snowflake::MAX_BATCH`]); else as
     /// [`Generator::next_id`].
     pub fn next_ids(&self, n: u64) -> Result<Vec<u64>, Error> {
         let mut out = Vec::new();
@@ -471,24 +531,38 @@ impl Drop for Generator {
     }
 }
 
+impl Drop for Live {
+    /// The last reference to a fixed generator is gone: nothing issues from
+    /// it again, and the next generator on its worker ID in this process
+    /// starts after its last tick (`workers.rs`).
+    fn drop(&mut self) {
+        if let Live::Fixed {
+            snowflake, in_use, ..
+        } = self
+        {
+            in_use.ended_at(snowflake.last_tick_time());
+        }
+    }
+}
+
 impl Live {
     fn next_id_live(&self) -> Result<u64, Error> {
         match self {
-            Live::Fixed(s, _) => Ok(s.next_id()?.get()),
+            Live::Fixed { snowflake: s, .. } => Ok(s.next_id()?.get()),
             Live::Leased(l) => l.next_id(),
         }
     }
 
     fn next_ids_live(&self, n: u64) -> Result<IdBatch, Error> {
         match self {
-            Live::Fixed(s, _) => Ok(s.next_ids(n)?),
+            Live::Fixed { snowflake: s, .. } => Ok(s.next_ids(n)?),
             Live::Leased(l) => l.next_ids(n),
         }
     }
 
     fn status(&self) -> GeneratorStatus {
         match self {
-            Live::Fixed(_, worker) => GeneratorStatus {
+            Live::Fixed { worker, .. } => GeneratorStatus {
                 registry: "fixed",
                 worker: *worker,
                 lease: LeaseState::Held.name(),
@@ -516,6 +590,10 @@ impl Live {
                 l.runtime.block_on(async {
                     let _ = tokio::time::timeout(Duration::from_secs(5), keeper.shutdown()).await;
                 });
+                // The generator is stopped (the shutdown's first step), so its
+                // worker ID is free in this process, released in the registry
+                // or not; the next generator on it starts after its last ID.
+                l.registry.forget(l.handle.generator().last_tick_time());
             }
         }
     }
@@ -632,9 +710,10 @@ pub fn node_identity(config: &Config) -> NodeIdentity {
     }
 }
 
-/// Creates `server.data_dir`, as `idmint serve`'s start does (the file
-/// registry's lease, the marks of the fixed ones, the SQLite default store
-/// and the floors live there).
+/// Creates `server.data_dir`, for what lives there and doesn't create it
+/// itself: the default segment store's SQLite file. (The lease file of the
+/// file, static, host and k8s registries and the floor file create it when
+/// they open; a config that needs none of these creates no directory.)
 pub(crate) fn create_data_dir(config: &Config) -> Result<(), Error> {
     let dir = &config.server.data_dir;
     std::fs::create_dir_all(dir).map_err(|e| {
@@ -646,19 +725,35 @@ pub(crate) fn create_data_dir(config: &Config) -> Result<(), Error> {
 }
 
 /// Opens the registry and claims a worker through a keeper on a new
-/// runtime, as `idmint serve`'s start does (`start.rs::claim_worker`).
+/// runtime, as `idmint serve`'s start does (`start.rs::claim_worker`), each
+/// claim checked against the process's live workers ([`CheckedRegistry`]).
+/// No data directory is made here: the registries that keep files there
+/// make it.
 fn claim(config: &Config, layout: Layout) -> Result<Live, Error> {
-    create_data_dir(config)?;
     let runtime = Runtime::start()?;
     let settings = generator_settings(config, *layout.core()).with_clock(id_clock(config));
     let node = node_identity(config);
-    let keeper = runtime.block_on(async {
-        let registry = open_registry(config).await?;
-        WorkerKeeper::start(registry, node, settings, keeper_config(config)).await
+    let (registry, started) = runtime.block_on(async {
+        let registry = Arc::new(CheckedRegistry::new(
+            open_registry(config).await?,
+            *layout.core(),
+            config.snowflake.datacenter,
+            config.snowflake.clock_behind == ClockBehind::RollbackBits,
+        ));
+        let started =
+            WorkerKeeper::start(registry.clone(), node, settings, keeper_config(config)).await;
+        Ok::<_, RegistryError>((registry, started))
+    })?;
+    let keeper = started.map_err(|e| match registry.refused() {
+        // Refused here: in this layer's own words (the registry's speak of
+        // two nodes).
+        Some(conflict) => Error::worker_taken(&conflict),
+        None => e.into(),
     })?;
     Ok(Live::Leased(Leased {
         handle: keeper.handle().clone(),
         keeper: Mutex::new(Some(keeper)),
+        registry,
         runtime,
     }))
 }

@@ -58,10 +58,11 @@ mod layout;
 mod public;
 mod runtime;
 mod segments;
+mod workers;
 
 pub use error::Error;
 pub use fork::{after_fork_in_child, generation as fork_generation};
-pub use generator::{Generator, GeneratorOptions, GeneratorStatus, node_identity};
+pub use generator::{Generator, GeneratorOptions, GeneratorStatus, MAX_BATCH, node_identity};
 /// The instants layouts decode to and compose from.
 pub use jiff::Timestamp;
 pub use layout::{Decoded, IdParts, Layout};

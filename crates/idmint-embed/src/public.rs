@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use idmint_core::{Id, Obfuscator, PublicId, PublicIdCodec};
+use idmint_core::{Id, Obfuscator, PublicId, PublicIdCodec, TextFormat};
 use idmint_server::config::{ObfuscationConfig, Secret};
 
 use crate::error::Error;
@@ -36,6 +36,10 @@ use crate::generator::load_config;
 /// assert_eq!(ids.decode(&text.to_lowercase())?, public);
 /// assert_eq!(ids.reveal_text(&ids.obfuscate_text(42)?)?, 42);
 /// assert_eq!(ids.decode("not base32!").unwrap_err().code(), "invalid_public_id");
+/// // A malformed key: the core's code, and never the key in the message.
+/// let bad = PublicIds::new("zz", 63, 0, None, "dec").unwrap_err();
+/// assert_eq!(bad.code(), "invalid_key");
+/// assert!(!bad.message().contains("zz"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
@@ -47,10 +51,15 @@ pub struct PublicIds {
 impl PublicIds {
     /// From explicit settings, as `[obfuscation]` takes them: `key` (the
     /// ring), `bits`, `key_id_bits`, `active_key` (default: the last key
-    /// listed) and `format` (`dec`, `base32`, `sqids`).
+    /// listed) and `format` (`dec`, `base32`, `sqids`). Read by the server's
+    /// own code, with the core's codes, as docs/api.md gives them for the
+    /// library: these are values, not a config file.
     ///
     /// # Errors
-    /// `invalid_config` naming the setting (never quoting a key).
+    /// `invalid_key` for a malformed key ring (an entry that is no 32 or 64
+    /// hex digits, a key ID that is no number, no entry), naming the entry
+    /// by its position and never quoting a key; `invalid_obfuscator` for
+    /// settings that don't fit together or an unknown format.
     pub fn new(
         key: &str,
         bits: u8,
@@ -65,15 +74,22 @@ impl PublicIds {
             active_key,
             format: format.to_owned(),
         };
-        PublicIds::from_section(&section)
+        let obfuscator = section
+            .checked_obfuscator()?
+            .ok_or_else(|| Error::config("no obfuscation key: public IDs need one"))?;
+        Ok(PublicIds {
+            obfuscator,
+            codec: PublicIdCodec::new(format.parse::<TextFormat>()?),
+        })
     }
 
     /// From the `[obfuscation]` section of the config file at `path` (and
     /// `IDMINT_OBFUSCATION_KEY`, as `idmint serve` reads it).
     ///
     /// # Errors
-    /// `invalid_config` for a config the server would refuse, or one with no
-    /// key.
+    /// `invalid_config` for a config the server would refuse (a malformed
+    /// key among them: in a config file it is a setting, named as such), or
+    /// one with no key.
     pub fn from_config(path: impl AsRef<Path>) -> Result<PublicIds, Error> {
         let config = load_config(Some(path.as_ref()))?;
         PublicIds::from_section(&config.obfuscation)

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwapOption;
 use idmint_segment::{PreloaderGuard, SegmentAllocator};
+use idmint_server::config::ServerConfig;
 use idmint_server::embed::{open_segment_allocator, prepare_segments};
 use idmint_server::{Config, Server};
 
@@ -155,12 +156,25 @@ impl Segments {
     /// `n` IDs of `key` in increasing order, spanning ranges as needed.
     ///
     /// # Errors
-    /// `invalid_count` for 0 or more than `server.max_count`; else as
-    /// [`Segments::next_id`].
+    /// `invalid_count` for 0 or more than [`Segments::max_count`] (the
+    /// config's `server.max_count`, default [`Segments::default_max_count`]);
+    /// else as [`Segments::next_id`].
     pub fn next_ids(&self, key: &str, n: u64) -> Result<Vec<u64>, Error> {
         let live = self.live()?;
         let batch = live.runtime.run(live.allocator().next_ids(key, n))?;
         Ok(batch.iter().map(|id| id.get()).collect())
+    }
+
+    /// The most IDs one [`Segments::next_ids`] call takes: the config's
+    /// `server.max_count`, as the server's requests.
+    pub fn max_count(&self) -> u64 {
+        self.config.server.max_count
+    }
+
+    /// `server.max_count` when the config doesn't set it (100,000): the
+    /// server's own default, which every binding states and exposes as is.
+    pub fn default_max_count() -> u64 {
+        ServerConfig::default().max_count
     }
 
     /// Stops the preloader and closes the store. Idempotent; later calls
@@ -209,8 +223,14 @@ impl Drop for Segments {
 
 /// Opens the allocator as `idmint serve`'s start does
 /// (`start.rs::start_segments`), on a new runtime, and starts its preloader.
+///
+/// The data directory is made only for the default store, SQLite in it
+/// (`Config::segment_url`), whose file SQLite creates but not its folder;
+/// the floor file makes it itself, and any other store needs none.
 fn open(config: &Config, floors: bool) -> Result<Live, Error> {
-    create_data_dir(config)?;
+    if config.segment.url.is_none() {
+        create_data_dir(config)?;
+    }
     let runtime = Runtime::start()?;
     let allocator = runtime.block_on(async {
         let allocator = open_segment_allocator(config, floors).await?;

@@ -172,3 +172,14 @@ jni_export! {
         });
     }
 }
+
+jni_export! {
+    /// `Generator.MAX_BATCH`: the most IDs one `nextIds` call makes, as the
+    /// embedded layer decides it.
+    fn Java_io_idmint_Native_maxBatch<'local>(
+        mut env: EnvUnowned<'local>,
+        _class: JClass<'local>,
+    ) -> jlong {
+        call_plain(&mut env, || Ok(idmint_embed::MAX_BATCH as jlong))
+    }
+}

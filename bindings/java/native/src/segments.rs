@@ -90,3 +90,25 @@ jni_export! {
         });
     }
 }
+
+jni_export! {
+    /// `Segments#maxCount()`: the config's `server.max_count`.
+    fn Java_io_idmint_Native_segmentsMaxCount<'local>(
+        mut env: EnvUnowned<'local>,
+        _class: JClass<'local>,
+        segments: Handle<Segments>,
+    ) -> jlong {
+        call_plain(&mut env, || Ok(segments.get().max_count() as jlong))
+    }
+}
+
+jni_export! {
+    /// `Segments.DEFAULT_MAX_COUNT`: `server.max_count` when a config
+    /// doesn't set it, as the embedded layer decides it.
+    fn Java_io_idmint_Native_defaultMaxCount<'local>(
+        mut env: EnvUnowned<'local>,
+        _class: JClass<'local>,
+    ) -> jlong {
+        call_plain(&mut env, || Ok(Segments::default_max_count() as jlong))
+    }
+}

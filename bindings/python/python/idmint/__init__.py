@@ -19,7 +19,16 @@ import os as _os
 from importlib import metadata as _metadata
 
 from . import _idmint
-from ._idmint import Decoded, Generator, IdmintError, Layout, PublicIds, Segments
+from ._idmint import (
+    DEFAULT_MAX_COUNT,
+    MAX_BATCH,
+    Decoded,
+    Generator,
+    IdmintError,
+    Layout,
+    PublicIds,
+    Segments,
+)
 
 try:
     __version__ = _metadata.version("idmint")
@@ -27,6 +36,8 @@ except _metadata.PackageNotFoundError:  # imported from a source tree
     __version__ = "0+unknown"
 
 __all__ = [
+    "DEFAULT_MAX_COUNT",
+    "MAX_BATCH",
     "Decoded",
     "Generator",
     "IdmintError",

@@ -13,7 +13,7 @@ class IdmintError(Exception):
 
     code: str
     """The stable code: `clock_behind`, `mark_reached`, `key_not_found`,
-    `unavailable`, `invalid_layout_text`, `closed`, `forked`, ..."""
+    `unavailable`, `invalid_layout_text`, `worker_taken`, `closed`, `forked`, ..."""
     message: str
     """What went wrong, naming the value (may change; match on `code`)."""
     retry_after: Optional[float]
@@ -110,6 +110,9 @@ class Segments:
     def from_config(path: _Path, *, floors: bool = False) -> "Segments": ...
     def next_id(self, key: str) -> int: ...
     def next_ids(self, key: str, n: int) -> list[int]: ...
+    @property
+    def max_count(self) -> int:
+        """The most IDs one `next_ids` call takes: the config's `server.max_count`."""
     def close(self) -> None: ...
     def __enter__(self) -> "Segments": ...
     def __exit__(
@@ -143,6 +146,12 @@ class PublicIds:
     def format(self) -> str: ...
     @property
     def bits(self) -> int: ...
+
+MAX_BATCH: int
+"""The most IDs one `Generator.next_ids` call makes."""
+DEFAULT_MAX_COUNT: int
+"""`server.max_count` when a config doesn't set it: the most IDs one
+`Segments.next_ids` call takes by default."""
 
 _open: "weakref.WeakSet[Union[Generator, Segments]]"
 

@@ -1,5 +1,10 @@
 //! Generators: fixed, leased from the file registry, PostgreSQL and etcd, a
 //! lease lost with the registry, and a forked child.
+//!
+//! Every test's generators live in this one process, whose table of live
+//! workers refuses a second generator of one layout and worker ID
+//! (`workers.rs`): a test that runs beside others keeps to a layout (an
+//! epoch) or worker IDs of its own.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -137,7 +142,8 @@ fn leased_on_postgres() {
     let Some(url) = postgres() else { return };
     let cluster = unique("embed");
     two_on_one_registry(&format!(
-        "[snowflake]\nregistry = \"sql\"\n[snowflake.sql]\nurl = \"{url}\"\ncluster = \"{cluster}\"\n"
+        "[snowflake]\nlayout = \"twitter,epoch=2020-01-01\"\nregistry = \"sql\"\n\
+         [snowflake.sql]\nurl = \"{url}\"\ncluster = \"{cluster}\"\n"
     ));
     // uid-generator's WORKER_NODE, as its DDL makes it (PostgreSQL's
     // spelling); one row per start.
@@ -148,7 +154,7 @@ fn leased_on_postgres() {
          MODIFIED TIMESTAMP NOT NULL, CREATED TIMESTAMP NOT NULL, PRIMARY KEY(ID))"
     ));
     two_on_one_registry(&format!(
-        "[snowflake]\nlayout = \"baidu,epoch=2024-01-01\"\nregistry = \"sql\"\n\
+        "[snowflake]\nlayout = \"baidu,epoch=2024-01-02\"\nregistry = \"sql\"\n\
          [snowflake.sql]\nurl = \"{url}\"\nmode = \"uid-generator\"\ntable = \"{table}\"\n"
     ));
 }
@@ -159,7 +165,8 @@ fn leased_on_etcd() {
     let Some(endpoint) = etcd() else { return };
     let cluster = unique("embed");
     two_on_one_registry(&format!(
-        "[snowflake]\nregistry = \"etcd\"\n[snowflake.etcd]\nendpoints = [\"{endpoint}\"]\n\
+        "[snowflake]\nlayout = \"twitter,epoch=2020-01-02\"\nregistry = \"etcd\"\n\
+         [snowflake.etcd]\nendpoints = [\"{endpoint}\"]\n\
          cluster = \"{cluster}\"\n"
     ));
 }
@@ -173,7 +180,8 @@ fn a_lost_lease_refuses_every_call() {
         return;
     };
     let cfg = config(&format!(
-        "[snowflake]\nregistry = \"redis\"\nwindow = \"1s\"\n[snowflake.redis]\nurl = \"{}\"\n\
+        "[snowflake]\nlayout = \"twitter,epoch=2020-01-03\"\nregistry = \"redis\"\n\
+         window = \"1s\"\n[snowflake.redis]\nurl = \"{}\"\n\
          lease_ttl = \"2s\"\n",
         redis.address()
     ));

@@ -10,3 +10,4 @@
 mod generator;
 mod segments;
 mod support;
+mod workers;

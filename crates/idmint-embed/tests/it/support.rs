@@ -67,6 +67,11 @@ pub fn mariadb() -> Option<&'static str> {
     require_service("MariaDB on 127.0.0.1:3306", listens(3306)).then_some(idmint_testkit::MYSQL_URL)
 }
 
+/// The machine's Redis, if it runs.
+pub fn redis() -> Option<&'static str> {
+    require_service("Redis on 127.0.0.1:6379", listens(6379)).then_some(idmint_testkit::REDIS_URL)
+}
+
 /// The etcd `scripts/test` started, if any.
 pub fn etcd() -> Option<String> {
     let endpoint = std::env::var("IDMINT_TEST_ETCD_ENDPOINT").ok();

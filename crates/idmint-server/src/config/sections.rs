@@ -636,16 +636,39 @@ impl ObfuscationConfig {
     /// The obfuscator these settings describe, or `None` without a key.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] naming `obfuscation.*`; never quotes a key.
+    /// [`ConfigError::Invalid`] naming `obfuscation.key` (a malformed ring)
+    /// or `obfuscation` (settings that don't fit together); never quotes a
+    /// key.
     pub fn obfuscator(&self) -> Result<Option<Obfuscator>, ConfigError> {
+        self.checked_obfuscator().map_err(|e| ConfigError::Invalid {
+            key: match e {
+                idmint_core::Error::InvalidKey { .. } => "obfuscation.key",
+                _ => "obfuscation",
+            }
+            .to_owned(),
+            origin: format!("config or {OBFUSCATION_KEY_ENV}"),
+            message: e.to_string(),
+        })
+    }
+
+    /// As [`ObfuscationConfig::obfuscator`], with the core's errors: for a
+    /// library handed these settings as values rather than in a config
+    /// (`idmint-embed`'s `PublicIds::new`), whose callers match the codes
+    /// docs/api.md gives them.
+    ///
+    /// # Errors
+    /// `idmint_core::Error::InvalidKey` for a malformed key ring (an entry
+    /// that is no key, a key ID that is no number, no entry at all), naming
+    /// the entry by its position; `InvalidObfuscator` for settings that
+    /// don't fit together. Never quotes a key.
+    pub fn checked_obfuscator(&self) -> Result<Option<Obfuscator>, idmint_core::Error> {
         let Some(ring) = &self.key else {
             return Ok(None);
         };
-        let invalid = |key: &str, message: String| ConfigError::Invalid {
-            key: key.to_owned(),
-            origin: format!("config or {OBFUSCATION_KEY_ENV}"),
-            message,
-        };
+        let invalid_key =
+            |entry_idx: usize, reason: &dyn fmt::Display| idmint_core::Error::InvalidKey {
+                reason: format!("entry {}: {reason}", entry_idx + 1),
+            };
         let mut builder = Obfuscator::builder(self.bits).with_key_id_bits(self.key_id_bits);
         let mut n_keys = 0;
         for (entry_idx, entry) in ring
@@ -657,36 +680,28 @@ impl ObfuscationConfig {
             let (key_id, hex) = match entry.split_once(':') {
                 Some((id, hex)) => {
                     let id = id.parse::<u8>().map_err(|_| {
-                        invalid(
-                            "obfuscation.key",
-                            format!(
-                                "entry {}: the key ID is not a number 0..=255",
-                                entry_idx + 1
-                            ),
-                        )
+                        invalid_key(entry_idx, &"the key ID is not a number 0..=255")
                     })?;
                     (id, hex)
                 }
                 None => (0, entry),
             };
-            let key = ObfuscationKey::from_hex(hex)
-                .map_err(|e| invalid("obfuscation.key", format!("entry {}: {e}", entry_idx + 1)))?;
+            let key = ObfuscationKey::from_hex(hex).map_err(|e| match e {
+                idmint_core::Error::InvalidKey { reason } => invalid_key(entry_idx, &reason),
+                other => other,
+            })?;
             builder = builder.with_key(key_id, key);
             n_keys += 1;
         }
         if n_keys == 0 {
-            return Err(invalid(
-                "obfuscation.key",
-                "no key in the key ring".to_owned(),
-            ));
+            return Err(idmint_core::Error::InvalidKey {
+                reason: "no key in the key ring".to_owned(),
+            });
         }
         if let Some(active) = self.active_key {
             builder = builder.with_active_key(active);
         }
-        builder
-            .build()
-            .map(Some)
-            .map_err(|e| invalid("obfuscation", e.to_string()))
+        builder.build().map(Some)
     }
 
     /// The text form of public IDs.

@@ -12,7 +12,8 @@ import java.util.Optional;
  * <p>Two kinds, one API:
  * <ul>
  *   <li><b>Fixed</b>: {@code Generator.builder().layout("twitter").worker(7).build()}.
- *       No registry, no I/O; you keep worker IDs unique across processes.
+ *       No registry, no I/O; you keep worker IDs unique across processes (a
+ *       registry, below, does it for you).
  *   <li><b>Leased</b>: {@link #fromConfig(Path)}, the {@code [snowflake]} section of
  *       an {@code idmint serve} config. The worker ID is claimed from its registry
  *       (file, etcd, Redis, PostgreSQL/MySQL/SQLite including
@@ -25,6 +26,10 @@ import java.util.Optional;
  * <ul>
  *   <li><b>Thread-safe.</b> Share one generator between threads; a call is the
  *       JNI transition and one compare-and-swap. One lease per generator.
+ *   <li><b>One per worker in a process.</b> A second live generator whose IDs
+ *       would overlap this one's (the same layout, by its bits, and the same
+ *       datacenter and worker) throws {@code worker_taken}, fixed or leased,
+ *       until this one is closed (or collected).
  *   <li><b>Monotonic.</b> IDs from one generator strictly increase.
  *   <li><b>Refuses rather than risks a duplicate.</b> A leased generator whose
  *       lease is lost, or whose mark can't be persisted in time, throws
@@ -37,6 +42,12 @@ import java.util.Optional;
  * </ul>
  */
 public final class Generator implements AutoCloseable {
+    /**
+     * The most IDs one {@link #nextIds(int)} call makes, as the embedded layer
+     * decides it.
+     */
+    public static final long MAX_BATCH = Native.maxBatch();
+
     private final NativeRef ref;
     private final Layout layout;
 
@@ -82,8 +93,8 @@ public final class Generator implements AutoCloseable {
     /**
      * {@code n} IDs in increasing order.
      *
-     * @throws IdmintException {@code invalid_count} unless {@code n} is positive;
-     *     as {@link #nextId()}
+     * @throws IdmintException {@code invalid_count} unless {@code n} is 1 to
+     *     {@link #MAX_BATCH}; as {@link #nextId()}
      */
     public long[] nextIds(int n) {
         if (n < 0) {

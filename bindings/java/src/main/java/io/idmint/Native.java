@@ -44,6 +44,7 @@ final class Native {
     /** {@code [registry, worker, lease, notReady or null]}. */
     static native String[] generatorStatus(long generator);
     static native void generatorClose(long generator);
+    static native long maxBatch();
     static native void generatorFree(long generator);
 
     // Segments
@@ -51,6 +52,8 @@ final class Native {
     static native long segmentsNextId(long segments, String key);
     static native long[] segmentsNextIds(long segments, String key, int n);
     static native void segmentsClose(long segments);
+    static native long segmentsMaxCount(long segments);
+    static native long defaultMaxCount();
     static native void segmentsFree(long segments);
 
     // PublicIds

@@ -15,6 +15,13 @@ import java.util.Objects;
  * IDs buffered but not issued at close are skipped, never reissued.
  */
 public final class Segments implements AutoCloseable {
+    /**
+     * {@code server.max_count} when a config doesn't set it: the most IDs one
+     * {@link #nextIds(String, int)} call takes by default, as the embedded
+     * layer decides it.
+     */
+    public static final long DEFAULT_MAX_COUNT = Native.defaultMaxCount();
+
     private final NativeRef ref;
 
     private Segments(long handle) {
@@ -67,6 +74,18 @@ public final class Segments implements AutoCloseable {
         }
         try {
             return Native.segmentsNextIds(ref.handle, key, n);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
+    }
+
+    /**
+     * The most IDs one {@link #nextIds(String, int)} call takes: the config's
+     * {@code server.max_count} (by default {@link #DEFAULT_MAX_COUNT}).
+     */
+    public long maxCount() {
+        try {
+            return Native.segmentsMaxCount(ref.handle);
         } finally {
             Reference.reachabilityFence(this);
         }

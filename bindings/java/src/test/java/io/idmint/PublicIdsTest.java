@@ -80,9 +80,14 @@ class PublicIdsTest {
         }
         assertTrue(sawHighBit, "no 64-bit public ID with the top bit set in 199");
         assertEquals("unknown_key_id", assertThrows(IdmintException.class, () -> old.reveal(now.obfuscate(12345))).code());
+        // A malformed key: invalid_key, as docs/api.md says of the library.
         IdmintException e = assertThrows(IdmintException.class, () -> PublicIds.builder("abc").build());
-        assertEquals("invalid_config", e.code());
+        assertEquals("invalid_key", e.code());
         assertFalse(e.getMessage().contains("abc"), "a key never shows in errors");
+        for (String bad : new String[] {"zz", "0:zz", "x:" + KEY, ""}) {
+            assertEquals("invalid_key", assertThrows(IdmintException.class, () -> PublicIds.builder(bad).build()).code(), bad);
+        }
+        assertEquals("invalid_obfuscator", assertThrows(IdmintException.class, () -> PublicIds.builder(KEY).format("hex").build()).code());
         e = assertThrows(IdmintException.class, () -> PublicIds.builder(KEY).bits(300));
         assertEquals("invalid_config", e.code());
         assertTrue(e.detail().contains("300"), e.detail());
