@@ -119,12 +119,18 @@ impl Bell {
 }
 
 /// A running watch. Stopped by [`Watch::stop`] or on drop (or when its
-/// lookout's subject is gone).
+/// lookout's subject is gone). Dropping it also waits for its thread to
+/// leave (at most the scan under way), so the lookout and the work in
+/// flight are gone before the drop returns: whoever drops the preloader
+/// and then its tokio runtime never has a scan polling a lease inside a
+/// runtime that is shutting down (issue 33, item 6: "A Tokio 1.x context was
+/// found, but it is being shutdown").
 #[derive(Debug)]
 pub(crate) struct Watch {
     bell: Arc<Bell>,
     stop: Arc<AtomicBool>,
     thread: Thread,
+    joined: Option<thread::JoinHandle<()>>,
 }
 
 impl Watch {
@@ -144,7 +150,12 @@ impl Watch {
         })?;
         let thread = handle.thread().clone();
         *bell.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread.clone());
-        Ok(Watch { bell, stop, thread })
+        Ok(Watch {
+            bell,
+            stop,
+            thread,
+            joined: Some(handle),
+        })
     }
 
     /// Ends the watch: the thread leaves at its next look (at once when it
@@ -169,6 +180,14 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         self.stop();
+        // Not from the watch's own thread (work it polls could drop the
+        // last owner): a thread can't wait for itself.
+        if let Some(handle) = self.joined.take()
+            && handle.thread().id() != thread::current().id()
+            && handle.join().is_err()
+        {
+            tracing::error!("the segment preloader's thread panicked");
+        }
     }
 }
 
@@ -263,6 +282,28 @@ mod tests {
         let linger = Duration::from_millis(20);
         let watch = Watch::spawn("test-watch", bell.clone(), counter.clone(), linger).unwrap();
         (counter, bell, watch)
+    }
+
+    #[test]
+    fn a_dropped_watch_has_left_its_thread_and_dropped_its_lookout() {
+        for _ in 0..20 {
+            let (counter, _bell, watch) = started();
+            wait_for("a first scan", || counter.scans.load(Ordering::Relaxed) > 0);
+            drop(watch);
+            // The thread held the other reference; it is gone with it.
+            assert_eq!(
+                Arc::strong_count(&counter),
+                1,
+                "the thread outlived its watch"
+            );
+            let scans = counter.scans.load(Ordering::Relaxed);
+            thread::sleep(Duration::from_millis(5));
+            assert_eq!(
+                counter.scans.load(Ordering::Relaxed),
+                scans,
+                "a scan after the drop"
+            );
+        }
     }
 
     #[test]
