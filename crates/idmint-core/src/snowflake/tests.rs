@@ -942,12 +942,16 @@ fn seal_under_load_counts_every_id_taken_and_nothing_after() {
                         };
                         match got {
                             Ok(ids) => {
-                                // Nothing fails before the seal (the mark is
-                                // a minute ahead), so nothing may pass after.
-                                assert_eq!(refused, 0, "issued after a refusal");
+                                // The mark is a minute ahead: only the seal
+                                // makes it refuse, and nothing passes after.
+                                assert_eq!(refused, 0, "issued after the seal refused");
                                 mine.extend(ids);
                             }
-                            Err(_) => refused += 1,
+                            Err(Error::MarkReached { .. }) => refused += 1,
+                            // A thread that read the clock, then waited for
+                            // the CPU while others borrowed ahead, may find
+                            // itself behind: the clock policy's answer.
+                            Err(_) => {}
                         }
                     }
                     mine
