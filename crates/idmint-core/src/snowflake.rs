@@ -889,6 +889,66 @@ impl Snowflake {
         }
     }
 
+    /// Stops issuing for good and returns the generator's true high-water:
+    /// the last instant of the latest tick any of its IDs was issued in (or
+    /// of its start tick, when it issued none).
+    ///
+    /// This is what a clean stop records for the next holder of the worker
+    /// ID, instead of a mark persisted a window ahead: a generator built
+    /// [`with_start_after`](SnowflakeBuilder::with_start_after) the returned
+    /// time issues only in later ticks, so it repeats none of these IDs.
+    ///
+    /// - **Final.** Every call that completes after `seal` returns fails
+    ///   ([`Error::MarkReached`], or the layout's end), and so does every
+    ///   call that was making an ID when `seal` ran but had not yet taken
+    ///   it; an ID taken before is counted. The caller must not
+    ///   [`advance_mark`](Snowflake::advance_mark) afterwards (that would
+    ///   let IDs past the returned time out again).
+    /// - **Unbounded generators too**: unlike
+    ///   [`retract_mark`](Snowflake::retract_mark), it stops a generator built
+    ///   without a mark.
+    /// - **Every policy.** Under `rollback-bits` the state's tick can step
+    ///   back; the ticks left behind are counted from the rollback table.
+    ///   The `history` policy issues below the last tick only.
+    ///
+    /// # Why it is exact
+    ///
+    /// The mark is pulled to zero first, then the state word is moved on by
+    /// one compare-and-swap to a value it never held before (one past its
+    /// sequence field, which only grows within a tick). An ID is the result
+    /// of a read-modify-write of the state word: one ordered before that
+    /// swap is in the tick it read (counted); one ordered after it either
+    /// read the new value, and so sees the zero mark and fails, or read an
+    /// older value, and its compare-and-swap fails. A `fetch_add` claim
+    /// checks the mark after its claim, so it sees the zero mark as well.
+    #[cold]
+    pub fn seal(&self) -> Timestamp {
+        self.mark_end.fetch_min(0, Ordering::AcqRel);
+        let mut cur = self.state.load(Ordering::Acquire);
+        // One past the sequence field is a value the word never held (the
+        // field only grows within a tick, and the headroom above the
+        // layout's sequences absorbs one claim per thread, this one too).
+        while let Err(actual) =
+            self.state
+                .compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire)
+        {
+            cur = actual;
+        }
+        let (last, _, _) = self.unpack(cur);
+        // `rollback-bits`: 1 + the highest tick issued under each counter
+        // value left behind (0: never used).
+        let left_behind = lock(&self.rollback_max)
+            .iter()
+            .map(|&end| end.saturating_sub(1))
+            .max()
+            .unwrap_or(0);
+        let high = last.max(left_behind);
+        self.layout
+            .time_of_tick(high.saturating_add(1))
+            .saturating_sub(jiff::SignedDuration::from_nanos(1))
+            .unwrap_or(Timestamp::MIN)
+    }
+
     /// The current high-water mark, or `None` when the generator is unbounded.
     pub fn mark(&self) -> Option<Timestamp> {
         let end = self.mark_end.load(Ordering::Acquire);
@@ -1000,6 +1060,67 @@ mod loom_tests {
             all.dedup();
             assert_eq!(all.len(), n, "duplicate ID");
         });
+    }
+
+    /// One thread issues (two IDs, or a batch) while another seals: every ID
+    /// it got is at or below the sealed time, and once it was refused it
+    /// gets nothing more.
+    fn seal_model(exhausted: SequenceExhausted, batch: bool) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(move || {
+            let clock = ManualClock::at_millis(1_795_219_200_000);
+            let layout = tiny();
+            let g = LoomArc::new(
+                Snowflake::builder(layout)
+                    .with_clock(Arc::new(clock.clone()))
+                    .with_sequence_exhausted(exhausted)
+                    .with_mark(jiff::Timestamp::from_millisecond(1_795_219_300_000).unwrap())
+                    .build()
+                    .unwrap(),
+            );
+            let issuer = {
+                let g = g.clone();
+                loom::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    let mut refused = false;
+                    for _ in 0..2 {
+                        let ids = if batch {
+                            g.next_ids(3).map(|b| b.iter().collect::<Vec<_>>())
+                        } else {
+                            g.next_id().map(|id| vec![id])
+                        };
+                        match ids {
+                            Ok(ids) => {
+                                assert!(!refused, "issued after a refusal");
+                                got.extend(ids);
+                            }
+                            Err(_) => refused = true,
+                        }
+                    }
+                    got
+                })
+            };
+            let high = g.seal();
+            for id in issuer.join().unwrap() {
+                let time = layout.decode(id.get()).unwrap().time;
+                assert!(time <= high, "{id} at {time} passed the seal at {high}");
+            }
+            assert!(g.next_id().is_err());
+        });
+    }
+
+    #[test]
+    fn loom_seal_single_ids() {
+        seal_model(SequenceExhausted::Wait, false);
+    }
+
+    #[test]
+    fn loom_seal_batches() {
+        let borrow = SequenceExhausted::Borrow {
+            max_lead: Duration::from_millis(3),
+        };
+        seal_model(borrow, true);
     }
 
     /// Two sequence bits: four IDs a tick, so the threads cross tick boundaries.

@@ -64,6 +64,11 @@
 //!   the first two compares, so it can never raise the mark a new holder started
 //!   from; the mod-revision compare makes read-check-write one atomic step, so
 //!   the mark never goes down.
+//! - **clean stop** ([`WorkerRegistry::record_clean_stop`]): `if
+//!   lease(workers/<id>) == ours and create_revision(workers/<id>) == ours
+//!   then put marks/<id> (the last tick issued), put reported/<id> (lease)`:
+//!   fenced as a persist, but the mark is set, not raised. A persist of ours
+//!   still in flight compares the mark's old mod revision and fails.
 //! - **peers**: a sample, so that a start costs O(1) however large the
 //!   fleet: one read-only transaction of point reads of 64 random workers'
 //!   `reported/` keys (in the last claim's range), and when fewer than 16 of
@@ -1170,6 +1175,57 @@ impl WorkerRegistry for EtcdRegistry {
             ))
         };
         bounded(KIND, "persist mark", self.config.timeout, attempt).await
+    }
+
+    /// One transaction: `if lease(workers/<id>) == ours and
+    /// create_revision(workers/<id>) == ours then put marks/<id> (the
+    /// clean stop's tick), put reported/<id> (lease)`. The holding's
+    /// compares fence it as a persist; the mark is set, not raised. A
+    /// persist of ours still in flight compares the mark key's old mod
+    /// revision, so it fails after this.
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        const OP: &str = "record clean stop";
+        let (lease_id, create_revision) = parse_token(claim)?;
+        let worker = claim.worker;
+        let worker_key = self.key("workers/", worker);
+        // The next persist reads the mark key afresh.
+        self.marks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&worker);
+        let txn = Txn::new()
+            .when([
+                Compare::lease(worker_key.as_str(), CompareOp::Equal, lease_id),
+                Compare::create_revision(worker_key.as_str(), CompareOp::Equal, create_revision),
+            ])
+            .and_then([
+                TxnOp::put(self.key("marks/", worker), ceil_ms(high).to_string(), None),
+                TxnOp::put(
+                    self.key("reported/", worker),
+                    reported.as_millisecond().to_string(),
+                    Some(PutOptions::new().with_lease(lease_id)),
+                ),
+            ]);
+        let attempt = async {
+            let mut client = self.client.clone();
+            let gone =
+                || self.lease_lost(worker, format!("lease {lease_id:x} expired or was revoked"));
+            match client.txn(txn).await {
+                Ok(resp) if resp.succeeded() => Ok(()),
+                Ok(_) => Err(self.lease_lost(
+                    worker,
+                    format!("lease {lease_id:x} expired, was released or was taken over"),
+                )),
+                Err(e) if is_lease_not_found(&e) => Err(gone()),
+                Err(e) => Err(backend(OP, &e)),
+            }
+        };
+        bounded(KIND, OP, self.config.timeout, attempt).await
     }
 
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {

@@ -22,6 +22,13 @@
 //!   open was never acknowledged, so it is discarded. A lease file that doesn't
 //!   parse is an error, never read as "no mark" (that would be a guess, and the
 //!   guess that goes backwards).
+//! - **Lowered only by a clean stop.** The mark only rises while a node runs;
+//!   when it stops cleanly, the keeper seals its generator and the file's mark
+//!   becomes the last instant it really issued in (the same atomic replace),
+//!   so a restart serves at once instead of waiting out the window. A crash
+//!   never writes that record, and one cut short is not acknowledged: the
+//!   window-ahead mark stays. Older binaries read the record as a mark, and
+//!   start above it, which is safe.
 //!
 //! The same file keeps the marks of the [`fixed`](crate::fixed) registries when
 //! they are given one.
@@ -52,7 +59,9 @@ const HEADER: &str = "# idmint worker lease; replaced atomically, do not edit wh
 pub struct LeaseRecord {
     /// The worker ID last claimed from this directory.
     pub worker: u32,
-    /// The highest high-water mark persisted (`None`: never persisted).
+    /// What the next holder must start above (`None`: never persisted): the
+    /// highest mark persisted, or after a clean stop the last instant that
+    /// holder issued in.
     pub mark: Option<Timestamp>,
     /// The time the holder last reported.
     pub reported: Option<Timestamp>,
@@ -594,6 +603,44 @@ impl LocalWorker {
         Ok(())
     }
 
+    /// A clean stop: the file's mark becomes `high` (one atomic replace, so
+    /// a crash leaves either the window-ahead mark or this record), then the
+    /// shared registry's. A crash between the two leaves the shared one
+    /// higher, and a claim starts above the higher of the two: the wait of
+    /// a crash, never too little.
+    pub(crate) async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let kind = self.kind;
+        let local = claim.clone();
+        self.with_inner("record clean stop", move |inner| {
+            Self::check_token(kind, inner, &local)?;
+            let record = LeaseRecord {
+                worker: local.worker,
+                mark: Some(high),
+                reported: inner.reported.max(Some(reported)),
+            };
+            if let Some(file) = &inner.file {
+                file.write(&record)?;
+            }
+            inner.mark = record.mark;
+            inner.reported = record.reported;
+            Ok(())
+        })
+        .await?;
+        if let (Some(shared), Some(held)) = (&self.shared, self.shared_claim(claim)?) {
+            let recorded = shared.record_clean_stop(&held, high, reported).await;
+            if let Err(RegistryError::LeaseLost { .. }) = &recorded {
+                self.forget(claim);
+            }
+            recorded?;
+        }
+        Ok(())
+    }
+
     pub(crate) async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
         match (&self.shared, self.shared_claim(claim)?) {
             (Some(shared), Some(held)) => shared.peers(&held).await,
@@ -757,6 +804,15 @@ macro_rules! local_worker_registry {
                 reported: jiff::Timestamp,
             ) -> crate::error::Result<()> {
                 self.local.persist_mark(claim, mark, reported).await
+            }
+
+            async fn record_clean_stop(
+                &self,
+                claim: &crate::registry::Claim,
+                high: jiff::Timestamp,
+                reported: jiff::Timestamp,
+            ) -> crate::error::Result<()> {
+                self.local.record_clean_stop(claim, high, reported).await
             }
 
             async fn peers(

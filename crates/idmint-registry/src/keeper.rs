@@ -45,6 +45,14 @@
 //!   (an atomic read-modify-write every call, bouncing one cache line between
 //!   threads) or a `watch` channel (a lock inside). A caller still holding the old
 //!   generator gets `MarkReached` from it: it was retracted before the swap.
+//! - **A clean stop records what was really issued.** On shutdown the task
+//!   seals the generator (`Snowflake::seal`: nothing past its last issued
+//!   tick can come out any more, not even an ID in the making), records
+//!   that tick's last instant in place of the window-ahead mark
+//!   (`WorkerRegistry::record_clean_stop`, fenced like a persist), and only
+//!   then releases the claim. The next holder starts above that, usually
+//!   already past, instead of waiting out the window. A crash writes no such
+//!   record, so the next holder still waits for the window-ahead mark.
 //!
 //! # Time
 //!
@@ -1017,6 +1025,17 @@ impl Ctx {
         let mut now = self.settings.now();
         if let Some(mark) = floor {
             let deadline = tokio::time::Instant::now() + max_wait;
+            if now < mark && since(mark, now) > absorb {
+                // Said once: why a start takes this long. After a crash the
+                // stored mark is a window ahead; after a clean stop it is
+                // the last tick issued, usually already past.
+                tracing::info!(
+                    worker = claim.worker,
+                    behind = ?since(mark, now),
+                    %mark,
+                    "the clock is behind the worker's stored mark: waiting for it to pass"
+                );
+            }
             // Wait (asynchronously) for the clock to come within what the policy absorbs.
             while now < mark && since(mark, now) > absorb {
                 let behind = since(mark, now);
@@ -1436,20 +1455,29 @@ impl Task {
         }
     }
 
-    /// Stop issuing, report a last time, release.
+    /// Stop issuing for good, record what was really issued, release.
+    ///
+    /// A clean stop: the generator is sealed (no ID past its last issued
+    /// tick can come out any more, not even one in the making), then its
+    /// true high-water replaces the window-ahead mark in the registry
+    /// ([`WorkerRegistry::record_clean_stop`]), and only then is the claim
+    /// released. So the next holder waits for that tick, usually already
+    /// past, instead of the window. If the record fails, the stored mark
+    /// stays the window-ahead one: the next holder waits as after a crash.
     async fn finish(mut self) {
-        self.generator.retract_mark(Timestamp::MIN);
+        let high = self.generator.seal();
         if let Some(claim) = self.claim.take() {
             let now = self.ctx.settings.now();
-            if let Err(e) = self
+            match self
                 .ctx
                 .call(
-                    "persist mark",
-                    self.ctx.registry.persist_mark(&claim, self.persisted, now),
+                    "record clean stop",
+                    self.ctx.registry.record_clean_stop(&claim, high, now),
                 )
                 .await
             {
-                self.set_error(&e);
+                Ok(()) => tracing::debug!(worker = claim.worker, %high, "clean stop recorded"),
+                Err(e) => self.set_error(&e),
             }
             self.ctx.release_quietly(&claim).await;
         }

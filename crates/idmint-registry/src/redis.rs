@@ -57,6 +57,8 @@
 //! - **renew**: `PEXPIRE` only if the lease key still holds our token.
 //! - **persist**: raises `mark:<id>` only if the lease key holds our token and the
 //!   new mark is higher, and records the reported time.
+//! - **clean stop**: sets `mark:<id>` to what the holder really issued, under
+//!   the same check as persist (see [`WorkerRegistry::record_clean_stop`]).
 //! - **release**: `DEL` only if the lease key holds our token; the mark stays.
 //! - **peers**: reads the `reported` hash (a random sample of 64 entries when
 //!   it holds more than 128) and keeps the entries whose lease key exists,
@@ -261,6 +263,22 @@ local old = redis.call('GET', KEYS[2])
 if (not old) or tonumber(ARGV[2]) > tonumber(old) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
+redis.call('HSET', KEYS[3], ARGV[4], ARGV[3])
+return 1
+";
+
+/// A clean stop's record: as persist, fenced by our token in our epoch, but
+/// the mark is set to the tick the holder really issued up to, not raised
+/// (see `WorkerRegistry::record_clean_stop`). KEYS and ARGV as persist's.
+/// Returns 1 done, 0 expired, -1 held by another token, -2 a new epoch.
+const STOP_LUA: &str = r"
+if redis.call('HGET', KEYS[4], 'id') ~= ARGV[5] then return -2 end
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] then
+  if holder then return -1 end
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[3])
 return 1
 ";
@@ -498,6 +516,7 @@ pub struct RedisRegistry {
     claim_script: Script,
     renew_script: Script,
     persist_script: Script,
+    stop_script: Script,
     release_script: Script,
     peers_script: Script,
     fleet_script: Script,
@@ -563,6 +582,7 @@ impl RedisRegistry {
             claim_script: Script::new(CLAIM_LUA),
             renew_script: Script::new(RENEW_LUA),
             persist_script: Script::new(PERSIST_LUA),
+            stop_script: Script::new(STOP_LUA),
             release_script: Script::new(RELEASE_LUA),
             peers_script: Script::new(PEERS_LUA),
             fleet_script: Script::new(FLEET_LUA),
@@ -1016,6 +1036,41 @@ impl WorkerRegistry for RedisRegistry {
         }
         if code != 1 {
             return Err(self.lease_lost(claim.worker, code, "persist mark"));
+        }
+        Ok(())
+    }
+
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        const OP: &str = "record clean stop";
+        let lease_key = self.key("worker:", claim.worker);
+        let mark_key = self.key("mark:", claim.worker);
+        let reported_key = format!("{}reported", self.config.prefix);
+        let epoch_key = format!("{}epoch", self.config.prefix);
+        let code: i64 = self
+            .call(OP, |mut conn| {
+                let mut invocation = self.stop_script.key(&lease_key);
+                invocation
+                    .key(&mark_key)
+                    .key(&reported_key)
+                    .key(&epoch_key)
+                    .arg(&claim.token)
+                    .arg(ceil_ms(high))
+                    .arg(reported.as_millisecond())
+                    .arg(claim.worker)
+                    .arg(token_epoch(&claim.token));
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        if code == -2 {
+            return Err(self.epoch_lost(claim, OP).await);
+        }
+        if code != 1 {
+            return Err(self.lease_lost(claim.worker, code, OP));
         }
         Ok(())
     }

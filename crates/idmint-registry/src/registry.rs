@@ -149,7 +149,10 @@ impl FleetMember {
 ///   registries without leases, until released), no other claim gets the same
 ///   worker ID.
 /// - **Marks survive holders**: `stored_mark` of a claim is the highest mark any
-///   earlier holder of the ID persisted; persisting only ever raises it.
+///   earlier holder of the ID persisted; persisting only ever raises it. The
+///   one write that may lower it is a clean stop's record
+///   ([`WorkerRegistry::record_clean_stop`]), to what that holding really
+///   issued; any later persist raises it again.
 /// - **Conditional persistence**: `persist_mark` succeeds only while this claim
 ///   still holds the ID (fenced by the lease or the token), so a node that lost
 ///   its lease can never raise the mark a new holder started from.
@@ -199,6 +202,50 @@ pub trait WorkerRegistry: Send + Sync + fmt::Debug {
     /// and records `reported` as the node's last reported time.
     async fn persist_mark(&self, claim: &Claim, mark: Timestamp, reported: Timestamp)
     -> Result<()>;
+
+    /// Records a clean stop: this holding has stopped issuing for good, and
+    /// none of its IDs is later than `high` (the generator's
+    /// [`Snowflake::seal`](idmint_core::Snowflake::seal)). The worker's stored
+    /// mark becomes `high` (rounded up as every mark), in place of the mark
+    /// persisted a window ahead, so the next holder (this node restarted, or
+    /// another node taking the released ID) starts at once instead of
+    /// waiting for its clock to pass that mark. `reported` is recorded as by
+    /// [`WorkerRegistry::persist_mark`].
+    ///
+    /// The keeper calls it once, after sealing the generator and before
+    /// [`WorkerRegistry::release`]. Why it is safe to lower the mark then:
+    /// - **Only the holder, only once it stopped.** It is fenced like
+    ///   `persist_mark` (the lease or the token), so a node that lost the ID
+    ///   can't lower a new holder's mark; and the generator is sealed first,
+    ///   so no ID past `high` can come out after it.
+    /// - **Unambiguous.** It is one atomic write (a file replaced by rename,
+    ///   one statement, one transaction or script). A crash before or during
+    ///   it leaves the window-ahead mark, which is what a crash must leave.
+    /// - **Any later persist raises it again**: a persist of this holding's
+    ///   that was still in flight can only put a higher mark back (the wait
+    ///   of a crash, never too little), and the next holder's first persist
+    ///   is above `high`.
+    /// - Every earlier holding's IDs are below this holding's start, and
+    ///   `high` is at or above it, so `high` covers them too.
+    ///
+    /// The default persists `high` as a mark, which never lowers the stored
+    /// one: the next holder waits for the window-ahead mark, as after a
+    /// crash. It serves registries whose worker IDs are never taken again
+    /// (the disposable modes) and those that keep the mark elsewhere too
+    /// (ZooKeeper's `forever` mode and its local cache). A registry that
+    /// wraps another must forward this call, or every clean stop through it
+    /// costs the next holder the window.
+    ///
+    /// # Errors
+    /// Those of [`WorkerRegistry::persist_mark`]; the stored mark then stays.
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        self.persist_mark(claim, high, reported).await
+    }
 
     /// The last reported times of live peers (excluding this claim's worker):
     /// all of them, or on a large fleet a sample of at least 64 (etcd reads a

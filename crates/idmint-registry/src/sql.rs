@@ -69,6 +69,11 @@
 //! a node that lost its worker ID can neither extend the new holder's lease nor
 //! raise the mark the new holder started from. `persist_mark` only ever raises
 //! the mark (a `CASE` that keeps the larger value, portable to all three).
+//! In lease mode a clean stop's record
+//! ([`WorkerRegistry::record_clean_stop`]) sets it to the last tick the holder
+//! issued, under the same fence, in one `UPDATE`; the disposable modes never
+//! hand a worker ID out again, so they keep the default (nothing to wait
+//! for).
 //! Claims, `renew` and `persist_mark` also check the cluster's epoch in the
 //! same statement (next section).
 //!
@@ -768,6 +773,17 @@ impl WorkerRegistry for SqlRegistry {
         self.protocol().persist_mark(claim, mark, reported).await
     }
 
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        self.protocol()
+            .record_clean_stop(claim, high, reported)
+            .await
+    }
+
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
         self.protocol().peers(claim).await
     }
@@ -1161,6 +1177,45 @@ impl Base {
                     format!(
                         "mark {mark} not persisted: the lease expired or is held under another \
                          token"
+                    ),
+                )
+                .await);
+        }
+        Ok(())
+    }
+
+    /// Records a clean stop with `sql`, whose binds are the mark, the
+    /// reported time, `key` (the cluster), the worker, the token and the
+    /// epoch condition's: fenced as [`Base::persist`], but the mark is set
+    /// to `high` rather than raised.
+    async fn record_stop(
+        &self,
+        sql: &str,
+        key: Bind<'_>,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let [table, cluster, epoch] = self.guard_binds(&claim.token);
+        let binds = [
+            Bind::Int(mark_to_us_ceil(high)),
+            Bind::Int(reported.as_microsecond()),
+            key,
+            Bind::Int(i64::from(claim.worker)),
+            Bind::Text(&claim.token),
+            table,
+            cluster,
+            epoch,
+        ];
+        let rows = self.exec("record clean stop", sql, &binds).await?;
+        if rows == 0 {
+            return Err(self
+                .refused(
+                    claim,
+                    "record clean stop",
+                    format!(
+                        "clean stop at {high} not recorded: the lease expired or is held under \
+                         another token"
                     ),
                 )
                 .await);

@@ -44,6 +44,10 @@
 //! A node that lost its session can't send it at all (the server refuses
 //! requests of an expired session), and a new holder's node has a different
 //! owner, so a stale holder can never raise the mark a new holder started from.
+//! A clean stop's record ([`WorkerRegistry::record_clean_stop`]) sets the mark
+//! to the last tick the holder issued in the same multi-op. Forever mode keeps
+//! the default (the window-ahead mark stays): its mark is also in the local
+//! cache, which must never hold less than ZooKeeper.
 //!
 //! **Sessions end; registries don't.** A session that expired (ZooKeeper was
 //! unreachable for longer than its timeout) or was closed is replaced by a new
@@ -276,7 +280,8 @@ impl ZooKeeperConfig {
 /// - **Exclusive**: Forever, one worker ID per identity for good; Ephemeral, one
 ///   holder per ephemeral node while its session lives.
 /// - **Fenced marks**: raised only by version-checked writes; in Ephemeral mode
-///   only together with a write on our own ephemeral node.
+///   only together with a write on our own ephemeral node, which a clean
+///   stop's record also needs.
 /// - **Bounded**: every call fails with [`RegistryError::Timeout`] after
 ///   [`ZooKeeperConfig::timeout`].
 /// - **Thread-safe**: share it behind an `Arc`; calls share one session.
@@ -432,6 +437,17 @@ impl WorkerRegistry for ZooKeeperRegistry {
         reported: Timestamp,
     ) -> Result<()> {
         self.protocol().persist_mark(claim, mark, reported).await
+    }
+
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        self.protocol()
+            .record_clean_stop(claim, high, reported)
+            .await
     }
 
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {

@@ -606,6 +606,16 @@ impl WorkerRegistry for CountingRegistry {
         guard.finish(self.inner.persist_mark(claim, mark, reported).await)
     }
 
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> RegistryResult<()> {
+        let guard = self.guard("record_clean_stop");
+        guard.finish(self.inner.record_clean_stop(claim, high, reported).await)
+    }
+
     async fn peers(&self, claim: &Claim) -> RegistryResult<Vec<PeerReport>> {
         let guard = self.guard("peers");
         guard.finish(self.inner.peers(claim).await)

@@ -831,3 +831,146 @@ fn retract_mark_stops_new_ticks_at_once_and_advance_resumes() {
     assert_eq!(free.mark(), None);
     free.next_id().unwrap();
 }
+
+/// The highest tick among `ids`, as a time: what `seal` must cover.
+fn latest_tick_end(layout: &Layout, ids: &HashSet<Id>) -> Timestamp {
+    let latest = ids
+        .iter()
+        .map(|id| layout.decode(id.get()).unwrap().time)
+        .max()
+        .unwrap();
+    latest
+        .checked_add(jiff::SignedDuration::try_from(layout.unit()).unwrap())
+        .unwrap()
+        .checked_sub(jiff::SignedDuration::from_nanos(1))
+        .unwrap()
+}
+
+#[test]
+fn seal_returns_the_last_issued_tick_and_stops_for_good() {
+    for (name, layout, policy, exhausted) in policies() {
+        let c = clock();
+        let g = build(layout, &c, |b| {
+            b.with_clock_behind(policy)
+                .with_sequence_exhausted(exhausted)
+                .with_mark(Timestamp::from_millisecond(T0_MS + 10_000).unwrap())
+        });
+        let mut seen = HashSet::new();
+        for step in 0..20 {
+            for _ in 0..50 {
+                assert!(seen.insert(g.next_id().unwrap()), "{name}: duplicate");
+            }
+            if step % 5 == 4 && policy != ClockBehind::Fail {
+                // Back, so rollback-bits and history issue below the last tick.
+                c.step_back(ms(3));
+            } else {
+                c.advance(ms(2));
+            }
+        }
+        c.advance(ms(40));
+        let high = g.seal();
+        assert_eq!(high, latest_tick_end(&layout, &seen), "{name}");
+        assert!(g.next_id().is_err(), "{name}: issued after the seal");
+        assert!(g.next_ids(3).is_err(), "{name}: batch after the seal");
+        assert_eq!(g.seal(), high, "{name}: a second seal moves nothing");
+        // The next holder starts above it and repeats nothing, even with its
+        // clock behind (it waits, or follows its policy, from there).
+        let next = build(layout, &c, |b| {
+            b.with_clock_behind(policy)
+                .with_sequence_exhausted(exhausted)
+                .with_start_after(high)
+        });
+        for _ in 0..100 {
+            let id = next.next_id().unwrap();
+            assert!(!seen.contains(&id), "{name}: the next holder repeated {id}");
+            assert!(
+                layout.decode(id.get()).unwrap().time > high,
+                "{name}: {id} is not above the seal"
+            );
+        }
+    }
+}
+
+#[test]
+fn seal_of_a_generator_that_issued_nothing_is_its_start() {
+    let c = clock();
+    let start = Timestamp::from_millisecond(T0_MS - 500).unwrap();
+    let g = build(Layout::LEAF, &c, |b| b.with_start_after(start));
+    let high = g.seal();
+    assert_eq!(high.as_millisecond(), T0_MS - 500, "{high}");
+    assert!(high < Timestamp::from_millisecond(T0_MS - 499).unwrap());
+}
+
+#[test]
+fn seal_stops_an_unbounded_generator_too() {
+    let c = clock();
+    let g = build(Layout::TWITTER, &c, |b| b);
+    let id = g.next_id().unwrap();
+    let high = g.seal();
+    assert_eq!(high.as_millisecond(), T0_MS);
+    assert!(high > Layout::TWITTER.decode(id.get()).unwrap().time);
+    assert!(g.next_id().is_err());
+}
+
+#[test]
+fn seal_under_load_counts_every_id_taken_and_nothing_after() {
+    // Threads issue on the real clock while another seals: every ID they got
+    // must be at or below the sealed time, and none may come after.
+    for exhausted in [
+        SequenceExhausted::Wait,
+        SequenceExhausted::Borrow { max_lead: ms(5) },
+    ] {
+        let g = Arc::new(
+            Snowflake::builder(Layout::TWITTER)
+                .with_worker(3)
+                .with_sequence_exhausted(exhausted)
+                .with_mark(Timestamp::now() + jiff::SignedDuration::from_secs(60))
+                .build()
+                .unwrap(),
+        );
+        let threads: Vec<_> = (0..3)
+            .map(|i| {
+                let g = g.clone();
+                std::thread::spawn(move || {
+                    let mut mine = Vec::new();
+                    let mut refused = 0;
+                    while refused < 1000 {
+                        let got = if i == 0 {
+                            g.next_ids(7).map(|b| b.iter().collect::<Vec<_>>())
+                        } else {
+                            g.next_id().map(|id| vec![id])
+                        };
+                        match got {
+                            Ok(ids) => {
+                                // The mark is a minute ahead: only the seal
+                                // makes it refuse, and nothing passes after.
+                                assert_eq!(refused, 0, "issued after the seal refused");
+                                mine.extend(ids);
+                            }
+                            Err(Error::MarkReached { .. }) => refused += 1,
+                            // A thread that read the clock, then waited for
+                            // the CPU while others borrowed ahead, may find
+                            // itself behind: the clock policy's answer.
+                            Err(_) => {}
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        std::thread::sleep(ms(30));
+        let high = g.seal();
+        let mut all = Vec::new();
+        for t in threads {
+            all.extend(t.join().unwrap());
+        }
+        assert!(!all.is_empty());
+        let latest = all
+            .iter()
+            .map(|id| Layout::TWITTER.decode(id.get()).unwrap().time)
+            .max()
+            .unwrap();
+        assert!(latest <= high, "{latest} issued past the seal {high}");
+        assert!(g.next_id().is_err());
+    }
+}

@@ -112,6 +112,40 @@ fn close_releases_and_later_calls_fail_typed() {
     again.next_id().unwrap();
 }
 
+/// `close()` is a clean stop: the lease file then holds the last instant of
+/// the last ID's tick, not the mark persisted a window ahead, so the next
+/// open on the directory starts from there (above every ID before) at once.
+#[test]
+fn close_records_the_last_tick_issued_for_the_next_open() {
+    let _g = ordinary();
+    let file = config("[snowflake]\nregistry = \"file\"\n");
+    let lease = file
+        .path
+        .parent()
+        .unwrap()
+        .join("data")
+        .join("worker.lease");
+    let mark = || -> jiff::Timestamp {
+        let text = std::fs::read_to_string(&lease).unwrap();
+        let line = text.lines().find_map(|l| l.strip_prefix("mark=")).unwrap();
+        line.parse().unwrap()
+    };
+    let g = Generator::from_config(&file.path).unwrap();
+    let ids = g.next_ids(100_000).unwrap();
+    let last = *ids.last().unwrap();
+    let ahead = mark();
+    g.close();
+    let layout = Layout::parse("twitter").unwrap();
+    let tick_end = layout.decode(last).unwrap().time + jiff::SignedDuration::from_nanos(999_999);
+    assert!(ahead > tick_end, "{ahead}");
+    assert_eq!(mark(), tick_end);
+    let again = Generator::from_config(&file.path).unwrap();
+    let next = again.next_ids(100_000).unwrap();
+    assert!(next[0] > last);
+    let mut seen: HashSet<u64> = ids.into_iter().collect();
+    assert!(next.into_iter().all(|id| seen.insert(id)), "an ID twice");
+}
+
 /// Two generators (as two processes would) on one shared registry: distinct
 /// workers, no ID twice.
 fn two_on_one_registry(section: &str) {

@@ -326,6 +326,18 @@ impl WorkerRegistry for Leased {
             .await
     }
 
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let cluster = Bind::Text(&self.base.config.cluster);
+        self.base
+            .record_stop(&self.base.sql.lease_stop, cluster, claim, high, reported)
+            .await
+    }
+
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
         let cluster = Bind::Text(&self.base.config.cluster);
         let worker = Bind::Int(i64::from(claim.worker));

@@ -126,6 +126,9 @@ pub(super) struct Statements {
     pub(super) lease_holder: String,
     pub(super) lease_renew: String,
     pub(super) lease_persist: String,
+    /// A clean stop's record: the mark set to what the holder issued (binds:
+    /// mark, reported, cluster, worker, token, the epoch condition's).
+    pub(super) lease_stop: String,
     pub(super) lease_peers: String,
     pub(super) lease_release: String,
     pub(super) lease_fleet: String,
@@ -517,6 +520,13 @@ impl Statements {
             )),
             lease_persist: s(format!(
                 "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, MODIFIED = {wall} \
+                 WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now} \
+                 AND {holder}"
+            )),
+            // The same fence as a persist; the mark is set, not raised (see
+            // `WorkerRegistry::record_clean_stop`).
+            lease_stop: s(format!(
+                "UPDATE {t} SET MARK_US = ?, REPORTED_US = ?, MODIFIED = {wall} \
                  WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now} \
                  AND {holder}"
             )),

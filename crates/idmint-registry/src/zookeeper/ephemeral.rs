@@ -6,7 +6,8 @@
 //! the worker node ([`Ephemeral::owned_version`]); the mark is raised only in
 //! one multi-op together with a version-checked write on that node, so a
 //! holder that lost its session can never raise the mark a new holder
-//! started from.
+//! started from. A clean stop's record sets the mark to what the holder
+//! issued in the same multi-op, under the same check.
 
 use std::time::Instant;
 
@@ -30,6 +31,16 @@ const CLAIM_TRIES: usize = 4;
 /// check's median, O(1) in the fleet's size.
 const PEER_SAMPLE: u32 = 64;
 
+/// How [`Ephemeral::write_mark`] writes the mark.
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    /// A persist: only ever raised.
+    Raise,
+    /// A clean stop's record: set to what the holder issued
+    /// ([`WorkerRegistry::record_clean_stop`]).
+    CleanStop,
+}
+
 /// The Ephemeral protocol on one session (replaced when it ends).
 #[derive(Debug)]
 pub(super) struct Ephemeral {
@@ -43,6 +54,97 @@ impl Ephemeral {
 
     pub(super) fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// Writes the mark with the report, in one multi-op with a
+    /// version-checked write on our own worker node (the fence): raised
+    /// for a persist, set for a clean stop's record.
+    async fn write_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+        write: Write,
+    ) -> Result<()> {
+        let operation = match write {
+            Write::Raise => "persist mark",
+            Write::CleanStop => "record clean stop",
+        };
+        let client = self.client_for_lease(claim)?;
+        let worker_path = self.session.worker_path(claim.worker);
+        let mark_path = self.session.mark_path(claim.worker);
+        self.session
+            .call(operation, async {
+                for _ in 0..CAS_ATTEMPTS {
+                    let version = self.owned_version(&client, claim, operation).await?;
+                    // Who holds the node stays in its data (the multi-op's
+                    // version check fails if it changed since this read).
+                    let (own_data, own_stat) = match client.get_data(&worker_path).await {
+                        Ok(got) => got,
+                        Err(zk::Error::NoNode) => {
+                            return Err(self
+                                .session
+                                .lease_lost(claim.worker, "the worker node is gone"));
+                        }
+                        Err(e) => return Err(backend(operation, &e)),
+                    };
+                    if own_stat.version != version {
+                        continue;
+                    }
+                    let held = parse_record(operation, claim.worker, &own_data)?;
+                    let (old, mark_version) = match client.get_data(&mark_path).await {
+                        Ok((data, stat)) => (
+                            parse_mark_node(operation, claim.worker, &data)?,
+                            Some(stat.version),
+                        ),
+                        Err(zk::Error::NoNode) => (None, None),
+                        Err(e) => return Err(backend(operation, &e)),
+                    };
+                    let new_mark = match write {
+                        Write::Raise => old.map_or(mark, |old| old.max(mark)),
+                        Write::CleanStop => mark,
+                    };
+                    let mut multi = client.new_multi_writer();
+                    let own = render_ephemeral_reported(&held, reported);
+                    let mark_data = ceil_ms(new_mark).to_string();
+                    let built = (|| {
+                        multi.add_set_data(&worker_path, own.as_bytes(), Some(version))?;
+                        match mark_version {
+                            Some(v) => {
+                                multi.add_set_data(&mark_path, mark_data.as_bytes(), Some(v))
+                            }
+                            None => multi.add_create(
+                                &mark_path,
+                                mark_data.as_bytes(),
+                                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+                            ),
+                        }
+                    })();
+                    built.map_err(|e| backend(operation, &e))?;
+                    match multi.commit().await {
+                        Ok(_) => return Ok(()),
+                        Err(e) => match zk::Error::from(e) {
+                            // Our node or the mark changed in between: look again (a
+                            // lost node then shows as LeaseLost).
+                            zk::Error::BadVersion | zk::Error::NodeExists | zk::Error::NoNode => {
+                                continue;
+                            }
+                            zk::Error::SessionExpired => {
+                                return Err(self
+                                    .session
+                                    .lease_lost(claim.worker, "the zookeeper session expired"));
+                            }
+                            e => return Err(backend(operation, &e)),
+                        },
+                    }
+                }
+                Err(RegistryError::Backend {
+                    registry: KIND,
+                    operation,
+                    message: format!("{mark_path} kept changing over {CAS_ATTEMPTS} attempts"),
+                })
+            })
+            .await
     }
 
     /// Reads our ephemeral node and checks this session owns it; returns its version.
@@ -189,77 +291,16 @@ impl WorkerRegistry for Ephemeral {
         mark: Timestamp,
         reported: Timestamp,
     ) -> Result<()> {
-        let client = self.client_for_lease(claim)?;
-        let worker_path = self.session.worker_path(claim.worker);
-        let mark_path = self.session.mark_path(claim.worker);
-        self.session
-            .call("persist mark", async {
-                for _ in 0..CAS_ATTEMPTS {
-                    let version = self.owned_version(&client, claim, "persist mark").await?;
-                    // Who holds the node stays in its data (the multi-op's
-                    // version check fails if it changed since this read).
-                    let (own_data, own_stat) = match client.get_data(&worker_path).await {
-                        Ok(got) => got,
-                        Err(zk::Error::NoNode) => {
-                            return Err(self
-                                .session
-                                .lease_lost(claim.worker, "the worker node is gone"));
-                        }
-                        Err(e) => return Err(backend("persist mark", &e)),
-                    };
-                    if own_stat.version != version {
-                        continue;
-                    }
-                    let held = parse_record("persist mark", claim.worker, &own_data)?;
-                    let (old, mark_version) = match client.get_data(&mark_path).await {
-                        Ok((data, stat)) => (
-                            parse_mark_node("persist mark", claim.worker, &data)?,
-                            Some(stat.version),
-                        ),
-                        Err(zk::Error::NoNode) => (None, None),
-                        Err(e) => return Err(backend("persist mark", &e)),
-                    };
-                    let new_mark = old.map_or(mark, |old| old.max(mark));
-                    let mut multi = client.new_multi_writer();
-                    let own = render_ephemeral_reported(&held, reported);
-                    let mark_data = ceil_ms(new_mark).to_string();
-                    let built = (|| {
-                        multi.add_set_data(&worker_path, own.as_bytes(), Some(version))?;
-                        match mark_version {
-                            Some(v) => {
-                                multi.add_set_data(&mark_path, mark_data.as_bytes(), Some(v))
-                            }
-                            None => multi.add_create(
-                                &mark_path,
-                                mark_data.as_bytes(),
-                                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-                            ),
-                        }
-                    })();
-                    built.map_err(|e| backend("persist mark", &e))?;
-                    match multi.commit().await {
-                        Ok(_) => return Ok(()),
-                        Err(e) => match zk::Error::from(e) {
-                            // Our node or the mark changed in between: look again (a
-                            // lost node then shows as LeaseLost).
-                            zk::Error::BadVersion | zk::Error::NodeExists | zk::Error::NoNode => {
-                                continue;
-                            }
-                            zk::Error::SessionExpired => {
-                                return Err(self
-                                    .session
-                                    .lease_lost(claim.worker, "the zookeeper session expired"));
-                            }
-                            e => return Err(backend("persist mark", &e)),
-                        },
-                    }
-                }
-                Err(RegistryError::Backend {
-                    registry: KIND,
-                    operation: "persist mark",
-                    message: format!("{mark_path} kept changing over {CAS_ATTEMPTS} attempts"),
-                })
-            })
+        self.write_mark(claim, mark, reported, Write::Raise).await
+    }
+
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        self.write_mark(claim, high, reported, Write::CleanStop)
             .await
     }
 

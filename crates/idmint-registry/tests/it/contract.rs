@@ -9,7 +9,9 @@
 //! a takeover of a dead node's ID both issue only above what was issued before;
 //! and what those rest on (marks only rise, a released or expired holder is
 //! fenced out, peers are the live workers that reported, a given worker ID is
-//! claimed once and the holder is named).
+//! claimed once and the holder is named). A clean stop records what its holder
+//! really issued, so the next holder starts at once; a crash leaves the
+//! window-ahead mark, which the next holder still waits out.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -92,6 +94,8 @@ macro_rules! contract_suite {
             a_given_worker_is_claimed_once_and_the_holder_is_named,
             a_second_node_deriving_the_same_worker_fails_at_start_naming_both,
             the_fleet_lists_every_holder_with_its_identity_report_and_mark,
+            a_clean_stop_sets_the_mark_to_what_was_issued_fenced_and_raised_again,
+            a_clean_stop_lets_the_next_holder_start_at_once_and_a_crash_does_not,
         );
     };
     ($make:ident: $($scenario:ident),+ $(,)?) => {
@@ -1165,5 +1169,132 @@ pub async fn marks_read_back_rounded_up_to_the_millisecond(registry: &impl Reads
         registry.stored(claim.worker).await,
         Some(mark(501)),
         "the mark outlives the holding"
+    );
+}
+
+// ---- Clean stops ----
+
+/// A clean stop's record sets the stored mark to what the holder issued, in
+/// place of the window-ahead mark (rounded up, never down); a released or
+/// taken-over holder can't record one; the next persist raises it again.
+pub async fn a_clean_stop_sets_the_mark_to_what_was_issued_fenced_and_raised_again<B: Backend>(
+    b: B,
+) {
+    let kind = b.kind();
+    let first = b.node(LONG).await;
+    let second = b.node(LONG).await;
+    let claim = first.claim(&identity(1), 1).await.unwrap();
+    first
+        .persist_mark(&claim, mark(3_000), mark(0))
+        .await
+        .unwrap();
+    let high = mark(200) + SignedDuration::from_micros(300);
+    first
+        .record_clean_stop(&claim, high, mark(250))
+        .await
+        .unwrap();
+    first.release(&claim).await.unwrap();
+    assert_lease_lost(
+        kind,
+        claim.worker,
+        "record a clean stop",
+        first.record_clean_stop(&claim, mark(0), mark(0)).await,
+    );
+    let next = second.claim(&identity(2), 1).await.unwrap();
+    assert_eq!(next.worker, claim.worker);
+    let stored = next.stored_mark.expect("a clean stop leaves a mark");
+    assert!(
+        stored >= high && stored <= high + SignedDuration::from_millis(1),
+        "{kind}: stored {stored} after a clean stop at {high}"
+    );
+    // The old holder can't lower what the new one persisted.
+    second
+        .persist_mark(&next, mark(1_000), mark(300))
+        .await
+        .unwrap();
+    assert_lease_lost(
+        kind,
+        claim.worker,
+        "record a clean stop over a new holder",
+        first.record_clean_stop(&claim, mark(0), mark(0)).await,
+    );
+    second.release(&next).await.unwrap();
+    let last = first.claim(&identity(3), 1).await.unwrap();
+    assert_eq!(
+        last.stored_mark,
+        Some(mark(1_000)),
+        "{kind}: a persist after a clean stop raises the mark again"
+    );
+}
+
+/// A keeps issuing and stops cleanly; B, with the same clock and no leave to
+/// wait for the clock at all (the `fail` policy, no start wait), takes the
+/// released worker at once and issues above every ID of A's. B then dies
+/// (its connection cut: no record, no release); C, on the same terms, is
+/// refused, as the window-ahead mark B left is ahead of its clock, and once
+/// its clock has passed that mark, starts above every ID of B's.
+pub async fn a_clean_stop_lets_the_next_holder_start_at_once_and_a_crash_does_not<B: Backend>(
+    b: B,
+) {
+    let kind = b.kind();
+    let layout = one_worker_layout();
+    let c = clock();
+    let settings = GeneratorSettings::new(layout)
+        .with_clock(Arc::new(c.clone()))
+        .with_clock_behind(ClockBehind::Fail);
+    let config = keeper_config().with_max_start_wait(Duration::ZERO);
+    let start = |registry: Arc<dyn WorkerRegistry>, n: usize| {
+        let settings = settings.clone();
+        async move {
+            let deadline = Instant::now() + KEEPER_TTL * 3 + Duration::from_secs(3);
+            loop {
+                match WorkerKeeper::start(registry.clone(), identity(n), settings.clone(), config)
+                    .await
+                {
+                    // A dead holder's lease has yet to run out.
+                    Err(RegistryError::Exhausted { .. }) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    other => return other,
+                }
+            }
+        }
+    };
+
+    let a = start(b.node(KEEPER_TTL).await, 1).await.unwrap();
+    let a_ids = issue(a.handle(), &c, 5).await;
+    let a_max = *a_ids.iter().max().unwrap();
+    a.shutdown().await;
+
+    let b_link = Severable::new(b.node(KEEPER_TTL).await);
+    let b_keeper = start(b_link.clone(), 2)
+        .await
+        .unwrap_or_else(|e| panic!("{kind}: B waited after A's clean stop: {e}"));
+    let b_ids = issue(b_keeper.handle(), &c, 3).await;
+    assert!(
+        b_ids.iter().all(|id| *id > a_max),
+        "{kind}: B issued {:?} (at {}), not above A's {a_max:?} (at {})",
+        b_ids[0],
+        id_time(&layout, b_ids[0]),
+        id_time(&layout, a_max)
+    );
+    let b_max = *b_ids.iter().max().unwrap();
+    b_link.sever();
+    drop(b_keeper);
+
+    let node_c = b.node(KEEPER_TTL).await;
+    let err = start(node_c.clone(), 3).await.map(drop).unwrap_err();
+    assert!(
+        matches!(err, RegistryError::ClockBehindMark { .. }),
+        "{kind}: after a crash the next holder must wait out the mark: {err}"
+    );
+    c.advance(Duration::from_secs(4));
+    let c_keeper = start(node_c, 3).await.unwrap();
+    let c_ids = issue(c_keeper.handle(), &c, 2).await;
+    c_keeper.shutdown().await;
+    assert!(
+        c_ids.iter().all(|id| *id > b_max),
+        "{kind}: C issued {:?}, not above B's {b_max:?}",
+        c_ids[0]
     );
 }

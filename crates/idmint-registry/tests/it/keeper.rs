@@ -471,12 +471,23 @@ async fn shutdown_stops_issuing_reports_and_releases() {
         .await
         .unwrap();
     let h = guard.handle().clone();
-    h.next_id().unwrap();
+    let last = h.next_id().unwrap();
     assert!(reg.is_held(0));
+    let ahead = reg.mark(0).unwrap();
     guard.shutdown().await;
     assert!(!reg.is_held(0));
     assert!(matches!(h.next_id(), Err(CoreError::MarkReached { .. })));
     assert_eq!(h.status().lease, LeaseState::Stopped);
+    // A clean stop records the last instant of the last ID's tick in place
+    // of the window-ahead mark.
+    let recorded = reg.mark(0).unwrap();
+    let last_tick = id_time(&LAYOUT, last);
+    assert_eq!(
+        recorded,
+        last_tick + SignedDuration::from_nanos(LAYOUT.unit().as_nanos() as i64 - 1),
+        "the window-ahead mark was {ahead}"
+    );
+    assert!(recorded < ahead);
 
     // Dropping the guard does the same in the background.
     let reg = Arc::new(MemRegistry::with_ttl(Duration::from_secs(9)));

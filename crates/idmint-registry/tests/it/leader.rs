@@ -200,6 +200,36 @@ async fn a_new_leader_with_its_clock_an_hour_behind_goes_on_from_the_mark() {
     guard_b.shutdown().await;
 }
 
+/// A leader that steps down cleanly records what it really issued in place
+/// of its window-ahead mark, so the next leader goes on from there at once,
+/// not from a mark ahead of every clock; its IDs are still above all of the
+/// old leader's.
+#[tokio::test(start_paused = true)]
+async fn a_leader_stepping_down_cleanly_hands_over_its_true_high_water() {
+    let reg = Arc::new(MemRegistry::with_ttl(TTL));
+    let c = clock();
+    let guard_a = campaign(shared(&reg), identity(0), Some(&c));
+    let oracle_a = guard_a.oracle().clone();
+    one_leader(&[&oracle_a], Duration::from_secs(5)).await;
+    // Only now does the second node campaign, so the first one leads.
+    let guard_b = campaign(shared(&reg), identity(1), Some(&c));
+    let before = ids(&oracle_a, 50_000);
+    let window_ahead = reg.mark(0).expect("the leader persisted a mark");
+    guard_a.shutdown().await;
+    let recorded = reg.mark(0).unwrap();
+    assert!(recorded < window_ahead, "{recorded} !< {window_ahead}");
+    let oracle_b = guard_b.oracle();
+    one_leader(&[oracle_b], Duration::from_secs(5)).await;
+    let after = ids(oracle_b, 10);
+    assert!(after[0] > *before.last().unwrap());
+    let first = Layout::TSO.decode(after[0].get()).unwrap().time;
+    assert!(
+        first < window_ahead,
+        "the new leader started at {first}, past the old leader's window-ahead mark"
+    );
+    guard_b.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_layout_with_node_bits_or_a_zero_poll_is_refused() {
     let reg: Arc<dyn WorkerRegistry> = Arc::new(MemRegistry::with_ttl(TTL));

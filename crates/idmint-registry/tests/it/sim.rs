@@ -5,7 +5,10 @@
 //!
 //! Each seed runs `IDMINT_SIM_NODES` nodes for `IDMINT_SIM_HOURS` of
 //! simulated time: crashes (SIGKILL) and restarts with the clock maybe
-//! behind, graceful restarts, pauses (SIGSTOP) often past the lease, wall
+//! behind, graceful restarts (a clean stop: the generator sealed and what it
+//! really issued recorded in place of the window-ahead mark, so the next
+//! holder of the worker, this node or another, starts above that), pauses
+//! (SIGSTOP) often past the lease, wall
 //! clocks that step back (up to 5 h) and forward and drift, links that refuse
 //! or hang, and registry calls that fail, stall, answer late or lose their
 //! answer. Every issued ID is checked at once: no ID twice across the fleet,
@@ -284,6 +287,8 @@ fn add(total: &mut Stats, s: &Stats) {
         a.refused += b.refused;
         a.blackholed += b.blackholed;
         a.lease_lost += b.lease_lost;
+        a.clean_stops += b.clean_stops;
+        a.claims_after_clean_stop += b.claims_after_clean_stop;
     };
     sum(&mut total.workers, &s.workers);
     sum(&mut total.oracle, &s.oracle);
@@ -308,6 +313,11 @@ fn exercised(t: &Stats) {
         ("refused calls", t.workers.refused),
         ("blackholed calls", t.workers.blackholed),
         ("lost leases", t.workers.lease_lost),
+        ("clean stops recorded", t.workers.clean_stops),
+        (
+            "claims above a clean stop's record",
+            t.workers.claims_after_clean_stop,
+        ),
         ("lost oracle leases", t.oracle.lease_lost),
     ] {
         if n == 0 {

@@ -263,6 +263,29 @@ impl WorkerRegistry for MemRegistry {
         Ok(())
     }
 
+    /// Fenced as a persist; the mark is set to `high`, as the trait allows
+    /// a clean stop to.
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<(), RegistryError> {
+        self.maybe_hang().await;
+        if self.fail_persist.load(Ordering::SeqCst) {
+            return Err(RegistryError::Backend {
+                registry: "mem",
+                operation: "record clean stop",
+                message: "injected failure".to_owned(),
+            });
+        }
+        let mut s = self.state();
+        self.check(&s, claim)?;
+        s.marks.insert(claim.worker, high);
+        s.reports.insert(claim.worker, reported);
+        Ok(())
+    }
+
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>, RegistryError> {
         self.maybe_hang().await;
         Ok(self
@@ -423,6 +446,17 @@ impl WorkerRegistry for Severable {
     ) -> Result<(), RegistryError> {
         self.get("persist mark")?
             .persist_mark(claim, mark, reported)
+            .await
+    }
+
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<(), RegistryError> {
+        self.get("record clean stop")?
+            .record_clean_stop(claim, high, reported)
             .await
     }
 

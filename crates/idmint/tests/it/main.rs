@@ -29,6 +29,7 @@ mod serve_outage;
 mod serve_policies;
 mod serve_resp;
 mod serve_resp_clients;
+mod serve_restart;
 mod serve_segment_reset;
 mod serve_status_page;
 mod serve_tinyid;

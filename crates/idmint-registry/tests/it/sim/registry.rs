@@ -5,11 +5,13 @@
 //! The contract, as `registry.rs` states it and as it holds here:
 //! - **Exclusive**: a claim takes only a worker with no live lease (its
 //!   expiry, by the registry's clock, not past).
-//! - **Marks survive holders and only rise**: a claim returns the highest
-//!   mark ever persisted for the worker; `persist_mark` raises it, never
-//!   lowers it, and the mark outlives releases and expiries.
-//! - **Fenced persistence**: `renew` and `persist_mark` succeed only for the
-//!   live holder's token; anything else is `LeaseLost`.
+//! - **Marks survive holders**: a claim returns the highest mark ever
+//!   persisted for the worker; `persist_mark` raises it, never lowers it, and
+//!   the mark outlives releases and expiries. A clean stop's record
+//!   (`record_clean_stop`) sets it to what that holding issued, until the
+//!   next persist raises it again.
+//! - **Fenced persistence**: `renew`, `persist_mark` and `record_clean_stop`
+//!   succeed only for the live holder's token; anything else is `LeaseLost`.
 //! - **Bounded**: every call either answers or hangs (a stall); the keeper's
 //!   call timeout bounds it, as for every real backend.
 //! - **Typed exhaustion**: `Exhausted` with the count in use.
@@ -164,6 +166,10 @@ pub struct Injected {
     pub blackholed: u64,
     pub lease_lost: u64,
     pub exhausted: u64,
+    /// Clean stops recorded (the mark set to what the holder issued).
+    pub clean_stops: u64,
+    /// Claims whose stored mark was a clean stop's record.
+    pub claims_after_clean_stop: u64,
 }
 
 #[derive(Debug)]
@@ -184,6 +190,8 @@ struct State {
     now: u64,
     holders: BTreeMap<u32, Holding>,
     marks: BTreeMap<u32, Timestamp>,
+    /// Workers whose mark is a clean stop's record (no persist since).
+    clean: std::collections::BTreeSet<u32>,
     reports: BTreeMap<u32, Timestamp>,
     /// Holdings that ended (released, or expired and taken over), for `fleet`.
     ended: BTreeMap<u32, (NodeIdentity, u64)>,
@@ -256,6 +264,9 @@ impl SimRegistry {
             Some(Flaw::ForgetMarks) => None,
             _ => s.marks.get(&worker).copied(),
         };
+        if s.clean.contains(&worker) {
+            s.injected.claims_after_clean_stop += 1;
+        }
         Claim {
             worker,
             stored_mark,
@@ -396,6 +407,22 @@ impl SimRegistry {
         }
         let m = s.marks.entry(claim.worker).or_insert(mark);
         *m = (*m).max(mark);
+        s.clean.remove(&claim.worker);
+        s.reports.insert(claim.worker, reported);
+        Ok(())
+    }
+
+    fn record_clean_stop(
+        &self,
+        s: &mut State,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<(), RegistryError> {
+        self.check(s, claim)?;
+        s.marks.insert(claim.worker, high);
+        s.clean.insert(claim.worker);
+        s.injected.clean_stops += 1;
         s.reports.insert(claim.worker, reported);
         Ok(())
     }
@@ -691,6 +718,24 @@ impl WorkerRegistry for SimLink {
             Box::new(move |r, s, _| {
                 r.persist_mark(s, claim, mark, reported)
                     .map(|()| Persisted(mark))
+            }),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<(), RegistryError> {
+        self.call(
+            "clean stop",
+            Some(claim.worker),
+            Box::new(move |r, s, _| {
+                r.record_clean_stop(s, claim, high, reported)
+                    .map(|()| Persisted(high))
             }),
         )
         .await

@@ -171,6 +171,19 @@ impl WorkerRegistry for Tracked {
         self.count(true, self.inner.persist_mark(claim, mark, reported).await)
     }
 
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<(), RegistryError> {
+        self.check("record clean stop")?;
+        self.count(
+            true,
+            self.inner.record_clean_stop(claim, high, reported).await,
+        )
+    }
+
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>, RegistryError> {
         self.check("peers")?;
         self.count(false, self.inner.peers(claim).await)
