@@ -53,7 +53,7 @@ pub fn spawn_with_args(
     std::fs::create_dir_all(&side).unwrap();
     let ready = side.join("ready");
     let log = side.join("stderr.log");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_idmint"));
+    let mut command = idmint_command();
     command.arg("serve");
     if let Some(text) = config {
         let path = side.join("idmint.toml");
@@ -69,16 +69,23 @@ pub fn spawn_with_args(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());
-    for (name, _) in std::env::vars() {
-        if name.starts_with("IDMINT_") {
-            command.env_remove(name);
-        }
-    }
     command.env("IDMINT_LOG", "info");
     for (name, value) in env {
         command.env(name, value);
     }
     (command.spawn().expect("run idmint serve"), ready, log)
+}
+
+/// The `idmint` binary with every `IDMINT_` variable of the test's
+/// environment removed, so it sees only the settings a test gives it.
+pub fn idmint_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_idmint"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("IDMINT_") {
+            command.env_remove(name);
+        }
+    }
+    command
 }
 
 impl Served {
@@ -758,7 +765,7 @@ fn serve_ready_file_names_a_live_server_or_is_gone() {
     let serve = |config: &str| {
         let config_path = dir.path().join("idmint.toml");
         std::fs::write(&config_path, config).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_idmint"));
+        let mut command = idmint_command();
         command
             .arg("serve")
             .arg("--config")
@@ -770,11 +777,6 @@ fn serve_ready_file_names_a_live_server_or_is_gone() {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        for (name, _) in std::env::vars() {
-            if name.starts_with("IDMINT_") {
-                command.env_remove(name);
-            }
-        }
         command
     };
 

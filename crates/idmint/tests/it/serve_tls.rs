@@ -604,13 +604,8 @@ fn serve_reads_a_config_files_relative_paths_from_the_files_folder() {
     )
     .unwrap();
     let idmint = |args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_idmint"));
+        let mut command = crate::serve::idmint_command();
         command.args(args).current_dir(root.path());
-        for (name, _) in std::env::vars() {
-            if name.starts_with("IDMINT_") {
-                command.env_remove(name);
-            }
-        }
         command
     };
 
