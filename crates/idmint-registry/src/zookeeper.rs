@@ -45,9 +45,9 @@
 //! requests of an expired session), and a new holder's node has a different
 //! owner, so a stale holder can never raise the mark a new holder started from.
 //! A clean stop's record ([`WorkerRegistry::record_clean_stop`]) sets the mark
-//! to the last tick the holder issued in the same multi-op. Forever mode keeps
-//! the default (the window-ahead mark stays): its mark is also in the local
-//! cache, which must never hold less than ZooKeeper.
+//! to the last tick the holder issued in the same multi-op. Forever mode sets
+//! it by a version-checked `setData` on its node, then in the local cache
+//! (ZooKeeper first, so the cache never holds less: `zookeeper/forever.rs`).
 //!
 //! **Sessions end; registries don't.** A session that expired (ZooKeeper was
 //! unreachable for longer than its timeout) or was closed is replaced by a new

@@ -6,6 +6,14 @@
 //! No lease: `renew` and `release` do nothing, because the ID belongs to its
 //! identity for good. The mark is raised by a version-checked `setData`; the
 //! cache file is written before ZooKeeper, so it never holds less.
+//!
+//! A clean stop's record sets the mark to the last tick issued, in the
+//! opposite order, so that the cache still never holds less than
+//! ZooKeeper: ZooKeeper first, then the cache. A crash between the two
+//! leaves the cache at the window-ahead mark, which only makes the next
+//! start wait as after a crash. Offline (a claim from the cache), the cache
+//! alone: ZooKeeper holds at most the mark that claim started above, and the
+//! recorded tick is past it.
 
 use std::fs;
 use std::io::Write;
@@ -28,6 +36,13 @@ use crate::util::ceil_ms;
 
 /// The token prefix of a claim served from the local cache while offline.
 const OFFLINE: &str = "cache:";
+
+/// How a cache write treats the mark already cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cached {
+    Raise,
+    Set,
+}
 
 /// The Forever protocol on one session (or offline, from the cache).
 #[derive(Debug)]
@@ -105,19 +120,33 @@ impl Forever {
     }
 
     fn write_cache(&self, address: &str, worker: u32, mark: Option<Timestamp>) -> Result<()> {
+        self.store_cache(address, worker, mark, Cached::Raise)
+    }
+
+    /// Writes the cache: `mark` or the cached one, whichever is higher
+    /// (`Cached::Raise`, every persist: a concurrent writer may have stored
+    /// a higher one), or `mark` as it is (`Cached::Set`, a clean stop's
+    /// record only, after ZooKeeper's).
+    fn store_cache(
+        &self,
+        address: &str,
+        worker: u32,
+        mark: Option<Timestamp>,
+        how: Cached,
+    ) -> Result<()> {
         let Some(path) = self.cache_path(address) else {
             return Ok(());
         };
         let _guard = self.cache_lock.lock().unwrap_or_else(|e| e.into_inner());
-        // Only raise: a concurrent writer may have stored a higher mark.
-        let current = self
-            .read_cache(address)?
-            .filter(|c| c.worker == worker)
-            .and_then(|c| c.mark);
-        let record = CacheRecord {
-            worker,
-            mark: current.max(mark),
+        let mark = match how {
+            Cached::Raise => self
+                .read_cache(address)?
+                .filter(|c| c.worker == worker)
+                .and_then(|c| c.mark)
+                .max(mark),
+            Cached::Set => mark,
         };
+        let record = CacheRecord { worker, mark };
         let dir = path.parent().unwrap_or(Path::new("."));
         fs::create_dir_all(dir)
             .map_err(|e| cache_error(format!("create {}: {e}", dir.display())))?;
@@ -227,18 +256,57 @@ impl WorkerRegistry for Forever {
         Ok(None)
     }
 
+    /// The mark set to `high` (see the module docs): ZooKeeper's node first,
+    /// by a version-checked `setData`, then the cache; offline, the cache.
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let address = claim_address(claim);
+        if !claim.token.starts_with(OFFLINE) {
+            let client = self.session.live_client("record clean stop").await?;
+            let path = claim.token.clone();
+            self.session
+                .call("record clean stop", async {
+                    for _ in 0..CAS_ATTEMPTS {
+                        let (data, stat) = client
+                            .get_data(&path)
+                            .await
+                            .map_err(|e| backend("record clean stop", &e))?;
+                        let record = parse_record("record clean stop", claim.worker, &data)?;
+                        let data =
+                            render_forever(&address, record.host.as_deref(), reported, Some(high));
+                        match client
+                            .set_data(&path, data.as_bytes(), Some(stat.version))
+                            .await
+                        {
+                            Ok(_) => return Ok(()),
+                            Err(zk::Error::BadVersion) => continue,
+                            Err(e) => return Err(backend("record clean stop", &e)),
+                        }
+                    }
+                    Err(RegistryError::Backend {
+                        registry: KIND,
+                        operation: "record clean stop",
+                        message: format!(
+                            "{path} kept changing over {CAS_ATTEMPTS} compare-and-set attempts"
+                        ),
+                    })
+                })
+                .await?;
+        }
+        self.store_cache(&address, claim.worker, Some(high), Cached::Set)
+    }
+
     async fn persist_mark(
         &self,
         claim: &Claim,
         mark: Timestamp,
         reported: Timestamp,
     ) -> Result<()> {
-        let address = claim
-            .token
-            .strip_prefix(OFFLINE)
-            .map(str::to_owned)
-            .or_else(|| address_of_path(&claim.token))
-            .unwrap_or_default();
+        let address = claim_address(claim);
         // The cache first: it must never hold less than ZooKeeper.
         if self.session.config.cache_dir.is_some() {
             let cached = self.read_cache(&address)?.and_then(|c| c.mark);
@@ -389,6 +457,17 @@ impl WorkerRegistry for Forever {
         // A forever worker ID belongs to its identity for good; the mark stays.
         Ok(())
     }
+}
+
+/// The `ip:port` identity a claim was made for (its node's name, or the
+/// offline token's).
+fn claim_address(claim: &Claim) -> String {
+    claim
+        .token
+        .strip_prefix(OFFLINE)
+        .map(str::to_owned)
+        .or_else(|| address_of_path(&claim.token))
+        .unwrap_or_default()
 }
 
 /// What the local cache file holds.

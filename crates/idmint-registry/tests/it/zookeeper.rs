@@ -322,6 +322,73 @@ async fn forever_identities_keep_their_ids_when_the_range_is_full() {
     assert_eq!(reg.claim(&ident(9002), 4).await.unwrap().worker, 2);
 }
 
+/// Forever mode records a clean stop too (issue 36): the identity's next
+/// start finds the last tick issued, not the window-ahead mark, in
+/// ZooKeeper and in the local cache alike (the cache never below
+/// ZooKeeper), and a persist afterwards raises both again. Offline, the
+/// cache alone is set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forever_clean_stop_sets_zookeeper_and_the_cache_to_what_was_issued() {
+    let Some(addr) = zk_addr() else { return };
+    let cluster = unique_name("clean-stop");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(ZooKeeperMode::Forever, &cluster).with_cache_dir(dir.path());
+    let reg = connect(&addr, cfg.clone()).await;
+    let claim = reg.claim(&ident(7), 1024).await.unwrap();
+    reg.persist_mark(&claim, ms(T0_MS + 3_000), ms(T0_MS))
+        .await
+        .unwrap();
+    let high = ms(T0_MS + 200) + jiff::SignedDuration::from_micros(300);
+    reg.record_clean_stop(&claim, high, ms(T0_MS + 250))
+        .await
+        .unwrap();
+    let again = reg.claim(&ident(7), 1024).await.unwrap();
+    assert_eq!(again.worker, claim.worker);
+    assert_eq!(
+        again.stored_mark,
+        Some(ms(T0_MS + 201)),
+        "rounded up, not the window's"
+    );
+    drop(reg);
+
+    // The cache says the same: offline, the identity starts from it.
+    let cfg_down = cfg.clone().with_timeout(Duration::from_secs(1));
+    let offline = ZooKeeperRegistry::connect(&closed_port(), cfg_down.clone())
+        .await
+        .unwrap();
+    let cached = offline.claim(&ident(7), 1024).await.unwrap();
+    assert_eq!(cached.stored_mark, Some(ms(T0_MS + 201)));
+    // Offline, a run persists ahead and stops cleanly: the cache alone.
+    offline
+        .persist_mark(&cached, ms(T0_MS + 9_000), ms(T0_MS + 300))
+        .await
+        .unwrap();
+    offline
+        .record_clean_stop(&cached, ms(T0_MS + 400), ms(T0_MS + 400))
+        .await
+        .unwrap();
+    let offline = ZooKeeperRegistry::connect(&closed_port(), cfg_down)
+        .await
+        .unwrap();
+    assert_eq!(
+        offline.claim(&ident(7), 1024).await.unwrap().stored_mark,
+        Some(ms(T0_MS + 400))
+    );
+
+    // Online again: the claim takes the higher of ZooKeeper and the cache,
+    // and a persist raises the mark again.
+    let reg = connect(&addr, cfg).await;
+    let back = reg.claim(&ident(7), 1024).await.unwrap();
+    assert_eq!(back.stored_mark, Some(ms(T0_MS + 400)));
+    reg.persist_mark(&back, ms(T0_MS + 5_000), ms(T0_MS + 450))
+        .await
+        .unwrap();
+    assert_eq!(
+        reg.claim(&ident(7), 1024).await.unwrap().stored_mark,
+        Some(ms(T0_MS + 5_000))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forever_cache_starts_without_zookeeper_and_never_skips_the_clock_check() {
     let Some(addr) = zk_addr() else { return };
