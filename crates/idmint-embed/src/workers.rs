@@ -452,6 +452,18 @@ impl WorkerRegistry for CheckedRegistry {
         self.inner.persist_mark(claim, mark, reported).await
     }
 
+    /// Forwarded: the trait's default persists the tick as a mark, which
+    /// never lowers the window-ahead one, so close() would cost the next
+    /// open the window again.
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<(), RegistryError> {
+        self.inner.record_clean_stop(claim, high, reported).await
+    }
+
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>, RegistryError> {
         self.inner.peers(claim).await
     }

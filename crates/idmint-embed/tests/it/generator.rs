@@ -118,7 +118,9 @@ fn close_releases_and_later_calls_fail_typed() {
 #[test]
 fn close_records_the_last_tick_issued_for_the_next_open() {
     let _g = ordinary();
-    let file = config("[snowflake]\nregistry = \"file\"\n");
+    // A layout of its own: another test of this process holds the file
+    // registry's worker 0 of `twitter`, and one process refuses a second.
+    let file = config("[snowflake]\nlayout = \"twitter,epoch=2022-06-07\"\nregistry = \"file\"\n");
     let lease = file
         .path
         .parent()
@@ -135,7 +137,7 @@ fn close_records_the_last_tick_issued_for_the_next_open() {
     let last = *ids.last().unwrap();
     let ahead = mark();
     g.close();
-    let layout = Layout::parse("twitter").unwrap();
+    let layout = Layout::parse("twitter,epoch=2022-06-07").unwrap();
     let tick_end = layout.decode(last).unwrap().time + jiff::SignedDuration::from_nanos(999_999);
     assert!(ahead > tick_end, "{ahead}");
     assert_eq!(mark(), tick_end);
