@@ -831,7 +831,8 @@ mod tests {
         let config = Config::load(Some(&file), vars(&[])).unwrap();
         config.validate().unwrap();
         let tls = config.tls.unwrap();
-        assert_eq!(tls.cert.as_deref(), Some(Path::new("s.pem")));
+        // Read from the file's folder, as every relative path in a config file.
+        assert_eq!(tls.cert, Some(dir.path().join("s.pem")));
         assert_eq!((tls.http, tls.grpc, tls.resp), (true, true, false));
         assert_eq!(tls.poll_interval, Duration::from_secs(5));
         assert!(tls.client_ca.is_none());
