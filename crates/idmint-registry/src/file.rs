@@ -574,33 +574,8 @@ impl LocalWorker {
         mark: Timestamp,
         reported: Timestamp,
     ) -> Result<()> {
-        let kind = self.kind;
-        let local = claim.clone();
-        self.with_inner("persist mark", move |inner| {
-            Self::check_token(kind, inner, &local)?;
-            let record = LeaseRecord {
-                worker: local.worker,
-                mark: inner.mark.max(Some(mark)),
-                reported: inner.reported.max(Some(reported)),
-            };
-            if let Some(file) = &inner.file {
-                file.write(&record)?;
-            }
-            inner.mark = record.mark;
-            inner.reported = record.reported;
-            Ok(())
-        })
-        .await?;
-        // Both stores must hold the mark before it counts: the file for this
-        // node's restarts, the shared registry for whoever holds the ID next.
-        if let (Some(shared), Some(held)) = (&self.shared, self.shared_claim(claim)?) {
-            let persisted = shared.persist_mark(&held, mark, reported).await;
-            if let Err(RegistryError::LeaseLost { .. }) = &persisted {
-                self.forget(claim);
-            }
-            persisted?;
-        }
-        Ok(())
+        self.write_mark(claim, mark, reported, MarkWrite::Raise)
+            .await
     }
 
     /// A clean stop: the file's mark becomes `high` (one atomic replace, so
@@ -614,13 +589,32 @@ impl LocalWorker {
         high: Timestamp,
         reported: Timestamp,
     ) -> Result<()> {
+        self.write_mark(claim, high, reported, MarkWrite::CleanStop)
+            .await
+    }
+
+    /// Writes the mark to the file, then to the shared registry: both must
+    /// hold it before it counts (the file for this node's restarts, the
+    /// shared registry for whoever holds the ID next). `how` says whether
+    /// it only raises the stored mark (a persist) or replaces it (a clean
+    /// stop's record).
+    async fn write_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+        how: MarkWrite,
+    ) -> Result<()> {
         let kind = self.kind;
         let local = claim.clone();
-        self.with_inner("record clean stop", move |inner| {
+        self.with_inner(how.operation(), move |inner| {
             Self::check_token(kind, inner, &local)?;
             let record = LeaseRecord {
                 worker: local.worker,
-                mark: Some(high),
+                mark: match how {
+                    MarkWrite::Raise => inner.mark.max(Some(mark)),
+                    MarkWrite::CleanStop => Some(mark),
+                },
                 reported: inner.reported.max(Some(reported)),
             };
             if let Some(file) = &inner.file {
@@ -632,11 +626,14 @@ impl LocalWorker {
         })
         .await?;
         if let (Some(shared), Some(held)) = (&self.shared, self.shared_claim(claim)?) {
-            let recorded = shared.record_clean_stop(&held, high, reported).await;
-            if let Err(RegistryError::LeaseLost { .. }) = &recorded {
+            let written = match how {
+                MarkWrite::Raise => shared.persist_mark(&held, mark, reported).await,
+                MarkWrite::CleanStop => shared.record_clean_stop(&held, mark, reported).await,
+            };
+            if let Err(RegistryError::LeaseLost { .. }) = &written {
                 self.forget(claim);
             }
-            recorded?;
+            written?;
         }
         Ok(())
     }
@@ -835,6 +832,24 @@ macro_rules! local_worker_registry {
 pub(crate) use local_worker_registry;
 
 local_worker_registry!(FileRegistry);
+
+/// How a mark write treats the stored mark.
+#[derive(Debug, Clone, Copy)]
+enum MarkWrite {
+    /// A persist: the stored mark only rises.
+    Raise,
+    /// A clean stop's record: the mark becomes what was really issued.
+    CleanStop,
+}
+
+impl MarkWrite {
+    fn operation(self) -> &'static str {
+        match self {
+            MarkWrite::Raise => "persist mark",
+            MarkWrite::CleanStop => "record clean stop",
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
