@@ -88,6 +88,31 @@ pub fn idmint_command() -> Command {
     command
 }
 
+/// What `child` (an `idmint serve --ready-file path`) wrote to `path`, once
+/// it did (up to 60 s; the server must not exit first).
+#[track_caller]
+pub fn ready_file_text(child: &mut Child, path: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return text;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the server exited");
+        assert!(Instant::now() < deadline, "no ready file in 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends SIGTERM to `child` and asserts it exits cleanly.
+#[track_caller]
+pub fn sigterm_and_wait(child: &mut Child) {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(sent.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
 impl Served {
     /// Starts a server and waits (up to 60 s) until it is serving.
     #[track_caller]
@@ -788,15 +813,7 @@ fn serve_ready_file_names_a_live_server_or_is_gone() {
 
     // A server that runs: its file holds its address, whole, and goes with it.
     let mut child = serve("").spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let text = loop {
-        if let Ok(text) = std::fs::read_to_string(&ready) {
-            break text;
-        }
-        assert!(child.try_wait().unwrap().is_none(), "the server exited");
-        assert!(Instant::now() < deadline, "no ready file in 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let text = ready_file_text(&mut child, &ready);
     assert!(text.ends_with('\n'), "{text:?}");
     let addr = text.lines().next().unwrap();
     let (status, _) = get(&client(), &format!("http://{addr}/readyz"));
@@ -807,15 +824,7 @@ fn serve_ready_file_names_a_live_server_or_is_gone() {
         .filter(|name| name.ends_with(".tmp"))
         .collect();
     assert!(beside.is_empty(), "{beside:?}");
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    assert!(child.wait().unwrap().success());
+    sigterm_and_wait(&mut child);
     assert!(!ready.exists(), "the ready file outlived its server");
 }
 

@@ -639,22 +639,11 @@ fn serve_reads_a_config_files_relative_paths_from_the_files_folder() {
     ])
     .stdin(std::process::Stdio::null())
     .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
     .spawn()
     .unwrap();
-    let ready = root.path().join("ready");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let addr = loop {
-        if let Ok(text) = std::fs::read_to_string(&ready) {
-            break text.lines().next().unwrap().to_owned();
-        }
-        if child.try_wait().unwrap().is_some() {
-            let out = child.wait_with_output().unwrap();
-            panic!("serve exited: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        assert!(Instant::now() < deadline, "no ready file in 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let text = crate::serve::ready_file_text(&mut child, &root.path().join("ready"));
+    let addr = text.lines().next().unwrap();
     let body = curl_ok(&[
         "--cacert",
         ca_file.to_str().unwrap(),
@@ -669,13 +658,5 @@ fn serve_reads_a_config_files_relative_paths_from_the_files_folder() {
         !root.path().join("data").exists(),
         "a data directory in the working directory"
     );
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    assert!(child.wait().unwrap().success());
+    crate::serve::sigterm_and_wait(&mut child);
 }
