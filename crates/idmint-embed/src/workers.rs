@@ -424,6 +424,14 @@ impl WorkerRegistry for CheckedRegistry {
         self.inner.kind()
     }
 
+    fn reassigns_workers(&self) -> bool {
+        self.inner.reassigns_workers()
+    }
+
+    async fn persist_local(&self, claim: &Claim, mark: Timestamp) -> Result<(), RegistryError> {
+        self.inner.persist_local(claim, mark).await
+    }
+
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim, RegistryError> {
         let claim = self.inner.claim(node, range).await?;
         self.admit(claim, node).await

@@ -612,7 +612,7 @@ impl LocalWorker {
             let record = LeaseRecord {
                 worker: local.worker,
                 mark: match how {
-                    MarkWrite::Raise => inner.mark.max(Some(mark)),
+                    MarkWrite::Raise | MarkWrite::Local => inner.mark.max(Some(mark)),
                     MarkWrite::CleanStop => Some(mark),
                 },
                 reported: inner.reported.max(Some(reported)),
@@ -627,6 +627,7 @@ impl LocalWorker {
         .await?;
         if let (Some(shared), Some(held)) = (&self.shared, self.shared_claim(claim)?) {
             let written = match how {
+                MarkWrite::Local => return Ok(()),
                 MarkWrite::Raise => shared.persist_mark(&held, mark, reported).await,
                 MarkWrite::CleanStop => shared.record_clean_stop(&held, mark, reported).await,
             };
@@ -636,6 +637,13 @@ impl LocalWorker {
             written?;
         }
         Ok(())
+    }
+
+    /// The mark to the lease file alone: what this node's restart reads.
+    pub(crate) async fn persist_local(&self, claim: &Claim, mark: Timestamp) -> Result<()> {
+        let reported = lock(&self.inner).reported.unwrap_or(Timestamp::MIN);
+        self.write_mark(claim, mark, reported, MarkWrite::Local)
+            .await
     }
 
     pub(crate) async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
@@ -779,6 +787,21 @@ macro_rules! local_worker_registry {
                 self.local.kind()
             }
 
+            /// The worker ID is this node's own (configured or derived);
+            /// a shared registry's claim only checks that no other node
+            /// uses it, and marks go to the lease file first.
+            fn reassigns_workers(&self) -> bool {
+                false
+            }
+
+            async fn persist_local(
+                &self,
+                claim: &crate::registry::Claim,
+                mark: jiff::Timestamp,
+            ) -> crate::error::Result<()> {
+                self.local.persist_local(claim, mark).await
+            }
+
             async fn claim(
                 &self,
                 node: &crate::registry::NodeIdentity,
@@ -838,6 +861,9 @@ local_worker_registry!(FileRegistry);
 enum MarkWrite {
     /// A persist: the stored mark only rises.
     Raise,
+    /// A persist to the lease file alone
+    /// ([`WorkerRegistry::persist_local`](crate::WorkerRegistry::persist_local)).
+    Local,
     /// A clean stop's record: the mark becomes what was really issued.
     CleanStop,
 }
@@ -846,6 +872,7 @@ impl MarkWrite {
     fn operation(self) -> &'static str {
         match self {
             MarkWrite::Raise => "persist mark",
+            MarkWrite::Local => "persist mark locally",
             MarkWrite::CleanStop => "record clean stop",
         }
     }

@@ -430,6 +430,12 @@ pub struct WorkerStatus {
     /// above everything any earlier holder of the ID persisted, so it grows
     /// from one holding to the next (a leader's term, for the oracle).
     pub first_mark: Option<Timestamp>,
+    /// The coordinator can't be reached (`last_error` says why), and as
+    /// the registry never hands this worker ID to another node
+    /// ([`WorkerRegistry::reassigns_workers`]), issuing goes on: the mark
+    /// advances without it and catches up when it answers. The node stays
+    /// ready.
+    pub coordinator_away: bool,
 }
 
 impl WorkerStatus {
@@ -441,6 +447,9 @@ impl WorkerStatus {
 
     /// Why the node should not take traffic, if it should not.
     pub fn not_ready_reason(&self) -> Option<String> {
+        if self.coordinator_away && self.lease == LeaseState::Held {
+            return None;
+        }
         match (self.lease, &self.last_error) {
             (LeaseState::Held, None) => None,
             (LeaseState::Held, Some(e)) => Some(format!("worker store failing: {e}")),
@@ -483,6 +492,9 @@ struct Status {
     generation: u64,
     last_error: Option<String>,
     first_mark: Option<Timestamp>,
+    /// Issuing on past a coordinator that can't be reached (a registry
+    /// that never hands the worker ID to another node).
+    coordinator_away: bool,
 }
 
 impl Shared {
@@ -573,6 +585,7 @@ impl WorkerHandle {
             generation: s.generation,
             last_error: s.last_error,
             first_mark: s.first_mark,
+            coordinator_away: s.coordinator_away,
         }
     }
 }
@@ -665,6 +678,7 @@ impl WorkerKeeper {
     ) -> Result<KeeperGuard> {
         config.validate(registry.kind())?;
         let ctx = Ctx {
+            reassigns: registry.reassigns_workers(),
             registry,
             node,
             settings,
@@ -684,8 +698,13 @@ impl WorkerKeeper {
                 generation: 1,
                 last_error: None,
                 first_mark: Some(est.persisted),
+                coordinator_away: false,
             }),
-            fence: AtomicU64::new(fence_of(LeaseState::Held, claim.lease, &ctx.config)),
+            fence: AtomicU64::new(fence_of(
+                LeaseState::Held,
+                ctx.fenced(claim.lease),
+                &ctx.config,
+            )),
             nudge: Notify::new(),
             shutdown: Notify::new(),
             stopping: AtomicBool::new(false),
@@ -719,6 +738,10 @@ impl WorkerKeeper {
 #[derive(Debug)]
 struct Ctx {
     registry: Arc<dyn WorkerRegistry>,
+    /// [`WorkerRegistry::reassigns_workers`], read once: whether a lease
+    /// that runs out or a coordinator that can't be reached must stop
+    /// issuing (see [`Ctx::fenced`] and [`Task::keep_mark_ahead`]).
+    reassigns: bool,
     node: NodeIdentity,
     settings: GeneratorSettings,
     config: KeeperConfig,
@@ -795,6 +818,13 @@ fn since(later: Timestamp, earlier: Timestamp) -> Duration {
 impl Ctx {
     fn kind(&self) -> &'static str {
         self.registry.kind()
+    }
+
+    /// The lease that fences issuing: the claim's, unless the registry
+    /// never hands the worker ID to another node, whose lease (a shared
+    /// registry's collision check) guards nobody's IDs when it runs out.
+    fn fenced(&self, lease: Option<Lease>) -> Option<Lease> {
+        lease.filter(|_| self.reassigns)
     }
 
     /// Runs a registry call under the call timeout.
@@ -1021,7 +1051,7 @@ impl Ctx {
     /// stops by itself, by the time the lease's fence passes, even if this task
     /// is starved; one that runs ahead of its clock (borrowing) keeps its lead.
     fn lead(&self, lease: Option<&Lease>) -> Duration {
-        let left = lease.map(|l| {
+        let left = lease.filter(|_| self.reassigns).map(|l| {
             l.valid_until
                 .checked_sub(self.config.lease_margin)
                 .map_or(Duration::ZERO, |end| {
@@ -1193,7 +1223,8 @@ impl Task {
             wake = wake.min(r);
         }
         if let Some(fence) = self
-            .lease
+            .ctx
+            .fenced(self.lease)
             .and_then(|l| l.valid_until.checked_sub(self.ctx.config.lease_margin))
             && fence > now
         {
@@ -1222,7 +1253,7 @@ impl Task {
         s.lease = state;
         s.valid_until = self.lease.map(|l| l.valid_until);
         self.shared.fence.store(
-            fence_of(state, self.lease, &self.ctx.config),
+            fence_of(state, self.ctx.fenced(self.lease), &self.ctx.config),
             Ordering::Release,
         );
     }
@@ -1293,7 +1324,7 @@ impl Task {
     /// retracts the mark, so the generator stops issuing before the lease
     /// could be granted to anyone else.
     fn fence(&mut self, claim: &Claim, mono: Instant) -> Fence {
-        let expired = self.lease.is_some_and(|l| {
+        let expired = self.ctx.fenced(self.lease).is_some_and(|l| {
             l.valid_until
                 .checked_sub(self.ctx.config.lease_margin)
                 .is_none_or(|f| mono >= f)
@@ -1377,10 +1408,32 @@ impl Task {
         let mark = self.generator.mark().unwrap_or(Timestamp::MIN);
         let report_due = mono >= self.next_report;
         let low = mark < add(ahead, self.ctx.config.window / 2);
+        let target = add(ahead, self.ctx.lead(self.lease.as_ref()));
+        if low && !self.ctx.reassigns {
+            // No other node can ever hold this worker ID: what must hold the
+            // mark before the generator may issue up to it is what a restart
+            // reads without the coordinator (persist, then allow), and the
+            // coordinator is told after, whether it answers or not.
+            match self
+                .ctx
+                .call(
+                    "persist mark locally",
+                    self.ctx.registry.persist_local(claim, target),
+                )
+                .await
+            {
+                Ok(()) => self.generator.advance_mark(target),
+                Err(e) => {
+                    // The mark stays; the generator stops there by itself.
+                    self.set_error(&e);
+                    self.retry_at = mono_now() + self.ctx.config.check_interval;
+                    return;
+                }
+            }
+        }
         if !(report_due || low) || mono < self.retry_at {
             return;
         }
-        let target = add(ahead, self.ctx.lead(self.lease.as_ref()));
         let persist = target.max(self.persisted);
         let tried = tokio::time::Instant::now();
         match self
@@ -1399,10 +1452,36 @@ impl Task {
                 let mut s = self.shared.status();
                 s.persisted = Some(persist);
                 s.last_error = None;
+                if std::mem::take(&mut s.coordinator_away) {
+                    tracing::info!(
+                        worker = claim.worker,
+                        "the registry answers again; the mark caught up"
+                    );
+                }
             }
             Err(e @ RegistryError::LeaseLost { .. }) => {
                 self.set_error(&e);
                 self.lose();
+            }
+            Err(e) if !self.ctx.reassigns && e.is_transient() => {
+                // The generator already issues up to the mark kept locally
+                // (above): issue on, and catch the coordinator up when it
+                // answers.
+                self.set_error(&e);
+                let mut s = self.shared.status();
+                if !std::mem::replace(&mut s.coordinator_away, true) {
+                    tracing::warn!(
+                        worker = claim.worker,
+                        "the registry can't be reached; this worker ID is never given to \
+                         another node, so issuing goes on"
+                    );
+                }
+                drop(s);
+                // Tried again before the new mark runs out (at most half of
+                // what it leaves apart), so a coordinator that can't be
+                // reached for a long time costs no refused ID.
+                let left = Some(since(target, self.ctx.settings.now()));
+                self.retry_at = mono_now() + self.retry_pause(&e, tried.elapsed(), left);
             }
             Err(e) => {
                 // The mark stays where it is; the generator stops there by itself.
@@ -1577,6 +1656,7 @@ mod tests {
             generation: 1,
             last_error: None,
             first_mark: None,
+            coordinator_away: false,
         };
         assert!(st.is_ready());
         st.lease = LeaseState::Expired;
@@ -1584,5 +1664,10 @@ mod tests {
         st.lease = LeaseState::Held;
         st.last_error = Some("boom".into());
         assert_eq!(st.not_ready_reason().unwrap(), "worker store failing: boom");
+        // Away, but issuing on: ready.
+        st.coordinator_away = true;
+        assert!(st.is_ready());
+        st.lease = LeaseState::Lost;
+        assert!(!st.is_ready());
     }
 }

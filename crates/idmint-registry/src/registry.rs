@@ -194,6 +194,37 @@ pub trait WorkerRegistry: Send + Sync + fmt::Debug {
         })
     }
 
+    /// Whether a worker ID this registry gave one node can later be given to
+    /// another: after a lease runs out, a session ends, or a node releases it
+    /// (`true`, the default). `false` for registries that tie each worker ID
+    /// to one holder for good: SQL `disposable` and `uid-generator` (a new ID
+    /// every start, never reused), ZooKeeper `forever` (an ID per `ip:port`),
+    /// and the single-node ones (`file`, `static`, `host`, `k8s`).
+    ///
+    /// Such a registry's node keeps issuing through a coordinator outage of
+    /// any length ([`WorkerKeeper`](crate::WorkerKeeper)): a persist that
+    /// fails with [`RegistryError::is_transient`](crate::RegistryError::is_transient)
+    /// does not stop it, and a lease that runs out does not fence it. So a
+    /// `false` registry must keep what a restart of the same worker ID
+    /// needs without the coordinator (ZooKeeper `forever`'s local cache, the
+    /// single-node registries' lease file), or need nothing (a disposable
+    /// ID is never claimed again).
+    fn reassigns_workers(&self) -> bool {
+        true
+    }
+
+    /// For a registry that never reassigns ([`WorkerRegistry::reassigns_workers`]
+    /// is `false`): keeps `mark` where a restart of this worker ID finds it
+    /// without the coordinator (ZooKeeper `forever`'s cache, the single-node
+    /// registries' lease file), raising what is kept, never lowering it. The
+    /// keeper calls it before it lets the generator issue up to `mark`, then
+    /// persists to the coordinator, whose failure then stops nothing. The
+    /// default keeps nothing: a disposable ID is never claimed again.
+    async fn persist_local(&self, claim: &Claim, mark: Timestamp) -> Result<()> {
+        let _ = (claim, mark);
+        Ok(())
+    }
+
     /// Renews the claim's lease; returns the new lease (or `None` for registries
     /// without leases).
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>>;

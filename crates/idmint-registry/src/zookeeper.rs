@@ -421,6 +421,14 @@ impl WorkerRegistry for ZooKeeperRegistry {
         KIND
     }
 
+    fn reassigns_workers(&self) -> bool {
+        self.protocol().reassigns_workers()
+    }
+
+    async fn persist_local(&self, claim: &Claim, mark: Timestamp) -> Result<()> {
+        self.protocol().persist_local(claim, mark).await
+    }
+
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         check_range(KIND, range)?;
         self.protocol().claim(node, range).await

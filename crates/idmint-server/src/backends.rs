@@ -640,6 +640,14 @@ impl WorkerRegistry for CountingRegistry {
         self.inner.kind()
     }
 
+    fn reassigns_workers(&self) -> bool {
+        self.inner.reassigns_workers()
+    }
+
+    async fn persist_local(&self, claim: &Claim, mark: Timestamp) -> RegistryResult<()> {
+        self.inner.persist_local(claim, mark).await
+    }
+
     async fn claim(&self, node: &NodeIdentity, range: u32) -> RegistryResult<Claim> {
         let guard = self.guard("claim");
         guard.finish(self.inner.claim(node, range).await)

@@ -328,6 +328,10 @@ pub(crate) struct WorkerStatus {
     id: u32,
     /// The keeper's last failure, if any.
     last_error: Option<String>,
+    /// The registry can't be reached and, as it never gives this worker ID
+    /// to another node (SQL `disposable` and `uid-generator`, ZooKeeper
+    /// `forever`), issuing goes on; the mark catches up when it answers.
+    coordinator_away: bool,
     /// The lease's state.
     lease: &'static str,
     /// Milliseconds left on the lease; `null` for a registry without expiry.
@@ -443,6 +447,7 @@ pub(crate) fn snapshot(state: &AppState) -> Status {
             held: s.lease == LeaseState::Held,
             id: s.worker,
             last_error: s.last_error.clone(),
+            coordinator_away: s.coordinator_away,
             lease: s.lease.name(),
             lease_left_ms: s.lease_left.map(|d| d.as_millis() as u64),
             ready: s.is_ready() && crate::ready::clock_not_ready(state).is_none(),

@@ -99,6 +99,12 @@ impl WorkerRegistry for Disposable {
         REGISTRY
     }
 
+    /// A row's `ID` is never given again (a failover to a replica that
+    /// lost rows aside, which the epoch catches: see the parent module).
+    fn reassigns_workers(&self) -> bool {
+        false
+    }
+
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         debug_assert_eq!(self.base.config.mode, SqlMode::Disposable);
         let claim = self

@@ -552,6 +552,11 @@ impl WorkerRegistry for UidGenerator {
         REGISTRY
     }
 
+    /// `WORKER_NODE`'s `ID` is never given again, as in uid-generator.
+    fn reassigns_workers(&self) -> bool {
+        false
+    }
+
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         let claim = self
             .base

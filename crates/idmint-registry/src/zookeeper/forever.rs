@@ -168,6 +168,24 @@ impl WorkerRegistry for Forever {
         KIND
     }
 
+    /// The ID is this `ip:port`'s for good. With a cache directory, the
+    /// cache holds every mark before ZooKeeper does, so a restart is safe
+    /// without ZooKeeper and issuing may go on through its outage; without
+    /// one, ZooKeeper is the only record, and the node stops at its mark
+    /// as a leased one does.
+    fn reassigns_workers(&self) -> bool {
+        self.session.config.cache_dir.is_none()
+    }
+
+    /// The cache, as a persist writes it first.
+    async fn persist_local(&self, claim: &Claim, mark: Timestamp) -> Result<()> {
+        if self.session.config.cache_dir.is_some() {
+            // `write_cache` raises: the higher of `mark` and the cached one.
+            self.write_cache(&claim_address(claim), claim.worker, Some(mark))?;
+        }
+        Ok(())
+    }
+
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         let address = node_address(node);
         if self.session.is_offline() {

@@ -421,6 +421,11 @@ impl WorkerRegistry for Severable {
         self.kind
     }
 
+    fn reassigns_workers(&self) -> bool {
+        self.get("reassigns_workers")
+            .map_or(true, |inner| inner.reassigns_workers())
+    }
+
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim, RegistryError> {
         self.get("claim")?.claim(node, range).await
     }

@@ -187,3 +187,82 @@ fn serve_started_before_its_etcd_is_up_waits_then_serves() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A registry mode that never gives a worker ID to another node keeps
+/// issuing through a coordinator outage longer than the mark window (3 s):
+/// not one failed request, the node stays ready, and once the coordinator
+/// is back the mark catches up and the status says so.
+fn issues_through_an_outage(service: Service, config: impl Fn(&str) -> String) {
+    let Some(coordinator) = PrivateService::start(service) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let node = Served::start(
+        &dir.path().join("data"),
+        Some(&config(coordinator.address())),
+        &[],
+    );
+    let c = client();
+    let before = load(&c, std::slice::from_ref(&node), Duration::from_secs(1));
+    assert_eq!(before[0].0, 0, "failed before the outage");
+    coordinator.stop();
+    let stopped = Instant::now();
+    let during = load(&c, std::slice::from_ref(&node), Duration::from_secs(8));
+    let (status, body) = get(&c, &node.url("/readyz"));
+    assert_eq!(status, 200, "not ready during the outage: {body}");
+    let (_, body) = get(&c, &node.url("/v1/status"));
+    let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(s["worker"]["coordinator_away"], true, "{body}");
+    coordinator.restart();
+    eprintln!(
+        "{}: {:.1} s outage: {} failed, longest gap {:.3} s",
+        service_name(service),
+        stopped.elapsed().as_secs_f64(),
+        during[0].0,
+        during[0].1.as_secs_f64()
+    );
+    assert_eq!(during[0].0, 0, "requests failed during the outage");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = get(&c, &node.url("/v1/status"));
+        let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if s["worker"]["coordinator_away"] == false && s["worker"]["last_error"].is_null() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never caught up: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        node.log().contains("issuing goes on"),
+        "no line says the node issues on: {}",
+        node.log()
+    );
+}
+
+fn service_name(service: Service) -> &'static str {
+    match service {
+        Service::Postgres => "postgres",
+        Service::ZooKeeper => "zookeeper",
+        _ => "other",
+    }
+}
+
+#[test]
+fn serve_sql_disposable_issues_through_a_database_outage() {
+    issues_through_an_outage(Service::Postgres, |url| {
+        format!(
+            "[snowflake]\nregistry = \"sql\"\nlayout = \"leaf\"\n\
+             [snowflake.sql]\nurl = \"{url}\"\nmode = \"disposable\"\n"
+        )
+    });
+}
+
+#[test]
+fn serve_zookeeper_forever_issues_through_a_zookeeper_outage() {
+    issues_through_an_outage(Service::ZooKeeper, |connect| {
+        format!(
+            "[snowflake]\nregistry = \"zookeeper\"\nlayout = \"leaf\"\n\
+             [snowflake.zookeeper]\nconnect = \"{connect}\"\nmode = \"forever\"\n"
+        )
+    });
+}

@@ -134,6 +134,14 @@ impl WorkerRegistry for Tracked {
         self.inner.kind()
     }
 
+    fn reassigns_workers(&self) -> bool {
+        self.inner.reassigns_workers()
+    }
+
+    async fn persist_local(&self, claim: &Claim, mark: Timestamp) -> Result<(), RegistryError> {
+        self.inner.persist_local(claim, mark).await
+    }
+
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim, RegistryError> {
         self.check("claim")?;
         let range = range.min(self.space.load(Ordering::Relaxed));
