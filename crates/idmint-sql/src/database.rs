@@ -461,7 +461,11 @@ async fn open_failover<DB: Server>(
     url: &Arc<str>,
     timeout: Duration,
 ) -> Result<(sqlx::Pool<DB>, Arc<dyn Topology>)> {
-    let failover = Arc::new(Failover::new(Arc::clone(url), targets, timeout));
+    // Each host gets its share of the connect timeout, so that a first host
+    // that swallows packets (a dead machine) leaves time to ask the next.
+    let n_hosts = u32::try_from(targets.len()).unwrap_or(u32::MAX).max(1);
+    let probe_timeout = (timeout / n_hosts).max(Duration::from_millis(1));
+    let failover = Arc::new(Failover::new(Arc::clone(url), targets, probe_timeout));
     let idx = failover
         .first_writable()
         .await

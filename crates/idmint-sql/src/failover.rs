@@ -8,8 +8,9 @@
 //! pointed at one host of the list at a time: its *target*. sqlx opens every
 //! new connection with the pool's current connect options and re-reads them
 //! at each attempt, and [`sqlx::Pool::set_connect_options`] changes them in
-//! place, so moving the target moves every later connection. Three hooks
-//! keep the target on the writable host:
+//! place, so moving the target moves every later connection. Hooks
+//! keep the target on the writable host (a round trip each, on
+//! idmint's few statements a second):
 //!
 //! - `after_connect` checks each new connection's role (PostgreSQL:
 //!   `pg_is_in_recovery()` and `transaction_read_only`; MySQL/MariaDB:
@@ -21,6 +22,10 @@
 //!   connection whose server went away fails it, and one whose server was
 //!   demoted (MySQL's `SET GLOBAL read_only = 1` keeps sessions open) answers
 //!   read-only; either way it is dropped and a search starts;
+//! - `after_release` runs it once more when a connection comes back from a
+//!   statement: a statement that failed because its server went away (or
+//!   was demoted under it) starts the search at once, before anything else
+//!   waits on a new connection to the dead target;
 //! - [`Failover::nudge`], called by `Database::pool`: a pool left with no
 //!   connection at all (every one dropped, and new ones refused by a target
 //!   that is gone, which sqlx retries without running any hook) starts a
@@ -359,6 +364,15 @@ impl<DB: Server> Failover<DB> {
         })
     }
 
+    /// The `after_release` hook: the same check as `before_acquire`, on a
+    /// connection coming back from a statement.
+    pub(crate) fn after_release<'c>(
+        self: &Arc<Self>,
+        conn: &'c mut DB::Connection,
+    ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
+        self.before_acquire(conn)
+    }
+
     /// Starts a search in a task of its own when the pool has no connection
     /// left (see the module docs); a no-op outside a Tokio runtime.
     pub(crate) fn nudge(self: &Arc<Self>, pool: &sqlx::Pool<DB>) {
@@ -408,15 +422,20 @@ impl<DB: Server> Topology for Attached<DB> {
     }
 }
 
-/// Pool options with the three hooks of the module docs installed.
+/// Pool options with the hooks of the module docs installed.
 pub(crate) fn with_hooks<DB: Server>(
     options: sqlx::pool::PoolOptions<DB>,
     failover: &Arc<Failover<DB>>,
 ) -> sqlx::pool::PoolOptions<DB> {
-    let (on_connect, on_acquire) = (Arc::clone(failover), Arc::clone(failover));
+    let (on_connect, on_acquire, on_release) = (
+        Arc::clone(failover),
+        Arc::clone(failover),
+        Arc::clone(failover),
+    );
     options
         // `before_acquire` asks the role instead: a round trip either way.
         .test_before_acquire(false)
         .after_connect(move |conn, _: PoolConnectionMetadata| on_connect.after_connect(conn))
         .before_acquire(move |conn, _: PoolConnectionMetadata| on_acquire.before_acquire(conn))
+        .after_release(move |conn, _: PoolConnectionMetadata| on_release.after_release(conn))
 }
