@@ -279,6 +279,10 @@ impl<DB: Server> Failover<DB> {
         if self.searching.swap(true, Ordering::AcqRel) {
             return;
         }
+        // Cleared however this ends: a search in a hook is dropped with the
+        // acquire that ran it when that times out, and a flag left set would
+        // stop every later search.
+        let _searching = Clear(&self.searching);
         let recent = self
             .last_search
             .lock()
@@ -297,7 +301,6 @@ impl<DB: Server> Failover<DB> {
             }
             *self.last_search.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         }
-        self.searching.store(false, Ordering::Release);
     }
 
     fn retarget(&self, idx: usize, writable: bool) {
@@ -391,6 +394,15 @@ impl<DB: Server> Failover<DB> {
             let this = Arc::clone(self);
             runtime.spawn(async move { this.search().await });
         }
+    }
+}
+
+/// Clears a flag when dropped.
+struct Clear<'a>(&'a AtomicBool);
+
+impl Drop for Clear<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 

@@ -208,3 +208,51 @@ async fn postgres_multi_host_url_follows_a_promotion() {
 async fn mariadb_host_list_follows_a_promotion() {
     follows_a_promotion(Service::MariaDb).await;
 }
+
+/// A pool with no connection left when its primary is stopped and the
+/// standby promoted: no hook runs (sqlx keeps knocking at the dead target),
+/// so `Database::pool` starts the search. The next statement lands on the
+/// promoted host within the connect timeout, without an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_pool_finds_the_promoted_standby() {
+    let Some((db_service, pair)) = Pair::start(Service::Postgres) else {
+        return;
+    };
+    let db = Database::connect(&options(&pair.both)).await.unwrap();
+    exec(&db, "CREATE TABLE emptied (n INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    // Close the pool's connections: the pool is left empty.
+    let idmint_sql::Pool::Postgres(pool) = db.pool() else {
+        unreachable!()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.size() > 0 {
+        // Idle ones only: one may still be on its way back from a statement.
+        match pool.try_acquire() {
+            Some(conn) => conn.close().await.unwrap(),
+            None => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool keeps {} connections",
+            pool.size()
+        );
+    }
+
+    let promoted = tokio::task::spawn_blocking(move || {
+        db_service.action("promote-standby");
+        db_service
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    exec(&db, "INSERT INTO emptied VALUES (1)")
+        .await
+        .expect("the pool finds the promoted standby within one acquire");
+    let took = started.elapsed();
+    assert_eq!(db.target_host(), Some(Pair::host(&pair.standby).as_str()));
+    eprintln!("an empty pool reached the promoted standby in {took:?}");
+    drop(promoted);
+    db.close().await;
+}
