@@ -64,7 +64,10 @@ impl ConnectOptions {
     ///
     /// `url` is a sqlx URL: `postgres://user:password@host:5432/db`,
     /// `mysql://root@host:3306/db` (or `mariadb://`), `sqlite://path/to/file.db`
-    /// or `sqlite:path` (the file is created if missing).
+    /// or `sqlite:path` (the file is created if missing); or, for a primary
+    /// with standbys, a host list: libpq's
+    /// `postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write` or
+    /// `mysql://u@h1:3306,h2:3306/db` (see the crate docs).
     pub const fn new(url: String) -> ConnectOptions {
         ConnectOptions {
             url,
@@ -254,6 +257,9 @@ impl Database {
     ///
     /// - PostgreSQL and MySQL/MariaDB (`mariadb://` is read as `mysql://`):
     ///   sqlx's defaults; MySQL sessions run in UTC (sqlx sets `time_zone`).
+    ///   With several hosts, the first writable one in the URL's order, each
+    ///   host asked within its share of the connect timeout; the pool then
+    ///   follows a failover (see `failover.rs`).
     /// - SQLite: the file is created if missing, switched to WAL (readers
     ///   don't block the writer; one writer at a time), with the busy timeout.
     ///
@@ -263,6 +269,9 @@ impl Database {
     /// - [`Error::Timeout`] when the database does not answer within the
     ///   connect timeout.
     /// - [`Error::Connect`] when it refuses (authentication, unknown database, …).
+    /// - [`Error::NoWritableHost`] when the URL lists several hosts (or sets
+    ///   `target_session_attrs`) and none of them takes writes: each is a
+    ///   standby, read-only or unreachable.
     pub async fn connect(options: &ConnectOptions) -> Result<Database> {
         options.validate()?;
         let dialect = Dialect::from_url(&options.url)?;
