@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -12,7 +12,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 use crate::dialect::Dialect;
 use crate::error::{Error, Result};
-use crate::failover::{Attached, Failover, HostReport, Server, Target, Topology, with_hooks};
+use crate::failover::{
+    Attached, Failover, HostReport, SEARCH_INTERVAL, Server, Target, Topology, with_hooks,
+};
 use crate::hosts::HostUrl;
 
 /// How to open a [`Database`].
@@ -258,8 +260,10 @@ impl Database {
     /// - PostgreSQL and MySQL/MariaDB (`mariadb://` is read as `mysql://`):
     ///   sqlx's defaults; MySQL sessions run in UTC (sqlx sets `time_zone`).
     ///   With several hosts, the first writable one in the URL's order, each
-    ///   host asked within its share of the connect timeout; the pool then
-    ///   follows a failover (see `failover.rs`).
+    ///   host asked within its share of the connect timeout, and asked again
+    ///   for up to half the connect timeout while none is writable (a
+    ///   promotion under way); the pool then follows a failover (see
+    ///   `failover.rs`).
     /// - SQLite: the file is created if missing, switched to WAL (readers
     ///   don't block the writer; one writer at a time), with the busy timeout.
     ///
@@ -475,17 +479,26 @@ async fn open_failover<DB: Server>(
     let n_hosts = u32::try_from(targets.len()).unwrap_or(u32::MAX).max(1);
     let probe_timeout = (timeout / n_hosts).max(Duration::from_millis(1));
     let failover = Arc::new(Failover::new(Arc::clone(url), targets, probe_timeout));
-    let idx = failover
-        .first_writable()
-        .await
-        .map_err(|hosts| Error::NoWritableHost {
-            url: url.to_string(),
-            hosts: hosts
-                .iter()
-                .map(|h| format!("{} is {}", h.host, h.role))
-                .collect::<Vec<_>>()
-                .join("; "),
-        })?;
+    // No writable host may mean a promotion under way (it takes about a
+    // second): ask again for half the connect timeout before giving up, so
+    // that a node starting during a failover waits for it.
+    let asking_since = Instant::now();
+    let idx = loop {
+        match failover.first_writable().await {
+            Ok(idx) => break idx,
+            Err(hosts) if asking_since.elapsed() >= timeout / 2 => {
+                return Err(Error::NoWritableHost {
+                    url: url.to_string(),
+                    hosts: hosts
+                        .iter()
+                        .map(|h| format!("{} is {}", h.host, h.role))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                });
+            }
+            Err(_) => tokio::time::sleep(SEARCH_INTERVAL).await,
+        }
+    };
     let pool = with_hooks(pool_options, &failover)
         .connect_with(failover.options(idx).clone())
         .await

@@ -6,6 +6,8 @@
 //! with the old primary stopped; the longest pause in a stream of writes
 //! through the promotion is printed (docs/operating.md quotes it).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use idmint_sql::{ConnectOptions, Database, Error, HostRole, on_pool, survey};
@@ -114,10 +116,10 @@ async fn settles_on_the_primary(service: Service) {
 }
 
 /// Writes one row every 10 ms through a two-host URL (primary first) while
-/// the standby is promoted with the primary stopped; every write is retried
-/// until it lands. The pool must end up on the promoted host, every row
-/// written must be there, and the longest pause between two landed writes is
-/// printed.
+/// the standby is promoted with the primary stopped, and for a second after;
+/// every write is retried until it lands. The pool must end up on the
+/// promoted host, every row written must be there, and the longest pause
+/// between two landed writes is printed.
 async fn follows_a_promotion(service: Service) {
     let Some((db_service, pair)) = Pair::start(service) else {
         return;
@@ -128,12 +130,14 @@ async fn follows_a_promotion(service: Service) {
         .await
         .unwrap();
 
+    let stop = Arc::new(AtomicBool::new(false));
     let writer = {
-        let db = db.clone();
+        let (db, stop) = (db.clone(), Arc::clone(&stop));
         tokio::spawn(async move {
             let mut landed = Vec::new();
             let mut failed = 0_u32;
-            for n in 0..400 {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
                 let deadline = Instant::now() + Duration::from_secs(20);
                 loop {
                     let sql = format!("INSERT INTO followed VALUES ({n})");
@@ -149,6 +153,7 @@ async fn follows_a_promotion(service: Service) {
                     }
                 }
                 landed.push(Instant::now());
+                n += 1;
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             (landed, failed)
@@ -166,16 +171,28 @@ async fn follows_a_promotion(service: Service) {
     });
     let (db_service, promoted_url) = promoted.await.unwrap();
     let promoted_in = promoting.elapsed();
+    let promoted_at = Instant::now();
     assert_eq!(Pair::host(&promoted_url), Pair::host(&pair.standby));
+    // Writes go on for a second on the promoted server.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
     let (landed, failed) = writer.await.unwrap();
 
     let gap = landed.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    assert!(
+        landed.iter().filter(|at| **at > promoted_at).count() > 10,
+        "no writes after the promotion"
+    );
     assert_eq!(db.target_host(), Some(Pair::host(&pair.standby).as_str()));
     let n_rows: i64 = on_pool!(db.pool(), p => {
         sqlx::query_scalar("SELECT COUNT(*) FROM followed").fetch_one(p).await
     })
     .unwrap();
-    assert_eq!(n_rows, 400, "rows lost through the promotion");
+    assert_eq!(
+        n_rows,
+        landed.len() as i64,
+        "rows lost through the promotion"
+    );
     let roles = db.hosts().await;
     assert!(
         matches!(roles[0].role, HostRole::Unreachable { .. }) && roles[1].role == HostRole::Primary,
@@ -207,6 +224,34 @@ async fn postgres_multi_host_url_follows_a_promotion() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_host_list_follows_a_promotion() {
     follows_a_promotion(Service::MariaDb).await;
+}
+
+/// A node connecting to a standby that is about to be promoted waits for the
+/// promotion within its connect timeout rather than failing with "no
+/// writable host".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_during_a_promotion_waits_for_it() {
+    let Some((db_service, pair)) = Pair::start(Service::Postgres) else {
+        return;
+    };
+    // The standby alone, asked to be writable: nothing is until the
+    // promotion (which stops the primary first).
+    let standby = format!("{}?target_session_attrs=read-write", pair.standby);
+    let promoting = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        db_service.action("promote-standby");
+        db_service
+    });
+    let started = Instant::now();
+    let db = Database::connect(&options(&standby).with_connect_timeout(Duration::from_secs(20)))
+        .await
+        .expect("the connect waits for the promotion");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(400), "{waited:?}");
+    assert_eq!(db.target_host(), Some(Pair::host(&pair.standby).as_str()));
+    exec(&db, "CREATE TABLE waited (n INT)").await.unwrap();
+    let _service = promoting.await.unwrap();
+    db.close().await;
 }
 
 /// A pool with no connection left when its primary is stopped and the
