@@ -185,7 +185,7 @@ macro_rules! on_pool {
 }
 
 /// A value bound into a statement whose binds are chosen at run time (by
-/// [`bind_all!`]); the three backends all encode these.
+/// [`bind_all!`](crate::bind_all)); the three backends all encode these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bind<'a> {
     /// A `BIGINT`.
