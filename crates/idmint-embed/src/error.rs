@@ -182,6 +182,7 @@ impl From<RegistryError> for Error {
         let retry_after = match &e {
             RegistryError::Held { retry_after, .. } => Some(*retry_after),
             RegistryError::Timeout { .. }
+            | RegistryError::Unavailable { .. }
             | RegistryError::Backend { .. }
             | RegistryError::Exhausted { .. }
             | RegistryError::LeaseLost { .. } => Some(Duration::from_secs(1)),

@@ -62,6 +62,21 @@ pub enum RegistryError {
         message: String,
     },
 
+    /// The coordinator can't answer now, though it may in a moment: nothing
+    /// listens, the connection broke, or it is between leaders or failing
+    /// over (etcd's `leader changed`, a ZooKeeper connection loss). Nothing
+    /// was changed; the same call may succeed when tried again, so a start
+    /// waits on it instead of failing ([`RegistryError::is_transient`]).
+    #[error("{registry} registry: {operation} failed, the coordinator is unavailable: {message}")]
+    Unavailable {
+        /// The registry kind.
+        registry: &'static str,
+        /// What was being done.
+        operation: &'static str,
+        /// The backend's error, as text.
+        message: String,
+    },
+
     /// The lease on the worker ID is gone (expired, revoked, or taken by another node).
     #[error("{registry} registry: lease on worker {worker} lost: {reason}")]
     LeaseLost {
@@ -193,6 +208,32 @@ impl RegistryError {
         }
     }
 
+    /// A [`RegistryError::Unavailable`] of `registry` failing at `operation`.
+    pub(crate) fn unavailable(
+        registry: &'static str,
+        operation: &'static str,
+        message: impl ToString,
+    ) -> Self {
+        RegistryError::Unavailable {
+            registry,
+            operation,
+            message: message.to_string(),
+        }
+    }
+
+    /// Whether trying the same call again later may succeed with nothing
+    /// changed by anyone: the coordinator timed out or was unavailable.
+    /// What a start waits on ([`RegistryError::Held`] and
+    /// [`RegistryError::Exhausted`] are waited on too, by the keeper, for
+    /// reasons of their own); anything else (a refusal, bad settings, a
+    /// lost lease) is an answer.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            RegistryError::Timeout { .. } | RegistryError::Unavailable { .. }
+        )
+    }
+
     /// A stable, machine-readable code for the variant.
     pub fn code(&self) -> &'static str {
         match self {
@@ -200,6 +241,7 @@ impl RegistryError {
             RegistryError::Held { .. } => "registry_held",
             RegistryError::Timeout { .. } => "registry_timeout",
             RegistryError::Backend { .. } => "registry_backend",
+            RegistryError::Unavailable { .. } => "registry_unavailable",
             RegistryError::LeaseLost { .. } => "lease_lost",
             RegistryError::WorkerTaken { .. } => "worker_taken",
             RegistryError::Unsupported { .. } => "registry_unsupported",

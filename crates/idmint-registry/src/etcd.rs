@@ -111,6 +111,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -197,6 +198,15 @@ fn unix_ms() -> i64 {
 /// How many peers' reports a start reads at most (a sample when the fleet is
 /// larger): enough for the median the clock check takes.
 const PEER_SAMPLE: u32 = 64;
+
+/// With more than one endpoint, how long a call waits on one member before
+/// it fails (and the next call goes to the next member), when the call
+/// timeout is longer. A write reaching a member just as the leader dies
+/// can wait there for etcd's own request timeout (5 s and more) though a
+/// new leader was elected within a second or two: seen as a node's 2 s
+/// persist timing out on a live member, and a 1.9 s gap in its IDs. A
+/// healthy member answers a write in milliseconds.
+const MEMBER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Configuration of an [`EtcdRegistry`] (builder-lite: [`EtcdConfig::new`] plus
 /// `with_*` setters).
@@ -356,7 +366,10 @@ impl Default for EtcdConfig {
 /// # }
 /// ```
 pub struct EtcdRegistry {
-    client: Client,
+    members: Members,
+    /// Each call's bound: the call timeout, or with several endpoints at
+    /// most [`MEMBER_TIMEOUT`].
+    call_bound: Duration,
     endpoints: Vec<String>,
     config: EtcdConfig,
     /// One keep-alive stream per held lease, opened at the first renewal
@@ -395,6 +408,116 @@ struct KeepAliveStream {
     clean: bool,
 }
 
+/// One client per member, and the member calls go to (the pinned one).
+///
+/// Hand-written over etcd-client's own balancing of a list of endpoints:
+/// its balanced channel keeps sending calls to a member that is down and
+/// fails them (`tcp connect error`; etcdv3/etcd-client issue 39, open), so
+/// with one member of three down, a node's renewals and marks failed at
+/// random and it stopped at its mark on a cluster that was serving. As
+/// etcd's own Go client does, calls go to one member, and a call that
+/// can't reach it (unavailable, timed out) moves the pin to the next.
+///
+/// A member left behind gets a new client (a new channel, connecting
+/// lazily): a channel whose member went away and came back was seen to
+/// time every call out for good, where a new one connects at once.
+struct Members {
+    /// Shared with the tasks that build new clients.
+    clients: Arc<[arc_swap::ArcSwap<Client>]>,
+    endpoints: Vec<String>,
+    options: ConnectOptions,
+    pinned: AtomicUsize,
+}
+
+impl Members {
+    /// The pinned member's number, to hand to [`Members::noted`].
+    fn pinned(&self) -> usize {
+        self.pinned.load(Ordering::Relaxed)
+    }
+
+    /// The pinned member's client (cheap: clones share its channel).
+    fn client(&self) -> Client {
+        (*self.clients[self.pinned() % self.clients.len()].load_full()).clone()
+    }
+
+    /// Builds member `n` a new client in the background (connecting is
+    /// lazy: this dials nothing), which takes the old one's place.
+    fn renew_client(&self, n: usize) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let endpoint = self.endpoints[n].clone();
+        let options = self.options.clone();
+        let clients = self.clients.clone();
+        runtime.spawn(async move {
+            if let Ok(fresh) = Client::connect([endpoint], Some(options)).await {
+                clients[n].store(Arc::new(fresh));
+            }
+        });
+    }
+
+    /// Moves the pin from `member` to the next one when `result` says
+    /// `member` could not be reached, unless another call moved it already.
+    ///
+    /// With several members a timeout is one member's, not the cluster's:
+    /// it comes back as [`RegistryError::Unavailable`], which the keeper
+    /// tries again soon (on the next member) instead of pacing its retries
+    /// by the time the call took, as it does for a coordinator whose only
+    /// member is too busy to answer.
+    fn noted<T>(&self, member: usize, result: Result<T>) -> Result<T> {
+        let Err(error @ (RegistryError::Timeout { .. } | RegistryError::Unavailable { .. })) =
+            &result
+        else {
+            return result;
+        };
+        let next = (member + 1) % self.clients.len();
+        if self
+            .pinned
+            .compare_exchange(member, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            tracing::debug!(from = member, to = next, %error, "etcd: moving to the next member");
+            self.renew_client(member % self.clients.len());
+        }
+        if self.clients.len() < 2 {
+            return result;
+        }
+        match result {
+            Err(RegistryError::Timeout {
+                registry,
+                operation,
+                after,
+            }) => Err(RegistryError::Unavailable {
+                registry,
+                operation,
+                message: format!("member {} did not answer within {after:?}", member + 1),
+            }),
+            other => other,
+        }
+    }
+}
+
+impl EtcdRegistry {
+    /// The pinned member's client.
+    fn client(&self) -> Client {
+        self.members.client()
+    }
+
+    /// A failed call: [`RegistryError::Timeout`] when the channel's deadline
+    /// (the call timeout) ran out, else as [`backend`].
+    fn failed(&self, operation: &'static str, e: &etcd_client::Error) -> RegistryError {
+        if is_deadline(e) {
+            RegistryError::Timeout {
+                registry: KIND,
+                operation,
+                after: self.call_bound,
+            }
+        } else {
+            backend(operation, e)
+        }
+    }
+}
+
 impl fmt::Debug for EtcdRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Endpoints and config only: the client may carry an auth token.
@@ -421,43 +544,99 @@ impl EtcdRegistry {
         if endpoints.is_empty() {
             return Err(RegistryError::config(KIND, "no endpoints given".to_owned()));
         }
+        let call_bound = if endpoints.len() > 1 {
+            config.timeout.min(MEMBER_TIMEOUT)
+        } else {
+            config.timeout
+        };
         let options = ConnectOptions::new()
             .with_connect_timeout(config.connect_timeout)
-            .with_timeout(config.timeout);
+            .with_timeout(call_bound);
         let after = config.connect_timeout;
-        let connected = tokio::time::timeout(after, async {
-            let mut client = Client::connect(&endpoints, Some(options)).await?;
-            // The channel connects lazily: a read proves etcd answers.
-            client
-                .get(
-                    config.prefix.as_bytes(),
-                    Some(GetOptions::new().with_count_only()),
-                )
-                .await?;
-            Ok::<_, etcd_client::Error>(client)
-        })
-        .await;
-        let client = match connected {
-            Ok(Ok(client)) => client,
-            Ok(Err(
-                e @ (etcd_client::Error::InvalidUri(_) | etcd_client::Error::InvalidArgs(_)),
-            )) => {
-                return Err(RegistryError::config(
-                    KIND,
-                    format!("invalid etcd endpoints {endpoints:?}: {e}"),
-                ));
+        let mut clients = Vec::with_capacity(endpoints.len());
+        for endpoint in &endpoints {
+            // Lazy: connecting builds the channel, the first call dials.
+            let client = Client::connect([endpoint], Some(options.clone()))
+                .await
+                .map_err(|e| match e {
+                    etcd_client::Error::InvalidUri(_) | etcd_client::Error::InvalidArgs(_) => {
+                        RegistryError::config(
+                            KIND,
+                            format!("invalid etcd endpoint {endpoint:?}: {e}"),
+                        )
+                    }
+                    e => connect_error(&e, after),
+                })?;
+            clients.push(client);
+        }
+        // The first member that answers a read is pinned; one that is
+        // down or between leaders gives way to the next. All within the
+        // connect timeout.
+        let deadline = tokio::time::Instant::now() + after;
+        let mut first = None;
+        let mut last_error = None;
+        let mut failed = Vec::new();
+        // Each member gets its share of the timeout (the last one what is
+        // left), so one that never answers (cut off) leaves time for the rest.
+        let share = after / u32::try_from(clients.len()).unwrap_or(u32::MAX);
+        for (n, client) in clients.iter().enumerate() {
+            let mut client = client.clone();
+            let mut left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if n + 1 < clients.len() {
+                left = left.min(share);
             }
-            Ok(Err(e)) => return Err(backend("connect", &e)),
-            Err(_) => {
-                return Err(RegistryError::Timeout {
-                    registry: KIND,
-                    operation: "connect",
-                    after,
-                });
+            let read = client.get(
+                config.prefix.as_bytes(),
+                Some(GetOptions::new().with_count_only()),
+            );
+            match tokio::time::timeout(left, read).await {
+                Ok(Ok(_)) => {
+                    first = Some(n);
+                    break;
+                }
+                Ok(Err(e)) => {
+                    let error = connect_error(&e, after);
+                    if !error.is_transient() {
+                        return Err(error);
+                    }
+                    last_error = Some(error);
+                    failed.push(n);
+                }
+                Err(_) => {
+                    last_error = Some(RegistryError::Timeout {
+                        registry: KIND,
+                        operation: "connect",
+                        after,
+                    });
+                    failed.push(n);
+                }
             }
+        }
+        let Some(first) = first else {
+            return Err(last_error.unwrap_or(RegistryError::Timeout {
+                registry: KIND,
+                operation: "connect",
+                after,
+            }));
+        };
+        // A channel whose first dial failed is not trusted to dial again.
+        for n in failed {
+            if let Ok(fresh) = Client::connect([&endpoints[n]], Some(options.clone())).await {
+                clients[n] = fresh;
+            }
+        }
+        let members = Members {
+            clients: clients
+                .into_iter()
+                .map(arc_swap::ArcSwap::from_pointee)
+                .collect(),
+            endpoints: endpoints.clone(),
+            options,
+            pinned: AtomicUsize::new(first),
         };
         Ok(EtcdRegistry {
-            client,
+            members,
+            call_bound,
             endpoints,
             config,
             keepers: Mutex::new(HashMap::new()),
@@ -477,7 +656,7 @@ impl EtcdRegistry {
     /// # Errors
     /// [`RegistryError::Timeout`] or [`RegistryError::Backend`] when etcd fails.
     pub async fn stored_mark(&self, worker: u32) -> Result<Option<Timestamp>> {
-        let mut client = self.client.clone();
+        let mut client = self.client();
         let key = self.key("marks/", worker);
         let resp = self.call("read mark", client.get(key, None)).await?;
         resp.kvs()
@@ -500,7 +679,7 @@ impl EtcdRegistry {
         operation: &'static str,
         fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
     ) -> Result<T> {
-        let after = self.config.timeout;
+        let after = self.call_bound;
         bounded(KIND, operation, after, async {
             fut.await.map_err(|e| {
                 // The client's own deadline (the same timeout, set on the
@@ -557,7 +736,7 @@ impl EtcdRegistry {
                 .chain([TxnOp::get(note.as_str(), None)])
                 .collect::<Vec<_>>(),
         );
-        let mut client = self.client.clone();
+        let mut client = self.client();
         let resp = self.call("claim", client.txn(txn)).await?;
         let answers = resp.op_responses();
         let mut free = Vec::new();
@@ -581,7 +760,7 @@ impl EtcdRegistry {
         if let Some(noted) = noted {
             return Err(self.exhausted(noted.in_use, range));
         }
-        let mut client = self.client.clone();
+        let mut client = self.client();
         let prefix = format!("{}workers/", self.config.prefix);
         let counted = self
             .call(
@@ -636,7 +815,7 @@ impl EtcdRegistry {
             at_ms: unix_ms(),
         }
         .to_string();
-        let mut client = self.client.clone();
+        let mut client = self.client();
         if let Err(e) = self
             .call("claim", client.put(self.full_note_key(), value, None))
             .await
@@ -647,7 +826,7 @@ impl EtcdRegistry {
 
     /// The worker IDs below `range` whose holding key exists now.
     async fn held_workers(&self, range: u32) -> Result<HashSet<u32>> {
-        let mut client = self.client.clone();
+        let mut client = self.client();
         let prefix = format!("{}workers/", self.config.prefix);
         let resp = self
             .call(
@@ -718,7 +897,7 @@ impl EtcdRegistry {
                 TxnOp::get(self.key("marks/", worker), None),
             ])
             .or_else([TxnOp::get(key.as_str(), None)]);
-        let mut client = self.client.clone();
+        let mut client = self.client();
         let resp = self.call("claim", client.txn(txn)).await?;
         let got = resp
             .op_responses()
@@ -749,7 +928,7 @@ impl EtcdRegistry {
         Fut: Future<Output = Result<(u32, i64, Option<Timestamp>)>>,
     {
         let ttl_secs = i64::try_from(self.config.lease_ttl.as_secs()).unwrap_or(i64::MAX);
-        let mut client = self.client.clone();
+        let mut client = self.client();
         // Before the grant request: the lease is valid until at most this plus
         // the TTL, whenever etcd started counting.
         let before = Instant::now();
@@ -761,7 +940,7 @@ impl EtcdRegistry {
         // etcd refuses the second grant, which fails this try only.
         let lease_id = i64::try_from(random_u64() >> 1).unwrap_or(1).max(1);
         let mut orphan = RevokeOnDrop {
-            client: Some(self.client.clone()),
+            client: Some(self.client()),
             lease_id,
             timeout: self.config.timeout,
         };
@@ -819,12 +998,12 @@ impl EtcdRegistry {
 
     /// Revokes a lease, ignoring a lease that is already gone.
     async fn revoke(&self, operation: &'static str, lease_id: i64) -> Result<bool> {
-        let mut client = self.client.clone();
-        bounded(KIND, operation, self.config.timeout, async {
+        let mut client = self.client();
+        bounded(KIND, operation, self.call_bound, async {
             match client.lease_revoke(lease_id).await {
                 Ok(_) => Ok(true),
                 Err(e) if is_lease_not_found(&e) => Ok(false),
-                Err(e) => Err(backend(operation, &e)),
+                Err(e) => Err(self.failed(operation, &e)),
             }
         })
         .await
@@ -886,7 +1065,7 @@ impl EtcdRegistry {
                 Ok(None) | Err(KeepAlive::Failed(_)) => self.forget_keeper(lease_id),
             }
         }
-        let mut client = self.client.clone();
+        let mut client = self.client();
         // Before the request the stream opens with: the lease runs at most
         // `ttl` from whenever etcd renewed it, which is after this.
         let before = Instant::now();
@@ -975,8 +1154,8 @@ impl Drop for RevokeOnDrop {
 enum KeepAlive {
     /// The lease no longer exists.
     Gone,
-    /// Anything else, as text.
-    Failed(String),
+    /// Anything else.
+    Failed(etcd_client::Error),
 }
 
 impl KeepAlive {
@@ -984,18 +1163,15 @@ impl KeepAlive {
         if is_lease_not_found(&e) {
             KeepAlive::Gone
         } else {
-            KeepAlive::Failed(e.to_string())
+            KeepAlive::Failed(e)
         }
     }
 }
 
-#[async_trait]
-impl WorkerRegistry for EtcdRegistry {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
-    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+/// The registry's calls, on the pinned member ([`Members`]); the
+/// [`WorkerRegistry`] impl below moves the pin when one can't reach it.
+impl EtcdRegistry {
+    async fn claim_on_pinned(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         check_range(KIND, range)?;
         self.last_range
             .store(range, std::sync::atomic::Ordering::Relaxed);
@@ -1007,7 +1183,12 @@ impl WorkerRegistry for EtcdRegistry {
             .await
     }
 
-    async fn claim_worker(&self, node: &NodeIdentity, worker: u32, range: u32) -> Result<Claim> {
+    async fn claim_worker_on_pinned(
+        &self,
+        node: &NodeIdentity,
+        worker: u32,
+        range: u32,
+    ) -> Result<Claim> {
         check_given_worker(KIND, worker, range)?;
         self.claim_under_new_lease(|lease_id| async move {
             match self.take(node, worker, lease_id).await? {
@@ -1027,23 +1208,23 @@ impl WorkerRegistry for EtcdRegistry {
         .await
     }
 
-    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
+    async fn renew_on_pinned(&self, claim: &Claim) -> Result<Option<Lease>> {
         let (lease_id, _) = parse_token(claim)?;
         let ttl = claim.lease.map_or(self.config.lease_ttl, |l| l.ttl);
-        bounded(KIND, "renew", self.config.timeout, async {
+        bounded(KIND, "renew", self.call_bound, async {
             match self.keep_alive(lease_id, ttl).await {
                 Ok(lease) => Ok(lease),
                 Err(KeepAlive::Gone) => Err(self.lease_lost(
                     claim.worker,
                     format!("lease {lease_id:x} expired or was revoked"),
                 )),
-                Err(KeepAlive::Failed(message)) => Err(backend_msg("renew", message)),
+                Err(KeepAlive::Failed(e)) => Err(self.failed("renew", &e)),
             }
         })
         .await
     }
 
-    async fn persist_mark(
+    async fn persist_mark_on_pinned(
         &self,
         claim: &Claim,
         mark: Timestamp,
@@ -1056,7 +1237,7 @@ impl WorkerRegistry for EtcdRegistry {
         let reported_key = self.key("reported/", worker);
         let new_ms = ceil_ms(mark);
         let attempt = async {
-            let mut client = self.client.clone();
+            let mut client = self.client();
             for _ in 0..PERSIST_ATTEMPTS {
                 let known = self
                     .marks
@@ -1071,7 +1252,7 @@ impl WorkerRegistry for EtcdRegistry {
                         let current = client
                             .get(mark_key.as_str(), None)
                             .await
-                            .map_err(|e| backend("persist mark", &e))?;
+                            .map_err(|e| self.failed("persist mark", &e))?;
                         match current.kvs().first() {
                             Some(kv) => (
                                 Some(ceil_ms(parse_ms("persist mark", worker, kv.value())?)),
@@ -1110,7 +1291,7 @@ impl WorkerRegistry for EtcdRegistry {
                             format!("lease {lease_id:x} expired or was revoked"),
                         ));
                     }
-                    Err(e) => return Err(backend("persist mark", &e)),
+                    Err(e) => return Err(self.failed("persist mark", &e)),
                 };
                 if resp.succeeded() {
                     // The mark key now stands at the transaction's revision
@@ -1174,7 +1355,7 @@ impl WorkerRegistry for EtcdRegistry {
                 format!("mark of worker {worker} kept changing during {PERSIST_ATTEMPTS} attempts"),
             ))
         };
-        bounded(KIND, "persist mark", self.config.timeout, attempt).await
+        bounded(KIND, "persist mark", self.call_bound, attempt).await
     }
 
     /// One transaction: `if lease(workers/<id>) == ours and
@@ -1183,7 +1364,7 @@ impl WorkerRegistry for EtcdRegistry {
     /// compares fence it as a persist; the mark is set, not raised. A
     /// persist of ours still in flight compares the mark key's old mod
     /// revision, so it fails after this.
-    async fn record_clean_stop(
+    async fn record_clean_stop_on_pinned(
         &self,
         claim: &Claim,
         high: Timestamp,
@@ -1212,7 +1393,7 @@ impl WorkerRegistry for EtcdRegistry {
                 ),
             ]);
         let attempt = async {
-            let mut client = self.client.clone();
+            let mut client = self.client();
             let gone =
                 || self.lease_lost(worker, format!("lease {lease_id:x} expired or was revoked"));
             match client.txn(txn).await {
@@ -1222,13 +1403,13 @@ impl WorkerRegistry for EtcdRegistry {
                     format!("lease {lease_id:x} expired, was released or was taken over"),
                 )),
                 Err(e) if is_lease_not_found(&e) => Err(gone()),
-                Err(e) => Err(backend(OP, &e)),
+                Err(e) => Err(self.failed(OP, &e)),
             }
         };
-        bounded(KIND, OP, self.config.timeout, attempt).await
+        bounded(KIND, OP, self.call_bound, attempt).await
     }
 
-    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
+    async fn peers_on_pinned(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
         const OP: &str = "list peers";
         // A sample, not every report: N nodes starting at once would read N²
         // reports. First by point reads of random workers in the claimed
@@ -1245,7 +1426,7 @@ impl WorkerRegistry for EtcdRegistry {
                     .map(|w| TxnOp::get(self.key("reported/", *w), None))
                     .collect::<Vec<_>>(),
             );
-            let mut client = self.client.clone();
+            let mut client = self.client();
             let resp = self.call(OP, client.txn(txn)).await?;
             let mut peers = Vec::new();
             for (worker, op) in sample.iter().zip(resp.op_responses()) {
@@ -1288,7 +1469,7 @@ impl WorkerRegistry for EtcdRegistry {
                 ),
             ),
         ]);
-        let mut client = self.client.clone();
+        let mut client = self.client();
         let resp = self.call(OP, client.txn(txn)).await?;
         let mut peers = Vec::new();
         for op in resp.op_responses() {
@@ -1316,19 +1497,19 @@ impl WorkerRegistry for EtcdRegistry {
         Ok(peers)
     }
 
-    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+    async fn fleet_on_pinned(&self) -> Result<Vec<FleetMember>> {
         const OP: &str = "list fleet";
         let workers = format!("{}workers/", self.config.prefix);
         let reported = format!("{}reported/", self.config.prefix);
         let marks = format!("{}marks/", self.config.prefix);
         let read = async {
-            let mut client = self.client.clone();
+            let mut client = self.client();
             let txn = Txn::new().and_then([
                 TxnOp::get(workers.as_str(), Some(GetOptions::new().with_prefix())),
                 TxnOp::get(reported.as_str(), Some(GetOptions::new().with_prefix())),
                 TxnOp::get(marks.as_str(), Some(GetOptions::new().with_prefix())),
             ]);
-            let resp = client.txn(txn).await.map_err(|e| backend(OP, &e))?;
+            let resp = client.txn(txn).await.map_err(|e| self.failed(OP, &e))?;
             let mut gets = resp.op_responses().into_iter().filter_map(|op| match op {
                 TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
                 _ => None,
@@ -1358,7 +1539,7 @@ impl WorkerRegistry for EtcdRegistry {
                 row.port = field("port").and_then(|p| p.parse().ok());
                 row.live = true;
                 let lease_id = kv.lease();
-                let mut client = self.client.clone();
+                let mut client = self.client();
                 leases.spawn(async move {
                     let ttl = client.lease_time_to_live(lease_id, None).await;
                     (worker, ttl.map(|t| t.ttl()))
@@ -1381,7 +1562,7 @@ impl WorkerRegistry for EtcdRegistry {
             }
             while let Some(done) = leases.join_next().await {
                 let (worker, ttl) = done.map_err(|e| backend_msg(OP, e.to_string()))?;
-                let ttl = ttl.map_err(|e| backend(OP, &e))?;
+                let ttl = ttl.map_err(|e| self.failed(OP, &e))?;
                 if ttl <= 0 {
                     // The lease ran out since the read: its holding went with it.
                     rows.remove(&worker);
@@ -1392,10 +1573,10 @@ impl WorkerRegistry for EtcdRegistry {
             Ok(rows.into_values().collect())
         };
         // The lease reads are spawned: dropping the set on a timeout aborts them.
-        bounded(KIND, OP, self.config.timeout, read).await
+        bounded(KIND, OP, self.call_bound, read).await
     }
 
-    async fn release(&self, claim: &Claim) -> Result<()> {
+    async fn release_on_pinned(&self, claim: &Claim) -> Result<()> {
         let (lease_id, _) = parse_token(claim)?;
         self.forget_lease(lease_id);
         // Revoking deletes the holding and the report (both attached to the
@@ -1412,12 +1593,116 @@ impl WorkerRegistry for EtcdRegistry {
     }
 }
 
+#[async_trait]
+impl WorkerRegistry for EtcdRegistry {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
+        let pinned = self.members.pinned();
+        let result = self.claim_on_pinned(node, range).await;
+        self.members.noted(pinned, result)
+    }
+
+    async fn claim_worker(&self, node: &NodeIdentity, worker: u32, range: u32) -> Result<Claim> {
+        let pinned = self.members.pinned();
+        let result = self.claim_worker_on_pinned(node, worker, range).await;
+        self.members.noted(pinned, result)
+    }
+
+    async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
+        let pinned = self.members.pinned();
+        let result = self.renew_on_pinned(claim).await;
+        self.members.noted(pinned, result)
+    }
+
+    async fn persist_mark(
+        &self,
+        claim: &Claim,
+        mark: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let pinned = self.members.pinned();
+        let result = self.persist_mark_on_pinned(claim, mark, reported).await;
+        self.members.noted(pinned, result)
+    }
+
+    async fn record_clean_stop(
+        &self,
+        claim: &Claim,
+        high: Timestamp,
+        reported: Timestamp,
+    ) -> Result<()> {
+        let pinned = self.members.pinned();
+        let result = self
+            .record_clean_stop_on_pinned(claim, high, reported)
+            .await;
+        self.members.noted(pinned, result)
+    }
+
+    async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
+        let pinned = self.members.pinned();
+        let result = self.peers_on_pinned(claim).await;
+        self.members.noted(pinned, result)
+    }
+
+    async fn fleet(&self) -> Result<Vec<FleetMember>> {
+        let pinned = self.members.pinned();
+        let result = self.fleet_on_pinned().await;
+        self.members.noted(pinned, result)
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<()> {
+        let pinned = self.members.pinned();
+        let result = self.release_on_pinned(claim).await;
+        self.members.noted(pinned, result)
+    }
+}
+
+/// A failed call: [`RegistryError::Unavailable`] when the member could not
+/// be reached or could not serve ([`unreachable`]), else
+/// [`RegistryError::Backend`].
 fn backend(operation: &'static str, e: &etcd_client::Error) -> RegistryError {
-    backend_msg(operation, e.to_string())
+    if unreachable(e) {
+        RegistryError::unavailable(KIND, operation, e)
+    } else {
+        backend_msg(operation, e.to_string())
+    }
+}
+
+/// Whether `e` says the member can't be reached or can't serve now: a
+/// transport or I/O error (nothing listening, a broken connection), or
+/// gRPC's UNAVAILABLE (14: also `etcdserver: leader changed` and `no
+/// leader`) or ABORTED (10), by number as in [`is_deadline`].
+fn unreachable(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => matches!(s.code() as i32, 10 | 14),
+        _ => false,
+    }
 }
 
 fn backend_msg(operation: &'static str, message: String) -> RegistryError {
     RegistryError::backend(KIND, operation, message)
+}
+
+/// A failed connect: [`RegistryError::Unavailable`] for what passes by
+/// itself (nothing listening, a broken connection, etcd between leaders:
+/// `etcdserver: leader changed` and `no leader` come as UNAVAILABLE), which
+/// a start waits on; [`RegistryError::Timeout`] for a deadline; anything else
+/// (refused authentication, a permission) as [`backend`]. Every rolling
+/// upgrade of etcd changes its leader: a node started then must wait, not exit.
+fn connect_error(e: &etcd_client::Error, after: Duration) -> RegistryError {
+    if is_deadline(e) {
+        RegistryError::Timeout {
+            registry: KIND,
+            operation: "connect",
+            after,
+        }
+    } else {
+        backend("connect", e)
+    }
 }
 
 /// Whether the call ran out of time in the gRPC channel (tonic's

@@ -835,6 +835,18 @@ impl Ctx {
         pause.max(took.saturating_mul(PACE))
     }
 
+    /// How long a failed try that ended in `error` took, as [`Ctx::paced`]
+    /// counts it: nothing for [`RegistryError::Unavailable`], which is
+    /// not a busy coordinator's answer but a member that could not be
+    /// reached (the registry moved to another) or nothing listening.
+    fn took(error: &RegistryError, took: Duration) -> Duration {
+        if matches!(error, RegistryError::Unavailable { .. }) {
+            Duration::ZERO
+        } else {
+            took
+        }
+    }
+
     /// A start's claim and first mark, retried for up to the claim wait.
     ///
     /// The claim waits while the registry holds claims
@@ -893,11 +905,14 @@ impl Ctx {
                     // starts timed out after their claim, released it, and
                     // came back to pay for it again.
                     while let Err(
-                        e @ (RegistryError::Timeout { .. } | RegistryError::Backend { .. }),
+                        e @ (RegistryError::Timeout { .. }
+                        | RegistryError::Unavailable { .. }
+                        | RegistryError::Backend { .. }),
                     ) = &outcome
                     {
                         failures += 1;
-                        let pause = Self::paced(self.backoff_after(failures, e), tried.elapsed());
+                        let took = Self::took(e, tried.elapsed());
+                        let pause = Self::paced(self.backoff_after(failures, e), took);
                         let room = claim.lease.map_or(Duration::MAX, |l| {
                             l.valid_until.saturating_duration_since(mono_now())
                         });
@@ -930,10 +945,12 @@ impl Ctx {
                 // (a claim slowed by an overloaded coordinator) is a failed
                 // call like the others.
                 RegistryError::Timeout { .. }
+                | RegistryError::Unavailable { .. }
                 | RegistryError::Backend { .. }
                 | RegistryError::LeaseLost { .. } => {
                     failures += 1;
-                    Self::paced(self.backoff_after(failures, &error), tried.elapsed())
+                    let took = Self::took(&error, tried.elapsed());
+                    Self::paced(self.backoff_after(failures, &error), took)
                 }
                 _ => return Err(error),
             };
@@ -1233,8 +1250,22 @@ impl Task {
     /// a jittered retry interval, paced. Pacing alone holds a crowd's retries
     /// to what a slow coordinator answers, and a coordinator that refuses at
     /// once (down) costs nothing to ask every second.
-    fn retry_pause(&mut self, took: Duration, left: Option<Duration>) -> Duration {
+    ///
+    /// The first retry after [`RegistryError::Unavailable`] comes at the
+    /// next check: the registry already moved to another member (etcd), or
+    /// the call failed at once, so asking again costs nothing and a node
+    /// whose mark is near is back within a check interval.
+    fn retry_pause(
+        &mut self,
+        error: &RegistryError,
+        took: Duration,
+        left: Option<Duration>,
+    ) -> Duration {
         self.call_failures += 1;
+        if self.call_failures == 1 && matches!(error, RegistryError::Unavailable { .. }) {
+            return self.ctx.config.check_interval;
+        }
+        let took = Ctx::took(error, took);
         match left {
             Some(left) if !left.is_zero() => Ctx::paced(self.ctx.backoff(self.call_failures), took)
                 .min((left / 2).max(self.retry_after())),
@@ -1327,7 +1358,7 @@ impl Task {
                             .checked_sub(self.ctx.config.lease_margin)
                             .map(|fence| fence.saturating_duration_since(mono_now()))
                     });
-                    self.retry_pause(tried.elapsed(), left)
+                    self.retry_pause(&e, tried.elapsed(), left)
                 };
                 self.next_renew = Some(mono + retry);
                 if !expired {
@@ -1378,7 +1409,7 @@ impl Task {
                 self.set_error(&e);
                 let left = (mark > now)
                     .then(|| Duration::try_from(mark.duration_since(now)).unwrap_or_default());
-                self.retry_at = mono_now() + self.retry_pause(tried.elapsed(), left);
+                self.retry_at = mono_now() + self.retry_pause(&e, tried.elapsed(), left);
             }
         }
     }
@@ -1410,9 +1441,12 @@ impl Task {
                         (*retry_after + Duration::from_millis(20)).max(self.retry_after())
                     }
                     // A slow or failing coordinator: back off, doubling.
-                    RegistryError::Timeout { .. } | RegistryError::Backend { .. } => {
+                    RegistryError::Timeout { .. }
+                    | RegistryError::Unavailable { .. }
+                    | RegistryError::Backend { .. } => {
                         self.failures += 1;
-                        Ctx::paced(self.ctx.backoff_after(self.failures, &e), tried.elapsed())
+                        let took = Ctx::took(&e, tried.elapsed());
+                        Ctx::paced(self.ctx.backoff_after(self.failures, &e), took)
                     }
                     // Jittered: nodes that lost their leases together don't
                     // come back to the registry in lockstep.

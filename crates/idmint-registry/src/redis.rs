@@ -1238,6 +1238,24 @@ fn call_error(operation: &'static str, e: CallError) -> RegistryError {
             operation,
             after,
         },
+        // Nothing listening, a broken connection, a replica still loading or
+        // a cluster between masters: a start waits on these.
+        CallError::Redis(e)
+            if e.is_io_error()
+                || e.is_connection_refusal()
+                || e.is_connection_dropped()
+                || matches!(
+                    e.kind(),
+                    redis::ErrorKind::Server(
+                        redis::ServerErrorKind::BusyLoading
+                            | redis::ServerErrorKind::TryAgain
+                            | redis::ServerErrorKind::ClusterDown
+                            | redis::ServerErrorKind::MasterDown
+                    )
+                ) =>
+        {
+            RegistryError::unavailable(KIND, operation, e)
+        }
         other => RegistryError::Backend {
             registry: KIND,
             operation,

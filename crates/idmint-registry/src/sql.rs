@@ -1338,11 +1338,35 @@ fn sql_error(operation: &'static str) -> impl Fn(idmint_sql::Error) -> RegistryE
             RegistryError::config(REGISTRY, e.to_string())
         }
         e if e.is_config() => RegistryError::config(REGISTRY, e.to_string()),
+        e if unreachable(&e) => RegistryError::unavailable(REGISTRY, operation, e),
         e => RegistryError::Backend {
             registry: REGISTRY,
             operation,
             message: e.to_string(),
         },
+    }
+}
+
+/// Whether `e` says the database can't be reached or can't serve now, so
+/// that the same call may succeed later with nothing changed: no server
+/// listening or a broken connection (I/O), a pool that found no connection
+/// in time, a server starting up or shutting down (PostgreSQL's class 57P,
+/// class 08 connection exceptions; MySQL/MariaDB's 1053 "server shutdown in
+/// progress"). A refused password or a missing database is an answer, not
+/// this: a start fails on it at once.
+fn unreachable(e: &idmint_sql::Error) -> bool {
+    let source = match e {
+        idmint_sql::Error::Connect { source, .. }
+        | idmint_sql::Error::Database { source, .. }
+        | idmint_sql::Error::Migration { source, .. } => source,
+        _ => return false,
+    };
+    match source {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("57P") || code.starts_with("08") || code == "1053"
+        }),
+        _ => false,
     }
 }
 
@@ -1487,6 +1511,13 @@ mod tests {
             source: sqlx::Error::RowNotFound,
         };
         assert_eq!(sql_error("migrate")(failed).code(), "registry_backend");
+        let refused = idmint_sql::Error::Connect {
+            url: "postgres://h/db".to_owned(),
+            source: sqlx::Error::Io(std::io::ErrorKind::ConnectionRefused.into()),
+        };
+        let err = sql_error("connect")(refused);
+        assert_eq!(err.code(), "registry_unavailable", "{err}");
+        assert!(err.is_transient());
     }
 
     #[test]

@@ -663,7 +663,7 @@ async fn open_session(connect_string: &str, config: &ZooKeeperConfig) -> Result<
             .with_fail_eagerly()
             .connect(connect_string)
             .await
-            .map_err(|e| backend("connect", &e))?;
+            .map_err(|e| connect_error("connect", &e))?;
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         let root = config.root();
         let dirs: &[&str] = match config.mode {
@@ -674,7 +674,7 @@ async fn open_session(connect_string: &str, config: &ZooKeeperConfig) -> Result<
             client
                 .mkdir(&format!("{root}/{dir}"), &options)
                 .await
-                .map_err(|e| backend("create parent nodes", &e))?;
+                .map_err(|e| connect_error("create parent nodes", &e))?;
         }
         Ok(client)
     };
@@ -708,6 +708,22 @@ async fn read_children(
 
 fn backend(operation: &'static str, e: &zk::Error) -> RegistryError {
     RegistryError::backend(KIND, operation, e)
+}
+
+/// A failed connect: [`RegistryError::Unavailable`] when no server could
+/// be reached or the ensemble can't serve now (a lost connection, no quorum
+/// yet, a server that only serves reads), which a start waits on; anything
+/// else (refused authentication, bad arguments) as [`backend`].
+fn connect_error(operation: &'static str, e: &zk::Error) -> RegistryError {
+    match e {
+        zk::Error::NoHosts
+        | zk::Error::Timeout
+        | zk::Error::ConnectionLoss
+        | zk::Error::SessionExpired
+        | zk::Error::Throttled
+        | zk::Error::NotReadOnly => RegistryError::unavailable(KIND, operation, e),
+        _ => backend(operation, e),
+    }
 }
 
 #[cfg(test)]

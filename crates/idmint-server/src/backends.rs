@@ -42,6 +42,62 @@ use crate::metrics::Metrics;
 /// The registry's: [`RegistryError::Config`] for a setting it refuses, a
 /// backend error when it can't be reached.
 pub async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
+    open_registry_observed(config, &|_| {}).await
+}
+
+/// [`open_registry`], telling `waiting` each time a connect is tried again.
+///
+/// A start waits while the coordinator is unavailable or times out
+/// ([`RegistryError::is_transient`]: nothing listening yet, etcd between
+/// leaders, a failover under way), trying again after a pause that doubles
+/// from 250 ms to 2 s, for up to the claim wait (`snowflake.claim_wait`),
+/// then fails with the last error. Any other error (a refused password, a
+/// bad setting) fails at once.
+pub(crate) async fn open_registry_observed(
+    config: &Config,
+    waiting: &(dyn Fn(&RegistryError) + Send + Sync),
+) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
+    let wait = keeper_config(config).max_claim_wait();
+    open_waiting(wait, waiting, || open_registry_once(config)).await
+}
+
+/// Tries `open` until it succeeds, fails with an error that a retry would
+/// not change, or `wait` has passed (see [`open_registry_observed`]).
+pub(crate) async fn open_waiting<T, F, Fut>(
+    wait: Duration,
+    waiting: &(dyn Fn(&RegistryError) + Send + Sync),
+    mut open: F,
+) -> Result<T, RegistryError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, RegistryError>>,
+{
+    const FIRST_PAUSE: Duration = Duration::from_millis(250);
+    const MAX_PAUSE: Duration = Duration::from_secs(2);
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = FIRST_PAUSE;
+    let mut said = false;
+    loop {
+        let error = match open().await {
+            Ok(opened) => return Ok(opened),
+            Err(e) if e.is_transient() => e,
+            Err(e) => return Err(e),
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(error);
+        }
+        if !said {
+            tracing::warn!(wait_up_to = ?left, "waiting for the registry: {error}");
+            said = true;
+        }
+        waiting(&error);
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(MAX_PAUSE);
+    }
+}
+
+async fn open_registry_once(config: &Config) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
     let sf = &config.snowflake;
     let data_dir = &config.server.data_dir;
     Ok(match sf.registry {
@@ -85,6 +141,14 @@ pub async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, R
 /// `monotonic.lease_ttl`. SQL always uses lease mode there and ZooKeeper
 /// ephemeral mode: the leadership is one lease that changes holders.
 pub(crate) async fn open_leader_registry(
+    config: &Config,
+    waiting: &(dyn Fn(&RegistryError) + Send + Sync),
+) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
+    let wait = keeper_config(config).max_claim_wait();
+    open_waiting(wait, waiting, || open_leader_registry_once(config)).await
+}
+
+async fn open_leader_registry_once(
     config: &Config,
 ) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
     let sf = &config.snowflake;

@@ -168,6 +168,7 @@ pub(crate) const ERROR_CODES: &[&str] = &[
     "registry_held",
     "registry_timeout",
     "registry_backend",
+    "registry_unavailable",
     "registry_unsupported",
     "registry_config",
     "lease_lost",

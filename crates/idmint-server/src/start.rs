@@ -21,9 +21,9 @@ use tokio::task::JoinHandle;
 use crate::backends::{
     CountingRegistry, StoreSettings, etcd_config, generator_settings, keeper_config, key_table,
     leader_etcd_config, leader_redis_config, leader_sql_config, leader_zookeeper_config,
-    open_leader_registry, open_registry, open_segments, oracle_keeper_config, oracle_settings,
-    prepare_segments, redis_registry_config, segment_config, sql_registry_config, store_settings,
-    zookeeper_config,
+    open_leader_registry, open_registry_observed, open_segments, oracle_keeper_config,
+    oracle_settings, prepare_segments, redis_registry_config, segment_config, sql_registry_config,
+    store_settings, zookeeper_config,
 };
 use crate::clock::IdClock;
 use crate::config::{Config, ConfigError, RegistryKind};
@@ -509,7 +509,11 @@ async fn claim_worker(
         registry: kind.name(),
         source,
     };
-    let registry = open_registry(config).await.map_err(registry_error)?;
+    let connecting =
+        |error: &RegistryError| progress.set(format!("waiting to reach the registry: {error}"));
+    let registry = open_registry_observed(config, &connecting)
+        .await
+        .map_err(registry_error)?;
     let registry = CountingRegistry::wrap(registry, metrics.clone());
     let fleet = FleetView::new(registry.clone(), node.clone());
     let clock = IdClock::new(config.snowflake.clock);
@@ -563,7 +567,9 @@ async fn start_oracle(
         source,
     };
     let layout = config.monotonic_layout()?;
-    let registry = open_leader_registry(config).await.map_err(registry_error)?;
+    let registry = open_leader_registry(config, &|_| {})
+        .await
+        .map_err(registry_error)?;
     let shared = kind != RegistryKind::File;
     // Followers reach the leader at its gRPC listener: that listener's own
     // address (or `advertise_address`), not the HTTP one's, which may be

@@ -8,6 +8,9 @@
 //!   check|start|stop|restart DIR`) in a temporary directory on a free loopback
 //!   port and stopped on drop, for tests that stop a service mid-run. The
 //!   shared instances other tests use are never touched.
+//! - [`cluster::PrivateCluster`]: a 3-member etcd cluster or ZooKeeper
+//!   ensemble (`scripts/etcd-cluster`, `scripts/zookeeper-cluster`), for
+//!   tests that lose a leader or a majority.
 //! - The shared instances' addresses ([`POSTGRES_URL`], [`MYSQL_URL`],
 //!   [`REDIS_URL`]).
 //! - [`FORK_GUARD`]: serializes spawning child processes against tests that
@@ -22,6 +25,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod cluster;
 pub mod fuzz;
 pub mod proxy;
 pub mod tinyid;

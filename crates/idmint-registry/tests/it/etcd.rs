@@ -362,7 +362,7 @@ async fn unreachable_etcd_is_a_typed_error_within_the_timeout() {
     let took = started.elapsed();
     assert!(took < timeout + Duration::from_millis(500), "took {took:?}");
     match &err {
-        RegistryError::Backend {
+        RegistryError::Unavailable {
             registry,
             operation,
             ..
@@ -372,7 +372,7 @@ async fn unreachable_etcd_is_a_typed_error_within_the_timeout() {
             operation,
             ..
         } => assert_eq!((*registry, *operation), ("etcd", "connect"), "{err}"),
-        other => panic!("expected a backend error or timeout, got {other}"),
+        other => panic!("expected unavailable or a timeout, got {other}"),
     }
     let empty: [&str; 0] = [];
     let err = EtcdRegistry::connect(&empty, EtcdConfig::new())

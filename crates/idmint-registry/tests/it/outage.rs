@@ -430,7 +430,7 @@ async fn renew_across_reconnect(
 ) -> idmint_registry::RegistryError {
     for _ in 0..10 {
         match registry.renew(claim).await {
-            Err(e) if e.code() == "registry_backend" || e.code() == "registry_timeout" => {
+            Err(e) if e.is_transient() || e.code() == "registry_backend" => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(e) => return e,

@@ -296,7 +296,7 @@ async fn unreachable_redis_is_a_typed_error_within_the_timeout() {
         started.elapsed()
     );
     match &err {
-        RegistryError::Backend {
+        RegistryError::Unavailable {
             registry,
             operation,
             ..
@@ -308,7 +308,7 @@ async fn unreachable_redis_is_a_typed_error_within_the_timeout() {
         } => {
             assert_eq!((*registry, *operation), ("redis", "connect"), "{err}");
         }
-        other => panic!("expected a backend error or timeout, got {other}"),
+        other => panic!("expected unavailable or a timeout, got {other}"),
     }
     let err = RedisRegistry::connect("not a url", RedisConfig::new())
         .await

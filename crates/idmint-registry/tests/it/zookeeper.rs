@@ -459,7 +459,7 @@ async fn ephemeral_connect_to_a_closed_port_fails_typed_and_fast() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err.code(), "registry_backend" | "registry_timeout"),
+        matches!(err.code(), "registry_unavailable" | "registry_timeout"),
         "{err}"
     );
     assert!(started.elapsed() < Duration::from_secs(3));

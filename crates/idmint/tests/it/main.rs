@@ -19,6 +19,7 @@ mod serve_cluster;
 mod serve_fleet;
 mod serve_grpc;
 mod serve_grpc_python;
+mod serve_ha;
 mod serve_hostile;
 mod serve_keys;
 mod serve_logs;
