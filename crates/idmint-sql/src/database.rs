@@ -261,8 +261,8 @@ impl Database {
     ///   sqlx's defaults; MySQL sessions run in UTC (sqlx sets `time_zone`).
     ///   With several hosts, the first writable one in the URL's order, each
     ///   host asked within its share of the connect timeout, and asked again
-    ///   for up to half the connect timeout while none is writable (a
-    ///   promotion under way); the pool then follows a failover (see
+    ///   for up to two fifths of the connect timeout while none is writable
+    ///   (a promotion under way); the pool then follows a failover (see
     ///   `failover.rs`).
     /// - SQLite: the file is created if missing, switched to WAL (readers
     ///   don't block the writer; one writer at a time), with the busy timeout.
@@ -480,13 +480,15 @@ async fn open_failover<DB: Server>(
     let probe_timeout = (timeout / n_hosts).max(Duration::from_millis(1));
     let failover = Arc::new(Failover::new(Arc::clone(url), targets, probe_timeout));
     // No writable host may mean a promotion under way (it takes about a
-    // second): ask again for half the connect timeout before giving up, so
-    // that a node starting during a failover waits for it.
+    // second): ask again for two fifths of the connect timeout before giving
+    // up, so that a node starting during a failover waits for it, and ends
+    // with this error rather than with a caller's timeout of half the connect
+    // timeout (the registry's), which says less.
     let asking_since = Instant::now();
     let idx = loop {
         match failover.first_writable().await {
             Ok(idx) => break idx,
-            Err(hosts) if asking_since.elapsed() >= timeout / 2 => {
+            Err(hosts) if asking_since.elapsed() >= timeout * 2 / 5 => {
                 return Err(Error::NoWritableHost {
                     url: url.to_string(),
                     hosts: hosts

@@ -797,6 +797,31 @@ async fn promoted_through_a_host_list(service: Service) {
             )
         }
     };
+    // The standby alone, asked to be writable: a transient refusal that a
+    // start retries (a promotion may be under way), naming what it found.
+    let standby_only = match service {
+        Service::Postgres => format!(
+            "{}?target_session_attrs=read-write",
+            db.env("standby.env", "IDMINT_TEST_POSTGRES_STANDBY_URL")
+        ),
+        _ => {
+            let replica = db.env("replica.env", "IDMINT_TEST_MYSQL_REPLICA_URL");
+            let host = replica
+                .split_once('@')
+                .unwrap()
+                .1
+                .split_once('/')
+                .unwrap()
+                .0;
+            format!("mysql://root@{host},{host}/idmint")
+        }
+    };
+    let err = SqlRegistry::connect(&standby_only, forgetful_sql_config())
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert!(err.to_string().contains("no writable host"), "{err}");
+
     let probe = SqlRegistry::connect(&url, forgetful_sql_config())
         .await
         .unwrap();
