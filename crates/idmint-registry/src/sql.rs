@@ -1360,9 +1360,15 @@ fn sql_error(operation: &'static str) -> impl Fn(idmint_sql::Error) -> RegistryE
 /// listening or a broken connection (I/O), a pool that found no connection
 /// in time, a server starting up or shutting down (PostgreSQL's class 57P,
 /// class 08 connection exceptions; MySQL/MariaDB's 1053 "server shutdown in
-/// progress"). A refused password or a missing database is an answer, not
+/// progress"), or no writable host among several (a promotion under way).
+/// A refused password or a missing database is an answer, not
 /// this: a start fails on it at once.
 fn unreachable(e: &idmint_sql::Error) -> bool {
+    // A URL listing a primary and its standbys where none takes writes now:
+    // a promotion under way.
+    if matches!(e, idmint_sql::Error::NoWritableHost { .. }) {
+        return true;
+    }
     let source = match e {
         idmint_sql::Error::Connect { source, .. }
         | idmint_sql::Error::Database { source, .. }

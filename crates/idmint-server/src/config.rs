@@ -642,6 +642,59 @@ mod tests {
     }
 
     #[test]
+    fn multi_host_database_urls_are_read_and_bad_ones_named() {
+        let url = "postgres://app:pw@db1:5432,db2:5432/ids?target_session_attrs=read-write";
+        let config = Config::load(
+            None,
+            env(&[
+                ("IDMINT_SNOWFLAKE__REGISTRY", "sql"),
+                ("IDMINT_SNOWFLAKE__SQL__URL", url),
+                ("IDMINT_SEGMENT__URL", "mysql://app:pw@db1,db2:3307/ids"),
+            ]),
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.snowflake.sql.url.as_ref().unwrap().expose(), url);
+        for (key, variable, bad, names) in [
+            (
+                "snowflake.sql.url",
+                "IDMINT_SNOWFLAKE__SQL__URL",
+                "postgres://app:pw@db1,db2/ids?target_session_attrs=prefer-standby",
+                "target_session_attrs=prefer-standby",
+            ),
+            (
+                "snowflake.sql.url",
+                "IDMINT_SNOWFLAKE__SQL__URL",
+                "postgres://app:pw@db1,,db2/ids",
+                "host 2 of the list",
+            ),
+            (
+                "segment.url",
+                "IDMINT_SEGMENT__URL",
+                "mysql://app:pw@db1:3306,db2:99999/ids",
+                "port \"99999\"",
+            ),
+        ] {
+            let mut vars = vec![("IDMINT_SNOWFLAKE__REGISTRY", "sql")];
+            if variable != "IDMINT_SNOWFLAKE__SQL__URL" {
+                vars.push(("IDMINT_SNOWFLAKE__SQL__URL", url));
+            }
+            vars.push((variable, bad));
+            let loaded = Config::load(None, env(&vars)).unwrap();
+            let e = loaded.validate().unwrap_err();
+            let ConfigError::Invalid {
+                key: at, message, ..
+            } = &e
+            else {
+                panic!("{bad}: {e}");
+            };
+            assert_eq!(at, key, "{bad}: {e}");
+            assert!(message.contains(names), "{bad}: {message}");
+            assert!(!e.to_string().contains(":pw@"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn a_config_files_relative_paths_are_read_from_its_folder() {
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("conf");

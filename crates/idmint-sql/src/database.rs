@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -12,6 +12,10 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 use crate::dialect::Dialect;
 use crate::error::{Error, Result};
+use crate::failover::{
+    Attached, Failover, HostReport, SEARCH_INTERVAL, Server, Target, Topology, with_hooks,
+};
+use crate::hosts::HostUrl;
 
 /// How to open a [`Database`].
 ///
@@ -62,7 +66,10 @@ impl ConnectOptions {
     ///
     /// `url` is a sqlx URL: `postgres://user:password@host:5432/db`,
     /// `mysql://root@host:3306/db` (or `mariadb://`), `sqlite://path/to/file.db`
-    /// or `sqlite:path` (the file is created if missing).
+    /// or `sqlite:path` (the file is created if missing); or, for a primary
+    /// with standbys, a host list: libpq's
+    /// `postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write` or
+    /// `mysql://u@h1:3306,h2:3306/db` (see the crate docs).
     pub const fn new(url: String) -> ConnectOptions {
         ConnectOptions {
             url,
@@ -178,7 +185,7 @@ macro_rules! on_pool {
 }
 
 /// A value bound into a statement whose binds are chosen at run time (by
-/// [`bind_all!`]); the three backends all encode these.
+/// [`bind_all!`](crate::bind_all)); the three backends all encode these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bind<'a> {
     /// A `BIGINT`.
@@ -232,6 +239,9 @@ pub struct Database {
     pool: Pool,
     url: Arc<str>,
     lock_timeout: Duration,
+    /// For a URL with several hosts (or `target_session_attrs`): the hosts,
+    /// the one the pool connects to, and the searches that move it.
+    topology: Option<Arc<dyn Topology>>,
 }
 
 impl fmt::Debug for Database {
@@ -249,6 +259,11 @@ impl Database {
     ///
     /// - PostgreSQL and MySQL/MariaDB (`mariadb://` is read as `mysql://`):
     ///   sqlx's defaults; MySQL sessions run in UTC (sqlx sets `time_zone`).
+    ///   With several hosts, the first writable one in the URL's order, each
+    ///   host asked within its share of the connect timeout, and asked again
+    ///   for up to two fifths of the connect timeout while none is writable
+    ///   (a promotion under way); the pool then follows a failover (see
+    ///   `failover.rs`).
     /// - SQLite: the file is created if missing, switched to WAL (readers
     ///   don't block the writer; one writer at a time), with the busy timeout.
     ///
@@ -258,6 +273,9 @@ impl Database {
     /// - [`Error::Timeout`] when the database does not answer within the
     ///   connect timeout.
     /// - [`Error::Connect`] when it refuses (authentication, unknown database, …).
+    /// - [`Error::NoWritableHost`] when the URL lists several hosts (or sets
+    ///   `target_session_attrs`) and none of them takes writes: each is a
+    ///   standby, read-only or unreachable.
     pub async fn connect(options: &ConnectOptions) -> Result<Database> {
         options.validate()?;
         let dialect = Dialect::from_url(&options.url)?;
@@ -281,33 +299,68 @@ impl Database {
         };
         let n = options.max_connections;
         let timeout = options.connect_timeout;
+        let mut topology: Option<Arc<dyn Topology>> = None;
         let opening = async {
             let pool = match dialect {
                 Dialect::Postgres => {
-                    let connect = PgConnectOptions::from_str(&options.url).map_err(bad_url)?;
-                    let pool = PgPoolOptions::new()
+                    let hosts = HostUrl::parse(&options.url, dialect)?;
+                    let pool_options = PgPoolOptions::new()
                         .max_connections(n)
-                        .acquire_timeout(timeout)
-                        .connect_with(connect)
-                        .await
-                        .map_err(connect_error)?;
-                    Pool::Postgres(pool)
+                        .acquire_timeout(timeout);
+                    if hosts.needs_writable {
+                        let base =
+                            PgConnectOptions::from_str(&hosts.first_host_url).map_err(bad_url)?;
+                        let targets = hosts
+                            .hosts
+                            .iter()
+                            .map(|h| Target {
+                                host: h.to_string(),
+                                options: base.clone().host(&h.name).port(h.port),
+                            })
+                            .collect();
+                        let (pool, attached) =
+                            open_failover(targets, pool_options, &redacted, timeout).await?;
+                        topology = Some(attached);
+                        Pool::Postgres(pool)
+                    } else {
+                        let connect = PgConnectOptions::from_str(&options.url).map_err(bad_url)?;
+                        let pool = pool_options
+                            .connect_with(connect)
+                            .await
+                            .map_err(connect_error)?;
+                        Pool::Postgres(pool)
+                    }
                 }
                 Dialect::MySql => {
-                    let url = match options.url.get(..10) {
-                        Some(s) if s.eq_ignore_ascii_case("mariadb://") => {
-                            format!("mysql://{}", &options.url[10..])
-                        }
-                        _ => options.url.clone(),
-                    };
-                    let connect = MySqlConnectOptions::from_str(&url).map_err(bad_url)?;
-                    let pool = MySqlPoolOptions::new()
+                    let hosts = HostUrl::parse(&options.url, dialect)?;
+                    let pool_options = MySqlPoolOptions::new()
                         .max_connections(n)
-                        .acquire_timeout(timeout)
-                        .connect_with(connect)
-                        .await
-                        .map_err(connect_error)?;
-                    Pool::MySql(pool)
+                        .acquire_timeout(timeout);
+                    if hosts.needs_writable {
+                        let base =
+                            MySqlConnectOptions::from_str(&mysql_scheme(&hosts.first_host_url))
+                                .map_err(bad_url)?;
+                        let targets = hosts
+                            .hosts
+                            .iter()
+                            .map(|h| Target {
+                                host: h.to_string(),
+                                options: base.clone().host(&h.name).port(h.port),
+                            })
+                            .collect();
+                        let (pool, attached) =
+                            open_failover(targets, pool_options, &redacted, timeout).await?;
+                        topology = Some(attached);
+                        Pool::MySql(pool)
+                    } else {
+                        let connect = MySqlConnectOptions::from_str(&mysql_scheme(&options.url))
+                            .map_err(bad_url)?;
+                        let pool = pool_options
+                            .connect_with(connect)
+                            .await
+                            .map_err(connect_error)?;
+                        Pool::MySql(pool)
+                    }
                 }
                 Dialect::Sqlite => {
                     let connect = SqliteConnectOptions::from_str(&options.url)
@@ -347,12 +400,36 @@ impl Database {
             pool,
             url: redacted,
             lock_timeout: options.lock_timeout,
+            topology,
         })
     }
 
     /// The pool, to run statements on (see [`on_pool!`](crate::on_pool)).
+    ///
+    /// On a database opened from several hosts, a pool left with no
+    /// connection at all starts a search for the writable host here, in a
+    /// task of its own (see [`survey`] for the roles, and the crate docs).
     pub fn pool(&self) -> &Pool {
+        if let Some(topology) = &self.topology {
+            topology.nudge();
+        }
         &self.pool
+    }
+
+    /// The host new connections go to, `host:port`, when the URL named
+    /// several hosts (or set `target_session_attrs`); `None` otherwise.
+    pub fn target_host(&self) -> Option<&str> {
+        self.topology.as_deref().map(|t| t.target_host())
+    }
+
+    /// Each host of the URL and its role (primary, standby, unreachable), on
+    /// connections of their own; empty for a one-host URL opened without
+    /// `target_session_attrs` (use [`survey`] for those).
+    pub async fn hosts(&self) -> Vec<HostReport> {
+        match &self.topology {
+            Some(topology) => topology.survey().await,
+            None => Vec::new(),
+        }
     }
 
     /// The dialect.
@@ -378,6 +455,118 @@ impl Database {
     /// closes them all. Later calls fail with `sqlx::Error::PoolClosed`.
     pub async fn close(&self) {
         on_pool!(&self.pool, p => p.close().await)
+    }
+}
+
+/// `mariadb://` read as `mysql://`, the scheme sqlx knows.
+fn mysql_scheme(url: &str) -> String {
+    match url.get(..10) {
+        Some(s) if s.eq_ignore_ascii_case("mariadb://") => format!("mysql://{}", &url[10..]),
+        _ => url.to_owned(),
+    }
+}
+
+/// Opens a pool on the first writable host of `targets` (in their order),
+/// with the failover hooks installed; see the `failover` module.
+async fn open_failover<DB: Server>(
+    targets: Vec<Target<DB>>,
+    pool_options: sqlx::pool::PoolOptions<DB>,
+    url: &Arc<str>,
+    timeout: Duration,
+) -> Result<(sqlx::Pool<DB>, Arc<dyn Topology>)> {
+    // Each host gets its share of the connect timeout, so that a first host
+    // that swallows packets (a dead machine) leaves time to ask the next.
+    let n_hosts = u32::try_from(targets.len()).unwrap_or(u32::MAX).max(1);
+    let probe_timeout = (timeout / n_hosts).max(Duration::from_millis(1));
+    let failover = Arc::new(Failover::new(Arc::clone(url), targets, probe_timeout));
+    // No writable host may mean a promotion under way (it takes about a
+    // second): ask again for two fifths of the connect timeout before giving
+    // up, so that a node starting during a failover waits for it, and ends
+    // with this error rather than with a caller's timeout of half the connect
+    // timeout (the registry's), which says less.
+    let asking_since = Instant::now();
+    let idx = loop {
+        match failover.first_writable().await {
+            Ok(idx) => break idx,
+            Err(hosts) if asking_since.elapsed() >= timeout * 2 / 5 => {
+                return Err(Error::NoWritableHost {
+                    url: url.to_string(),
+                    hosts: hosts
+                        .iter()
+                        .map(|h| format!("{} is {}", h.host, h.role))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                });
+            }
+            Err(_) => tokio::time::sleep(SEARCH_INTERVAL).await,
+        }
+    };
+    let pool = with_hooks(pool_options, &failover)
+        .connect_with(failover.options(idx).clone())
+        .await
+        .map_err(|source| match source {
+            sqlx::Error::PoolTimedOut => Error::Timeout {
+                operation: "connect",
+                url: url.to_string(),
+                after: timeout,
+            },
+            source => Error::Connect {
+                url: url.to_string(),
+                source,
+            },
+        })?;
+    let pool = Arc::new(pool);
+    failover.attach(&pool, idx);
+    let handle = (*pool).clone();
+    Ok((handle, Arc::new(Attached { failover, pool })))
+}
+
+/// Each host of `options.url()` and its role (primary, standby, unreachable),
+/// asked in the URL's order on a connection of its own with the connect
+/// timeout; for `idmint config check`. A SQLite URL has no hosts (an empty
+/// list).
+///
+/// # Errors
+/// [`Error::InvalidUrl`] and [`Error::InvalidOptions`] as for
+/// [`Database::connect`]; an unreachable host is a report, not an error.
+pub async fn survey(options: &ConnectOptions) -> Result<Vec<HostReport>> {
+    options.validate()?;
+    let dialect = Dialect::from_url(&options.url)?;
+    let redacted: Arc<str> = redact_url(&options.url).into();
+    let bad_url = |e: sqlx::Error| Error::InvalidUrl {
+        url: redacted.to_string(),
+        reason: e.to_string(),
+    };
+    let timeout = options.connect_timeout;
+    match dialect {
+        Dialect::Sqlite => Ok(Vec::new()),
+        Dialect::Postgres => {
+            let hosts = HostUrl::parse(&options.url, dialect)?;
+            let base = PgConnectOptions::from_str(&hosts.first_host_url).map_err(bad_url)?;
+            let targets: Vec<Target<sqlx::Postgres>> = hosts
+                .hosts
+                .iter()
+                .map(|h| Target {
+                    host: h.to_string(),
+                    options: base.clone().host(&h.name).port(h.port),
+                })
+                .collect();
+            Ok(Failover::new(redacted, targets, timeout).survey().await)
+        }
+        Dialect::MySql => {
+            let hosts = HostUrl::parse(&options.url, dialect)?;
+            let base = MySqlConnectOptions::from_str(&mysql_scheme(&hosts.first_host_url))
+                .map_err(bad_url)?;
+            let targets: Vec<Target<sqlx::MySql>> = hosts
+                .hosts
+                .iter()
+                .map(|h| Target {
+                    host: h.to_string(),
+                    options: base.clone().host(&h.name).port(h.port),
+                })
+                .collect();
+            Ok(Failover::new(redacted, targets, timeout).survey().await)
+        }
     }
 }
 
@@ -411,7 +600,12 @@ pub fn redact_url(url: &str) -> String {
             };
             format!("{scheme}://{authority}{path}")
         }
-        None => head.to_owned(),
+        // Not a URL, but it may still hold a password (`postgres:u:pw@h/db`):
+        // hide everything between the scheme and the last '@'.
+        None => match (head.split_once(':'), head.rsplit_once('@')) {
+            (Some((scheme, _)), Some((_, host))) => format!("{scheme}:***@{host}"),
+            _ => head.to_owned(),
+        },
     };
     if let Some(query) = query {
         let params: Vec<String> = query
@@ -446,6 +640,11 @@ mod tests {
             redact_url("postgres://a:b@c:d@h/db"),
             "postgres://a:***@h/db"
         );
+        assert_eq!(
+            redact_url("postgres://app:s3cret@h1:5432,h2:5432/ids?target_session_attrs=read-write"),
+            "postgres://app:***@h1:5432,h2:5432/ids?target_session_attrs=read-write"
+        );
+        assert_eq!(redact_url("postgres:u:pw@h1/db"), "postgres:***@h1/db");
     }
 
     #[tokio::test]

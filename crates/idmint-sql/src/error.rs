@@ -53,6 +53,17 @@ pub enum Error {
         source: sqlx::Error,
     },
 
+    /// No host of a URL with several hosts (or with `target_session_attrs`)
+    /// takes writes: each is a standby, read-only or unreachable. Transient: a
+    /// promotion under way ends it.
+    #[error("no writable host in {url}: {hosts}")]
+    NoWritableHost {
+        /// The URL, with any password replaced by `***`.
+        url: String,
+        /// What each host was, in the URL's order.
+        hosts: String,
+    },
+
     /// Something did not finish in time (connecting, waiting for the
     /// migration lock).
     #[error("{operation} on {url} timed out after {after:?}")]
@@ -138,7 +149,7 @@ impl Error {
     /// failures, and driver errors that [`crate::is_retryable`] classifies so.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Timeout { .. } | Error::Connect { .. } => true,
+            Error::Timeout { .. } | Error::Connect { .. } | Error::NoWritableHost { .. } => true,
             Error::Database { source, .. } | Error::Migration { source, .. } => {
                 crate::is_retryable(source)
                     || matches!(source, sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut)

@@ -7,6 +7,14 @@
 //!   `mariadb://`, `sqlite://`) with [`ConnectOptions`]; [`Database::pool`]
 //!   gives the sqlx pool of the right type, and [`on_pool!`] runs one piece of
 //!   code against whichever it is.
+//! - Several hosts, for a primary with standbys or replicas: libpq's
+//!   multi-host URLs (`postgres://h1:5432,h2:5432/db?target_session_attrs=read-write`)
+//!   and MySQL/MariaDB host lists (`mysql://h1:3306,h2:3306/db`). The pool
+//!   connects to the first writable host in the URL's order, drops
+//!   connections to a standby or a demoted primary, and follows a failover to
+//!   the new primary; [`survey`] reports each host's role, [`url_hosts`] the
+//!   list without connecting. See `hosts.rs` for the URL forms accepted and
+//!   `failover.rs` for how the pool follows the primary.
 //! - [`Dialect`]: placeholders (`?` or `$n`), identifier quoting, "now".
 //! - [`Identifier`]: table names from configuration, validated so they can be
 //!   put into SQL text safely.
@@ -53,13 +61,17 @@
 mod database;
 mod dialect;
 mod error;
+mod failover;
+mod hosts;
 mod ident;
 pub mod migrate;
 mod retry;
 
-pub use database::{Bind, ConnectOptions, Database, Pool, redact_url};
+pub use database::{Bind, ConnectOptions, Database, Pool, redact_url, survey};
 pub use dialect::Dialect;
 pub use error::{Error, Result};
+pub use failover::{HostReport, HostRole};
+pub use hosts::url_hosts;
 pub use ident::Identifier;
 pub use migrate::{AppliedMigration, MIGRATIONS_TABLE, Migration, MigrationReport, MigrationSet};
 pub use retry::{RetryPolicy, is_retryable, is_unique_violation};

@@ -226,6 +226,33 @@ impl PrivateService {
         assert_eq!(again, self.address, "promoted on another address");
     }
 
+    /// Runs `scripts/<service> <action> DIR` on this instance and returns
+    /// what it printed: for the actions that have no method here, such as
+    /// PostgreSQL's `standby` and `promote-standby` and MariaDB's `replica`
+    /// and `promote` (each prints the URL of the server it made).
+    ///
+    /// # Panics
+    /// When the script fails.
+    pub fn action(&self, action: &str) -> String {
+        run_script(self.service, action, self.dir.path()).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// The value of `variable` in `DIR/<file>` (a `NAME=value` file a script
+    /// wrote, such as `standby.env`).
+    ///
+    /// # Panics
+    /// When the file or the variable is missing.
+    pub fn env(&self, file: &str, variable: &str) -> String {
+        let path = self.dir.path().join(file);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{} was not written: {e}", path.display()));
+        let prefix = format!("{variable}=");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("{} has no {prefix}: {text:?}", path.display()))
+            .to_owned()
+    }
+
     fn run(&self, action: &str) {
         if let Err(why) = run_script(self.service, action, self.dir.path()) {
             panic!("{why}");

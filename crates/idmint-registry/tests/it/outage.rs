@@ -14,8 +14,9 @@
 //!
 //! Then the coordinator that forgets: Redis restarted empty or from a
 //! snapshot, a lagging PostgreSQL replica promoted (`PrivateService::promote`),
-//! MariaDB answering with another `server_id`. Claims are held, holders fence,
-//! and the next holder starts above what the old one issued.
+//! MariaDB answering with another `server_id`, and a PostgreSQL standby or
+//! MariaDB replica promoted behind a URL naming both servers. Claims are held,
+//! holders fence, and the next holder starts above what the old one issued.
 //!
 //! A service whose software is missing skips the test loudly, or fails it
 //! under `CI=true`.
@@ -768,6 +769,176 @@ async fn mariadb_with_another_server_id_holds_claims_and_fences_holders() {
         floor >= far.round(jiff::Unit::Microsecond).unwrap() - jiff::SignedDuration::from_micros(1),
         "the next holder starts above the old holder's mark: {floor} < {far}"
     );
+}
+
+/// A promotion through a URL that names both servers, the old primary
+/// stopped: a PostgreSQL streaming standby (`scripts/postgres standby`,
+/// libpq's multi-host URL) or a MariaDB replica (`scripts/mariadb replica`, a
+/// host list). The holder's registry follows the new primary on its own, the
+/// epoch check sees the change of server exactly as through a one-host URL
+/// (claims held, the holder fenced, with the old and the new identity named),
+/// and no ID is issued twice. The holder's longest pause is printed
+/// (docs/operating.md quotes it).
+async fn promoted_through_a_host_list(service: Service) {
+    let Some(db) = PrivateService::start(service) else {
+        return;
+    };
+    let (url, promote) = match service {
+        Service::Postgres => {
+            db.action("standby");
+            let url = db.env("standby.env", "IDMINT_TEST_POSTGRES_PAIR_URL");
+            (url, "promote-standby")
+        }
+        _ => {
+            db.action("replica");
+            (
+                db.env("replica.env", "IDMINT_TEST_MYSQL_PAIR_URL"),
+                "promote",
+            )
+        }
+    };
+    // The standby alone, asked to be writable: a transient refusal that a
+    // start retries (a promotion may be under way), naming what it found.
+    let standby_only = match service {
+        Service::Postgres => format!(
+            "{}?target_session_attrs=read-write",
+            db.env("standby.env", "IDMINT_TEST_POSTGRES_STANDBY_URL")
+        ),
+        _ => {
+            let replica = db.env("replica.env", "IDMINT_TEST_MYSQL_REPLICA_URL");
+            let host = replica
+                .split_once('@')
+                .unwrap()
+                .1
+                .split_once('/')
+                .unwrap()
+                .0;
+            format!("mysql://root@{host},{host}/idmint")
+        }
+    };
+    let err = SqlRegistry::connect(&standby_only, forgetful_sql_config())
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert!(err.to_string().contains("no writable host"), "{err}");
+
+    let probe = SqlRegistry::connect(&url, forgetful_sql_config())
+        .await
+        .unwrap();
+    let before = probe.server_identity().await.unwrap().unwrap();
+    probe.close().await;
+
+    let holder = WorkerKeeper::start(
+        Arc::new(
+            SqlRegistry::connect(&url, forgetful_sql_config())
+                .await
+                .unwrap(),
+        ),
+        identity(1),
+        GeneratorSettings::new(LAYOUT),
+        forgetful_keeper(),
+    )
+    .await
+    .unwrap();
+    let held = holder.handle().clone();
+    let holder_ids = Issuer::start(held.clone());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+
+    let promoting = Instant::now();
+    tokio::task::block_in_place(|| db.action(promote));
+    let promoted_in = promoting.elapsed();
+    let promoted = Instant::now();
+
+    // A node connecting now, through the same URL, reaches the new primary
+    // and finds the change of server, as through a one-host URL.
+    let newcomer_registry = SqlRegistry::connect(&url, forgetful_sql_config())
+        .await
+        .unwrap();
+    let after = newcomer_registry.server_identity().await.unwrap().unwrap();
+    assert_ne!(before, after, "the promotion changed no identity");
+    if service == Service::Postgres {
+        let (system, timeline) = before.split_once('/').unwrap();
+        let (system_after, timeline_after) = after.split_once('/').unwrap();
+        assert_eq!(system, system_after, "{before} → {after}");
+        assert_eq!(
+            timeline_after.parse::<u32>().unwrap(),
+            timeline.parse::<u32>().unwrap() + 1,
+            "{before} → {after}"
+        );
+    }
+    let newcomer = WorkerKeeper::start(
+        Arc::new(newcomer_registry),
+        identity(2),
+        GeneratorSettings::new(LAYOUT),
+        forgetful_keeper(),
+    )
+    .await
+    .expect("the newcomer starts once the hold is over");
+    let waited = promoted.elapsed();
+    assert!(waited >= Duration::from_millis(500), "no hold: {waited:?}");
+    let newcomer_ids = Issuer::start(newcomer.handle().clone());
+    // The holder fences, waits out the hold and claims again on the new
+    // primary, through the pool it had before the promotion.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !(held.status().is_ready() && held.status().generation > 1) {
+        assert!(
+            Instant::now() < deadline,
+            "the holder did not claim again on the new primary: {:?}",
+            held.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let holder_log = holder_ids.finish();
+    let newcomer_log = newcomer_ids.finish();
+
+    let issued_by = |log: &[Attempt]| -> Vec<(Instant, u64)> {
+        log.iter()
+            .filter_map(|a| a.result.as_ref().ok().map(|id| (a.at, *id)))
+            .collect()
+    };
+    let (old, new) = (issued_by(&holder_log), issued_by(&newcomer_log));
+    assert!(
+        old.iter().any(|(at, _)| *at > promoted),
+        "the holder issued nothing on the new primary"
+    );
+    assert!(new.len() > 100, "the newcomer issued {}", new.len());
+    let mut issued: Vec<(Instant, u64)> = old.iter().chain(&new).copied().collect();
+    issued.sort_by_key(|(at, _)| *at);
+    let distinct: std::collections::HashSet<u64> = issued.iter().map(|(_, id)| *id).collect();
+    assert_eq!(distinct.len(), issued.len(), "an ID issued twice");
+    let worker_of = |id: u64| LAYOUT.decode(id).unwrap().worker;
+    let mut last = std::collections::HashMap::new();
+    for (_, id) in &issued {
+        if let Some(previous) = last.insert(worker_of(*id), *id) {
+            assert!(
+                *id > previous,
+                "worker {}: {id} after {previous}",
+                worker_of(*id)
+            );
+        }
+    }
+    let gap = old.windows(2).map(|w| w[1].0 - w[0].0).max().unwrap();
+    eprintln!(
+        "{} promotion through a host list: the script took {promoted_in:?}; the identity went \
+         {before} → {after}; the newcomer waited {waited:?}; the holder's longest pause was \
+         {gap:?} (lease TTL 1 s + window 500 ms); {} + {} IDs, none twice",
+        db.name(),
+        old.len(),
+        new.len()
+    );
+    newcomer.shutdown().await;
+    holder.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_standby_promoted_through_a_multi_host_url() {
+    promoted_through_a_host_list(Service::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_replica_promoted_through_a_host_list() {
+    promoted_through_a_host_list(Service::MariaDb).await;
 }
 
 /// A PostgreSQL that won't show its identity (`pg_control_system()`

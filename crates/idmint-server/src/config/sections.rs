@@ -354,6 +354,10 @@ pub enum SqlModeName {
 #[serde(deny_unknown_fields, default)]
 pub struct SqlRegistrySection {
     /// `postgres://…`, `mysql://…` or `sqlite://…` (required for `sql`).
+    /// PostgreSQL takes libpq's multi-host form
+    /// (`postgres://h1:5432,h2:5432/db?target_session_attrs=read-write`) and
+    /// MySQL/MariaDB a host list (`mysql://h1:3306,h2:3306/db`): the first
+    /// writable host is used and followed through a failover.
     #[serde(
         serialize_with = "show::optional_url",
         skip_serializing_if = "Option::is_none"
@@ -487,7 +491,8 @@ pub enum SchemaName {
 #[serde(deny_unknown_fields, default)]
 pub struct SegmentSection {
     /// The store: `sqlite://…`, `postgres://…`, `mysql://…` or `redis://…`
-    /// (default `sqlite://<data_dir>/segments.db`).
+    /// (default `sqlite://<data_dir>/segments.db`); PostgreSQL and
+    /// MySQL/MariaDB take the host lists `snowflake.sql.url` does.
     #[serde(
         serialize_with = "show::optional_url",
         skip_serializing_if = "Option::is_none"

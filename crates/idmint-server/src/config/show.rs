@@ -138,6 +138,32 @@ mod tests {
     }
 
     #[test]
+    fn multi_host_url_passwords_do_not_serialize() {
+        let mut config = Config::default();
+        config.snowflake.sql.url = Some(Secret::new(
+            "postgres://app:pgpass@db1:5432,db2:5432/ids?target_session_attrs=read-write",
+        ));
+        config.segment.url = Some(Secret::new(
+            "mysql://app:mypass@db1:3306,db2:3306/ids?ssl-mode=disabled",
+        ));
+        let text = config.to_toml().unwrap();
+        assert!(
+            !text.contains("pgpass") && !text.contains("mypass"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "postgres://app:***@db1:5432,db2:5432/ids?target_session_attrs=read-write"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("mysql://app:***@db1:3306,db2:3306/ids?ssl-mode=disabled"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn policies_and_durations_are_written_as_the_loader_reads_them() {
         let mut config = Config::default();
         config.snowflake.clock_behind = ClockBehind::Borrow {

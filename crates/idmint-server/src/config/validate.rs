@@ -293,7 +293,9 @@ impl Config {
         Ok(())
     }
 
-    /// The database URLs' schemes, checked before the data directory is made
+    /// The database URLs' schemes and host lists (a PostgreSQL multi-host
+    /// URL, a MySQL/MariaDB host list, and `target_session_attrs`; see
+    /// `idmint_sql::url_hosts`), checked before the data directory is made
     /// and a worker ID claimed for a start that would fail at the segment
     /// store.
     fn check_urls(&self) -> Result<(), ConfigError> {
@@ -306,9 +308,12 @@ impl Config {
                     format!("{e}, or redis:// (rediss://) for a Redis store"),
                 ));
             }
+            if !redis && let Err(e) = idmint_sql::url_hosts(url) {
+                return Err(invalid("segment.url", e.to_string()));
+            }
         }
         if let Some(url) = &self.snowflake.sql.url
-            && let Err(e) = idmint_sql::Dialect::from_url(url.expose())
+            && let Err(e) = idmint_sql::url_hosts(url.expose())
         {
             return Err(invalid("snowflake.sql.url", e.to_string()));
         }

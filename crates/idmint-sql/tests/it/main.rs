@@ -3,5 +3,6 @@
 //! by the unit tests), with shared helpers in `support`.
 
 mod errors;
+mod failover;
 mod migrate;
 mod support;

@@ -8,7 +8,11 @@
 //!   fail at start only for what needs a connection, the data directory or
 //!   the clock. Then, unless `--offline`, it asks each Redis the config uses
 //!   about its persistence (read-only, 2 s each) and prints a `warning:` line
-//!   on stderr for each that can forget what idmint stores; warnings never
+//!   on stderr for each that can forget what idmint stores, and asks each
+//!   host of the PostgreSQL and MySQL/MariaDB URLs it uses what it is: a
+//!   `topology:` line per host (primary, standby, unreachable; 2 s each) and
+//!   a `warning:` line for a URL naming one host (a failover needs the
+//!   standbys listed, or a proxy), no writable host, or two. Warnings never
 //!   change the exit code.
 //! - `default` prints the embedded default config, the one an empty file gives.
 //!
@@ -44,12 +48,15 @@ enum ConfigCommand {
     ///
     /// Then asks each Redis the config uses whether it keeps what it is told
     /// (appendonly, appendfsync, eviction) and warns on stderr where a
-    /// restart can lose leases, marks or counters.
+    /// restart can lose leases, marks or counters; and asks each host of the
+    /// PostgreSQL and MySQL/MariaDB URLs whether it is the primary or a
+    /// standby, warning about a URL with one host.
     Check {
         /// The TOML config file (`/dev/stdin` reads standard input).
         #[arg(value_name = "FILE")]
         file: PathBuf,
-        /// Don't connect to any coordinator (skip the persistence warnings).
+        /// Don't connect to any coordinator or database (skip the
+        /// persistence warnings and the SQL topology).
         #[arg(long)]
         offline: bool,
         /// Plan the worker space for this many nodes: warn on stderr when
@@ -155,16 +162,26 @@ fn warn_about_worker_space(
 }
 
 /// Prints a `warning:` line on stderr for each coordinator that can forget
-/// what idmint stores in it.
+/// what idmint stores in it, then each SQL host's role (`topology:`) and
+/// what is wrong with each SQL topology (`warning:`).
 fn warn_about_coordinators(config: &Config) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime that asks the coordinators")?;
     let warnings = runtime.block_on(idmint_server::coordinator_warnings(config));
+    let topologies = runtime.block_on(idmint_server::sql_topology(config));
     let mut stderr = std::io::stderr().lock();
     for warning in warnings {
         writeln!(stderr, "warning: {warning}").context("writing to stderr")?;
+    }
+    for topology in topologies {
+        for line in topology.lines() {
+            writeln!(stderr, "topology: {line}").context("writing to stderr")?;
+        }
+        for warning in topology.warnings() {
+            writeln!(stderr, "warning: {warning}").context("writing to stderr")?;
+        }
     }
     Ok(())
 }

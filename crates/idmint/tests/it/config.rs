@@ -72,10 +72,19 @@ fn check(file: &Path, env: &[(&str, Option<&str>)]) -> Output {
 fn config_check_prints_the_resolved_config_with_every_secret_hidden() {
     let dir = tempfile::tempdir().unwrap();
     let file = write(dir.path(), "idmint.toml", WITH_SECRETS);
-    let args = ["config", "check", file.to_str().unwrap()];
-    let out = expect_ok(&args, check(&file, &[]));
+    let out = check(&file, &[]);
+    assert!(out.status.success(), "{out:?}");
+    // Online it asks the segment store's host what it is (`topology:` and
+    // `warning:` lines): no secret there either.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("topology: segment.url (the segment store): 127.0.0.1:5432 is "),
+        "{stderr}"
+    );
+    let out = String::from_utf8(out.stdout).unwrap();
     for secret in SECRETS {
         assert!(!out.contains(secret), "{secret} shown:\n{out}");
+        assert!(!stderr.contains(secret), "{secret} shown:\n{stderr}");
     }
     // Hidden, not dropped: the marker stands where each secret was, and a
     // URL keeps all but its password.
@@ -97,14 +106,16 @@ fn config_check_prints_the_resolved_config_with_every_secret_hidden() {
     assert_eq!(table["keys"]["order"]["public"].as_bool(), Some(true));
 
     // Secrets from the environment are hidden alike.
+    let args = ["config", "check", "--offline", file.to_str().unwrap()];
     let out = expect_ok(
         &args,
-        check(
-            &file,
+        run(
+            &args,
             &[
                 ("IDMINT_ADMIN_TOKEN", Some("env-admin-s3cret")),
                 ("IDMINT_KEYS__ORDER__TOKEN", Some("env-order-t0ken")),
             ],
+            "",
         ),
     );
     assert!(
@@ -505,4 +516,70 @@ fn config_check_plans_the_worker_space_of_its_registry_for_a_fleet() {
     );
     let stderr = String::from_utf8_lossy(&roomy.stderr).into_owned();
     assert!(!stderr.contains("warning"), "{stderr}");
+}
+
+/// `config check` asks each host of a SQL URL what it is: a PostgreSQL
+/// primary with a streaming standby (`scripts/postgres standby`) behind a
+/// multi-host URL, the standby listed first, gets a `topology:` line per
+/// host and no warning; a one-host URL gets a warning naming the host;
+/// `--offline` asks nothing.
+#[test]
+fn config_check_reports_the_sql_topology() {
+    let Some(pg) = idmint_testkit::PrivateService::start(idmint_testkit::Service::Postgres) else {
+        return;
+    };
+    let standby_url = pg.action("standby");
+    let host_of = |url: &str| {
+        let rest = url.split_once('@').unwrap().1;
+        rest.split_once('/').unwrap().0.to_owned()
+    };
+    let (primary, standby) = (host_of(pg.address()), host_of(&standby_url));
+    let both = format!(
+        "postgres://postgres:not-a-passw0rd@{standby},{primary}/postgres?target_session_attrs=read-write"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "idmint.toml",
+        &format!(
+            "[snowflake]\nregistry = \"sql\"\n[snowflake.sql]\nurl = {both:?}\n\
+             [segment]\nurl = {:?}\n",
+            pg.address()
+        ),
+    );
+    let out = check(&file, &[]);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    let expected = [
+        format!(
+            "topology: snowflake.sql.url (the worker registry): {standby} is standby (read-only)"
+        ),
+        format!("topology: snowflake.sql.url (the worker registry): {primary} is primary"),
+        format!("topology: segment.url (the segment store): {primary} is primary"),
+    ];
+    assert_eq!(lines[..3], expected, "{stderr}");
+    assert_eq!(lines.len(), 4, "{stderr}");
+    assert!(
+        lines[3].starts_with(&format!(
+            "warning: segment.url names one database host ({primary}): a failover"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not-a-passw0rd"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "postgres://postgres:***@{standby},{primary}/postgres"
+        )),
+        "{stdout}"
+    );
+
+    let offline = run(
+        &["config", "check", "--offline", file.to_str().unwrap()],
+        &[],
+        "",
+    );
+    assert!(offline.status.success(), "{offline:?}");
+    assert!(offline.stderr.is_empty(), "{offline:?}");
 }
