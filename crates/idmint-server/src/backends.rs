@@ -21,7 +21,7 @@ use idmint_registry::{
     Claim, FleetMember, GeneratorSettings, KeeperConfig, Lease, NodeIdentity, PeerReport,
     RegistryError, WorkerRegistry,
 };
-use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
+use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig, RedisTarget};
 use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
 use idmint_segment::{
     FloorFile, KeyInfo, NewKey, SegmentAllocator, SegmentConfig, SegmentError, SegmentGrant,
@@ -67,9 +67,9 @@ pub async fn open_registry(config: &Config) -> Result<Arc<dyn WorkerRegistry>, R
             let url = sf.sql.url.as_ref().map(|u| u.expose()).unwrap_or_default();
             Arc::new(SqlRegistry::connect(url, sql_registry_config(config)).await?)
         }
-        RegistryKind::Redis => Arc::new(
-            RedisRegistry::connect(sf.redis.url.expose(), redis_registry_config(config)).await?,
-        ),
+        RegistryKind::Redis => {
+            Arc::new(RedisRegistry::open(&sf.redis.target(), redis_registry_config(config)).await?)
+        }
         RegistryKind::Etcd => {
             Arc::new(EtcdRegistry::connect(&sf.etcd.endpoints, etcd_config(config)).await?)
         }
@@ -97,9 +97,9 @@ pub(crate) async fn open_leader_registry(
             let url = sf.sql.url.as_ref().map(|u| u.expose()).unwrap_or_default();
             Arc::new(SqlRegistry::connect(url, leader_sql_config(config)).await?)
         }
-        RegistryKind::Redis => Arc::new(
-            RedisRegistry::connect(sf.redis.url.expose(), leader_redis_config(config)).await?,
-        ),
+        RegistryKind::Redis => {
+            Arc::new(RedisRegistry::open(&sf.redis.target(), leader_redis_config(config)).await?)
+        }
         RegistryKind::Etcd => {
             Arc::new(EtcdRegistry::connect(&sf.etcd.endpoints, leader_etcd_config(config)).await?)
         }
@@ -280,10 +280,11 @@ pub(crate) fn segment_config(config: &Config) -> SegmentConfig {
         .with_max_batch(config.server.max_count.max(1))
 }
 
-/// The segment store to open: Redis by the URL's scheme, else SQL.
+/// The segment store to open: Redis by the URL's scheme or a Sentinel or
+/// Cluster section, else SQL.
 pub(crate) enum StoreSettings {
     Redis {
-        url: String,
+        target: RedisTarget,
         config: RedisStoreConfig,
     },
     Sql(SqlStoreConfig),
@@ -292,15 +293,10 @@ pub(crate) enum StoreSettings {
 pub(crate) fn store_settings(config: &Config) -> StoreSettings {
     let url = config.segment_url();
     let seg = &config.segment;
-    if url.starts_with("redis://") || url.starts_with("rediss://") {
-        let redis_config = RedisStoreConfig::new();
-        let redis_config = match &seg.key_prefix {
-            Some(prefix) => redis_config.with_key_prefix(prefix.clone()),
-            None => redis_config,
-        };
+    if let Some(target) = config.segment_redis_target() {
         StoreSettings::Redis {
-            url,
-            config: redis_config,
+            target,
+            config: RedisStoreConfig::new().with_key_prefix(config.segment_redis_prefix()),
         }
     } else {
         let schema = match seg.schema {
@@ -413,15 +409,15 @@ fn allocator_on(
     store: Arc<dyn SegmentStore>,
     floors: Option<FloorFile>,
 ) -> Result<SegmentAllocator, ServerError> {
-    let url = config.segment_url();
-    tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
+    let name = config.segment_store_name();
+    tracing::info!(store = store.kind(), at = %name, "segment store open");
     let allocator = SegmentAllocator::from_shared(store, segment_config(config));
     let allocator = match floors {
         Some(floors) => allocator.and_then(|a| a.with_floors(Arc::new(floors))),
         None => allocator,
     };
     allocator.map_err(|source| ServerError::Segment {
-        what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
+        what: format!("opening {name}"),
         source,
     })
 }
@@ -486,15 +482,15 @@ pub async fn open_segment_store(config: &Config) -> Result<Arc<dyn SegmentStore>
 async fn connect_store(
     config: &Config,
 ) -> Result<(Arc<dyn SegmentStore>, Option<Arc<SqlSegmentStore>>), ServerError> {
-    let url = config.segment_url();
+    let name = config.segment_store_name();
     let fail = |source| ServerError::Segment {
-        what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
+        what: format!("opening {name}"),
         source,
     };
     Ok(match store_settings(config) {
-        StoreSettings::Redis { url, config } => (
+        StoreSettings::Redis { target, config } => (
             Arc::new(
-                RedisSegmentStore::connect(&url, config)
+                RedisSegmentStore::open(&target, config)
                     .await
                     .map_err(fail)?,
             ),

@@ -69,7 +69,7 @@ mod tokens;
 
 pub use backends::open_segment_store;
 pub use config::{Config, ConfigError};
-pub use durability::{DurabilityWarning, coordinator_warnings};
+pub use durability::{DurabilityWarning, TopologyReport, coordinator_warnings, redis_topologies};
 pub use error::ServerError;
 pub use start::{Server, run};
 pub use tls::{TlsError, TlsReload, check_files as check_tls_files};

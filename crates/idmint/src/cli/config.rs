@@ -7,9 +7,13 @@
 //!   keys as `***`, passwords inside URLs too). A config that passes can still
 //!   fail at start only for what needs a connection, the data directory or
 //!   the clock. Then, unless `--offline`, it asks each Redis the config uses
-//!   about its persistence (read-only, 2 s each) and prints a `warning:` line
-//!   on stderr for each that can forget what idmint stores; warnings never
-//!   change the exit code.
+//!   what it looks like (read-only, 2 s each): `topology:` lines on stderr
+//!   name the primary and its replicas, the sentinels and the primary each
+//!   names, or the cluster's slots, masters and replicas, with a `warning:`
+//!   line where one lost member stops it (a single member, fewer than 3
+//!   sentinels, a master without a replica); and about its persistence, with
+//!   a `warning:` line for each that can forget what idmint stores. Warnings
+//!   never change the exit code.
 //! - `default` prints the embedded default config, the one an empty file gives.
 //!
 //! Every key, with its default and meaning, is listed in `idmint.example.toml`
@@ -154,15 +158,25 @@ fn warn_about_worker_space(
     Ok(())
 }
 
-/// Prints a `warning:` line on stderr for each coordinator that can forget
-/// what idmint stores in it.
+/// Prints each Redis's topology (`topology:` lines) on stderr, and a
+/// `warning:` line for each single point of failure and each coordinator
+/// that can forget what idmint stores in it.
 fn warn_about_coordinators(config: &Config) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime that asks the coordinators")?;
+    let topologies = runtime.block_on(idmint_server::redis_topologies(config));
     let warnings = runtime.block_on(idmint_server::coordinator_warnings(config));
     let mut stderr = std::io::stderr().lock();
+    for report in topologies {
+        for line in &report.lines {
+            writeln!(stderr, "topology: {}: {line}", report.what).context("writing to stderr")?;
+        }
+        for warning in &report.warnings {
+            writeln!(stderr, "warning: {}: {warning}", report.what).context("writing to stderr")?;
+        }
+    }
     for warning in warnings {
         writeln!(stderr, "warning: {warning}").context("writing to stderr")?;
     }
