@@ -149,6 +149,19 @@ impl SentinelDeployment {
         self.run(&["resume", &port.to_string()]);
     }
 
+    /// Stops the primary's replication, so that what it is told next is lost
+    /// by a failover: SIGSTOPs its replicas and closes their links (a
+    /// stopped replica's kernel would still take in what the primary sends,
+    /// and apply it once resumed). Returns the replicas' ports.
+    pub fn lag_replicas(&self) -> Vec<u16> {
+        let replicas = self.replicas();
+        for &port in &replicas {
+            self.pause(port);
+        }
+        self.run(&["cut", &self.primary().to_string()]);
+        replicas
+    }
+
     /// Waits (bounded) until the sentinels name a primary other than `old`
     /// that answers as master; its port.
     pub fn wait_failover(&self, old: u16) -> u16 {
@@ -222,6 +235,17 @@ impl ClusterDeployment {
     /// SIGCONTs the node on `port`.
     pub fn resume(&self, port: u16) {
         self.run(&["resume", &port.to_string()]);
+    }
+
+    /// Stops the replication of the master serving `key`'s slot, as
+    /// [`SentinelDeployment::lag_replicas`] does; returns its replicas' ports.
+    pub fn lag_replicas(&self, key: &str) -> Vec<u16> {
+        let replicas = self.replicas(key);
+        for &port in &replicas {
+            self.pause(port);
+        }
+        self.run(&["cut", &self.master(key).to_string()]);
+        replicas
     }
 
     /// Waits (bounded) until a node other than `old` serves `key`'s slot as

@@ -174,6 +174,35 @@ async fn a_failover_that_lost_writes_is_a_promotion(
     tokio::task::block_in_place(fail_over);
     let promoted = killed.elapsed();
 
+    // The promoted primary lacks the far mark (else this proves nothing).
+    let raw = idmint_redis::RedisConnection::open(&target, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let mark_key = format!("{}mark:{}", forgetful_redis_config().prefix(), claim.worker);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stored: Option<i64> = loop {
+        let got = raw
+            .call(Duration::from_secs(1), |mut c| {
+                let key = mark_key.clone();
+                async move { redis::cmd("GET").arg(key).query_async(&mut c).await }
+            })
+            .await;
+        match got {
+            Ok(v) => break v,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no answer after the failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(
+        stored.is_some_and(|ms| ms < far.as_millisecond()),
+        "the promoted primary kept the far mark: {stored:?}"
+    );
+
     // The holder fences at its next renewal, naming the promotion, and
     // raises the new epoch's floor to the mark the promotion lost.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -234,7 +263,7 @@ async fn a_sentinel_failover_that_lost_writes_is_detected_as_a_promotion() {
     assert_eq!(replicas.len(), 2, "{replicas:?}");
     let cost = a_failover_that_lost_writes_is_a_promotion(
         sentinel_target(&d),
-        || replicas.iter().for_each(|&p| d.pause(p)),
+        || assert_eq!(d.lag_replicas(), replicas),
         || {
             let old = d.kill_primary();
             replicas.iter().for_each(|&p| d.resume(p));
@@ -262,7 +291,7 @@ async fn a_cluster_master_failover_that_lost_writes_is_detected_as_a_promotion()
     assert_eq!(replicas.len(), 1, "{replicas:?}");
     let cost = a_failover_that_lost_writes_is_a_promotion(
         cluster_target(&d),
-        || replicas.iter().for_each(|&p| d.pause(p)),
+        || assert_eq!(d.lag_replicas(&slot_key), replicas),
         || {
             let old = d.kill_master(&slot_key);
             replicas.iter().for_each(|&p| d.resume(p));
