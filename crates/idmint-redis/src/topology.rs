@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use redis::{ConnectionAddr, InfoDict, IntoConnectionInfo, RedisConnectionInfo, Value};
+use redis::{ConnectionAddr, InfoDict, IntoConnectionInfo, RedisConnectionInfo};
 
 use crate::target::parse_host_port;
 use crate::{CallError, RedisConnection, RedisTarget, SentinelTarget};
@@ -87,13 +87,16 @@ impl Topology {
             }
             RedisTarget::Sentinel(s) => read_sentinel(conn, s, timeout).await,
             RedisTarget::Cluster(_) => {
-                let slots: Value = conn
+                // CLUSTER NODES rather than CLUSTER SLOTS: Redis 7 leaves out
+                // of CLUSTER SLOTS a replica that has not acknowledged any
+                // offset yet, and every failing node; NODES lists them all.
+                let nodes: String = conn
                     .call(timeout, |mut c| async move {
-                        redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c).await
+                        redis::cmd("CLUSTER").arg("NODES").query_async(&mut c).await
                     })
                     .await?;
                 Ok(Topology::Cluster {
-                    shards: parse_cluster_slots(&slots)?,
+                    shards: parse_cluster_nodes(&nodes)?,
                 })
             }
         }
@@ -393,48 +396,68 @@ async fn ask_sentinel(
     Ok((primary, others, replicas))
 }
 
-/// `CLUSTER SLOTS`: `[[start, end, [ip, port, id..], [replica ip, port, ..]..]..]`,
-/// grouped by master.
-fn parse_cluster_slots(value: &Value) -> Result<Vec<ClusterShard>, CallError> {
-    let bad = || CallError::Config("CLUSTER SLOTS answered something unreadable".to_owned());
-    let Value::Array(ranges) = value else {
-        return Err(bad());
+/// `CLUSTER NODES`: a line per node, `id ip:port@bus flags master-id ping
+/// pong epoch link slot..`; masters (with their slot ranges) and their
+/// replicas, a failing node's flags kept beside its address.
+fn parse_cluster_nodes(text: &str) -> Result<Vec<ClusterShard>, CallError> {
+    let bad = |line: &str| {
+        CallError::Config(format!(
+            "CLUSTER NODES answered a line this can't read: {line:?}"
+        ))
     };
-    let node = |v: &Value| -> Option<String> {
-        let Value::Array(parts) = v else { return None };
-        let host = match parts.first()? {
-            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-            Value::SimpleString(s) => s.clone(),
-            _ => return None,
-        };
-        let Value::Int(port) = parts.get(1)? else {
-            return None;
-        };
-        Some(format!("{host}:{port}"))
-    };
-    let mut shards: Vec<ClusterShard> = Vec::new();
-    for range in ranges {
-        let Value::Array(parts) = range else {
-            return Err(bad());
-        };
-        let (Some(Value::Int(start)), Some(Value::Int(end))) = (parts.first(), parts.get(1)) else {
-            return Err(bad());
-        };
-        let slots = (
-            u16::try_from(*start).map_err(|_| bad())?,
-            u16::try_from(*end).map_err(|_| bad())?,
-        );
-        let master = parts.get(2).and_then(node).ok_or_else(bad)?;
-        let replicas: Vec<String> = parts.iter().skip(3).filter_map(node).collect();
-        match shards.iter_mut().find(|s| s.master == master) {
-            Some(shard) => shard.slots.push(slots),
-            None => shards.push(ClusterShard {
-                slots: vec![slots],
-                master,
-                replicas,
-            }),
-        }
+    struct Node<'a> {
+        id: &'a str,
+        addr: String,
+        flags: &'a str,
+        master_id: &'a str,
+        slots: Vec<(u16, u16)>,
     }
+    let mut nodes = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 8 {
+            return Err(bad(line));
+        }
+        let addr = fields[1].split('@').next().unwrap_or(fields[1]);
+        let flags = fields[2];
+        let failing = flags.split(',').any(|f| f == "fail" || f == "fail?");
+        let mut slots = Vec::new();
+        for range in &fields[8..] {
+            if range.starts_with('[') {
+                continue; // a slot being migrated or imported
+            }
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>()) else {
+                return Err(bad(line));
+            };
+            slots.push((a, b));
+        }
+        nodes.push(Node {
+            id: fields[0],
+            addr: if failing {
+                format!("{addr} (failing)")
+            } else {
+                addr.to_owned()
+            },
+            flags,
+            master_id: fields[3],
+            slots,
+        });
+    }
+    let is = |n: &Node<'_>, flag: &str| n.flags.split(',').any(|f| f == flag);
+    let mut shards: Vec<ClusterShard> = nodes
+        .iter()
+        .filter(|n| is(n, "master") && !n.slots.is_empty())
+        .map(|m| ClusterShard {
+            slots: m.slots.clone(),
+            master: m.addr.clone(),
+            replicas: nodes
+                .iter()
+                .filter(|r| is(r, "slave") && r.master_id == m.id)
+                .map(|r| r.addr.clone())
+                .collect(),
+        })
+        .collect();
     shards.sort_by_key(|s| s.slots.first().copied());
     Ok(shards)
 }
@@ -443,39 +466,33 @@ fn parse_cluster_slots(value: &Value) -> Result<Vec<ClusterShard>, CallError> {
 mod tests {
     use super::*;
 
-    fn node(host: &str, port: i64) -> Value {
-        Value::Array(vec![
-            Value::BulkString(host.as_bytes().to_vec()),
-            Value::Int(port),
-            Value::BulkString(b"id".to_vec()),
-        ])
-    }
-
     #[test]
-    fn cluster_slots_group_by_master_and_warn_about_lone_masters() {
-        let slots = Value::Array(vec![
-            Value::Array(vec![
-                Value::Int(8192),
-                Value::Int(16383),
-                node("10.0.0.2", 7001),
-            ]),
-            Value::Array(vec![
-                Value::Int(0),
-                Value::Int(8191),
-                node("10.0.0.1", 7000),
-                node("10.0.0.3", 7002),
-            ]),
-        ]);
-        let shards = parse_cluster_slots(&slots).unwrap();
+    fn cluster_nodes_group_replicas_under_masters_and_warn_about_lone_masters() {
+        let nodes = "\
+a1 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-8191
+b2 10.0.0.2:7001@17001 master - 0 0 2 connected 8192-16383
+c3 10.0.0.3:7002@17002 slave a1 0 0 1 connected
+d4 10.0.0.4:7003@17003 master,fail - 0 0 3 disconnected
+";
+        let shards = parse_cluster_nodes(nodes).unwrap();
         assert_eq!(shards.len(), 2);
         assert_eq!(shards[0].master, "10.0.0.1:7000");
+        assert_eq!(shards[0].slots, vec![(0, 8191)]);
         assert_eq!(shards[0].replicas, vec!["10.0.0.3:7002".to_owned()]);
         let topology = Topology::Cluster { shards };
         let warnings = topology.warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("master 10.0.0.2:7001 has no replica"));
         assert!(topology.lines()[0].contains("2 master(s), 1 replica(s)"));
-        assert!(parse_cluster_slots(&Value::Int(1)).is_err());
+        let half = Topology::Cluster {
+            shards: parse_cluster_nodes("a 1.1.1.1:1@2 master - 0 0 1 connected 0-99\n").unwrap(),
+        };
+        assert!(
+            half.warnings()
+                .iter()
+                .any(|w| w.contains("only 100 of 16384"))
+        );
+        assert!(parse_cluster_nodes("garbage\n").is_err());
     }
 
     #[test]
