@@ -462,8 +462,11 @@ fn cluster_client(c: &ClusterTarget, timeout: Duration) -> Result<ClusterClient,
         };
         nodes.push(format!("{scheme}://{host}:{port}/"));
     }
+    // Each call is bounded by its own timeout; the client's per-request
+    // bound (500 ms by default) must not cut a call short of it.
     let mut builder = ClusterClient::builder(nodes)
         .connection_timeout(timeout)
+        .response_timeout(timeout)
         .min_retry_wait(10)
         .max_retry_wait(200);
     if let Some(user) = &c.username {

@@ -175,18 +175,21 @@ async fn a_failover_that_lost_writes_is_a_promotion(
     let promoted = killed.elapsed();
 
     // The promoted primary lacks the far mark (else this proves nothing).
-    let raw = idmint_redis::RedisConnection::open(&target, Duration::from_secs(2))
-        .await
-        .unwrap();
+    // Connecting right after the promotion may fail while the sentinels
+    // (or the cluster's nodes) still spread the news: retried, bounded.
     let mark_key = format!("{}mark:{}", forgetful_redis_config().prefix(), claim.worker);
     let deadline = Instant::now() + Duration::from_secs(10);
     let stored: Option<i64> = loop {
-        let got = raw
-            .call(Duration::from_secs(1), |mut c| {
-                let key = mark_key.clone();
-                async move { redis::cmd("GET").arg(key).query_async(&mut c).await }
-            })
-            .await;
+        let got = match idmint_redis::RedisConnection::open(&target, Duration::from_secs(1)).await {
+            Ok(raw) => {
+                raw.call(Duration::from_secs(1), |mut c| {
+                    let key = mark_key.clone();
+                    async move { redis::cmd("GET").arg(key).query_async(&mut c).await }
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
         match got {
             Ok(v) => break v,
             Err(e) => {

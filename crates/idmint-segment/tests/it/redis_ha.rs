@@ -32,6 +32,24 @@ fn cluster_target(d: &ClusterDeployment) -> RedisTarget {
     RedisTarget::Cluster(ClusterTarget::new(d.nodes()[..2].to_vec()))
 }
 
+/// Connects right after a promotion, while the sentinels (or the cluster's
+/// nodes) may still spread the news: retried, bounded.
+async fn open_after_failover(target: &RedisTarget) -> RedisConnection {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match RedisConnection::open(target, Duration::from_secs(1)).await {
+            Ok(conn) => return conn,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no answer after the failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 fn assert_unique(ids: &[u64]) {
     let set: HashSet<u64> = ids.iter().copied().collect();
     assert_eq!(set.len(), ids.len(), "an ID was issued twice");
@@ -237,9 +255,7 @@ async fn a_failover_that_lost_segments_reissues_nothing(
 
     // A node started on the same floors refuses at start, naming the key
     // and the way out; after the operator's raise it issues above them.
-    let conn = RedisConnection::open(&target, Duration::from_secs(1))
-        .await
-        .unwrap();
+    let conn = open_after_failover(&target).await;
     let restarted = node(conn);
     let err = restarted.check_floors(&declared).await.unwrap_err();
     assert_eq!(err.code(), "key_below_floor", "{err}");
