@@ -111,7 +111,7 @@ impl ConnectionLike for Conn {
 ///   can't keep failing every call.
 /// - **Follows a Sentinel failover.** After a connection error, a timeout or
 ///   an answer that the server is no longer a writable primary (`READONLY`,
-///   `MASTERDOWN`, `LOADING`), the next call asks the sentinels again which
+///   `MASTERDOWN`, `LOADING`, `NOREPLICAS`), the next call asks the sentinels again which
 ///   server is the primary (the `redis` crate's `SentinelClient`, which also
 ///   checks that server's `ROLE`).
 /// - **Follows a Cluster.** The `redis` crate's cluster client routes each
@@ -379,7 +379,9 @@ impl RedisConnection {
 
     /// Whether an error says the connection should not be used again: on a
     /// Sentinel target, a broken connection or a server that is no longer a
-    /// writable primary (the sentinels are asked again). A single server's
+    /// writable primary (`READONLY`, `MASTERDOWN`, `LOADING`, or `NOREPLICAS`:
+    /// a primary cut off from its replicas under `min-replicas-to-write`,
+    /// which the sentinels may have replaced); the sentinels are asked again. A single server's
     /// `ConnectionManager` and the cluster client reconnect by themselves.
     fn is_stale(&self, e: &redis::RedisError) -> bool {
         if !matches!(self.inner.backend, Backend::Sentinel { .. }) {
@@ -399,7 +401,9 @@ impl RedisConnection {
                     | ServerErrorKind::MasterDown
                     | ServerErrorKind::BusyLoading
             )
-        ) || e.to_string().contains("READONLY")
+        ) || ["READONLY", "NOREPLICAS"]
+            .iter()
+            .any(|code| e.code() == Some(code) || e.to_string().contains(code))
     }
 
     /// Drops `stale` as the current connection, unless another call has

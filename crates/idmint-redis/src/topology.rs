@@ -59,6 +59,9 @@ pub enum Topology {
         /// How many sentinels the first that answered knows of, itself
         /// included.
         known_sentinels: usize,
+        /// The primary's `min-replicas-to-write` (`None` when `CONFIG` is
+        /// refused).
+        min_replicas_to_write: Option<u64>,
         /// The primary the connection uses.
         primary: TopologyNode,
         /// The replicas the sentinels know, with their flags.
@@ -128,9 +131,22 @@ impl Topology {
                 master_name,
                 sentinels,
                 known_sentinels,
+                min_replicas_to_write,
                 primary,
                 replicas,
             } => {
+                if *min_replicas_to_write == Some(0) {
+                    warnings.push(format!(
+                        "{master_name}'s primary {} has min-replicas-to-write 0: cut off from \
+                         its replicas and sentinels, it goes on taking writes that the next \
+                         promotion drops, and a node still talking to it keeps renewing a \
+                         worker the majority side hands out again after its hold; set \
+                         min-replicas-to-write 1 and min-replicas-max-lag at most the \
+                         sentinels' down-after-milliseconds plus snowflake.window \
+                         (docs/operating.md, \"Redis in production\")",
+                        primary.addr
+                    ));
+                }
                 if *known_sentinels < 3 {
                     warnings.push(format!(
                         "only {known_sentinels} sentinel(s) watch {master_name}: a failover \
@@ -198,6 +214,7 @@ impl Topology {
                 known_sentinels,
                 primary,
                 replicas,
+                ..
             } => {
                 lines.push(format!(
                     "sentinel master {master_name}: primary {} ({}), {} replica(s), \
@@ -318,10 +335,18 @@ async fn read_sentinel(
         addr: named,
         state: info.get("role").unwrap_or_default(),
     };
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("min-replicas-to-write");
+    let min_replicas_to_write = conn
+        .call_at::<Vec<String>>(timeout, "", cmd)
+        .await
+        .ok()
+        .and_then(|pair| pair.get(1)?.parse().ok());
     Ok(Topology::Sentinel {
         master_name: s.master_name.clone(),
         sentinels,
         known_sentinels,
+        min_replicas_to_write,
         primary,
         replicas: replicas.unwrap_or_default(),
     })
@@ -512,6 +537,7 @@ d4 10.0.0.4:7003@17003 master,fail - 0 0 3 disconnected
                 ("s:2".into(), Ok("h:2".into())),
             ],
             known_sentinels: 2,
+            min_replicas_to_write: Some(0),
             primary: TopologyNode {
                 addr: "h:1".into(),
                 state: "master".into(),
@@ -530,6 +556,12 @@ d4 10.0.0.4:7003@17003 master,fail - 0 0 3 disconnected
             warnings.iter().any(|w| w.contains("s:2 names h:2")),
             "{warnings:?}"
         );
-        assert_eq!(warnings.len(), 2);
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("min-replicas-to-write 0")),
+            "{warnings:?}"
+        );
+        assert_eq!(warnings.len(), 3);
     }
 }

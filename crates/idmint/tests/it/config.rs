@@ -491,6 +491,16 @@ fn config_check_reports_the_sentinel_and_cluster_topologies_it_finds() {
     assert!(topology("slots 0-5460: master 127.0.0.1:"), "{stderr}");
     assert!(!stderr.contains("single member"), "{stderr}");
     assert!(!stderr.contains("could not"), "{stderr}");
+    // The test deployment lets a cut-off primary take writes (the HA tests
+    // need it to lose some): the check says what that costs.
+    assert!(
+        stderr.contains(&format!(
+            "warning: redis at sentinel master idmint ({}) (the worker registry): idmint's primary \
+             {primary} has min-replicas-to-write 0",
+            sentinel.sentinels().join(",")
+        )),
+        "{stderr}"
+    );
 
     let offline = run(
         &["config", "check", "--offline", file.to_str().unwrap()],
