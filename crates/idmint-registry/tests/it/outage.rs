@@ -387,7 +387,7 @@ async fn redis_stopped_mid_run_comes_back_empty() {
 
 /// The settings of the Redis-forgets tests: a 500 ms lease and a 500 ms
 /// mark window, so a hold lasts about a second.
-pub(crate) fn forgetful_redis_config() -> RedisConfig {
+fn forgetful_redis_config() -> RedisConfig {
     RedisConfig::new()
         .with_cluster("forgets")
         .with_lease_ttl(Duration::from_millis(500))
@@ -397,7 +397,7 @@ pub(crate) fn forgetful_redis_config() -> RedisConfig {
 
 /// Claims on `registry`, waiting out its holds (bounded); returns the claim
 /// and how many holds were met.
-pub(crate) async fn claim_through_holds(
+async fn claim_through_holds(
     registry: &RedisRegistry,
     node: usize,
 ) -> (idmint_registry::Claim, u32) {
@@ -423,7 +423,7 @@ pub(crate) async fn claim_through_holds(
 
 /// Renews `claim`, retrying the failures of a connection that broke with the
 /// restart (the next call reconnects); the first other answer.
-pub(crate) async fn renew_across_reconnect(
+async fn renew_across_reconnect(
     registry: &RedisRegistry,
     claim: &idmint_registry::Claim,
 ) -> idmint_registry::RegistryError {

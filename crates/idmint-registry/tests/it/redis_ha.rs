@@ -22,7 +22,6 @@ use idmint_registry::{RegistryError, WorkerRegistry};
 use idmint_testkit::redis_ha::{ClusterDeployment, SentinelDeployment};
 
 use crate::contract::{Backend, Holding};
-use crate::outage::{claim_through_holds, forgetful_redis_config};
 use crate::support::{identity, unique_name};
 
 fn sentinel_target(d: &SentinelDeployment) -> RedisTarget {
@@ -137,6 +136,38 @@ async fn a_cluster_refuses_a_prefix_whose_keys_span_slots() {
     assert!(err.to_string().contains("hash tag"), "{err}");
 }
 
+/// The failover tests' settings: a 2 s lease (the steps between a renewal
+/// and the next write run the scripts, which a busy machine can slow past
+/// a shorter one) and a 500 ms mark window: a hold of 2.5 s.
+fn ha_config() -> RedisConfig {
+    RedisConfig::new()
+        .with_cluster("ha")
+        .with_lease_ttl(Duration::from_secs(2))
+        .with_mark_window(Duration::from_millis(500))
+        .with_timeout(Duration::from_millis(500))
+}
+
+/// Claims on `registry`, waiting out its holds (bounded, each at most the
+/// configured hold); returns the claim and how many holds were met.
+async fn claim_through_holds(
+    registry: &RedisRegistry,
+    node: usize,
+) -> (idmint_registry::Claim, u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut holds = 0;
+    loop {
+        match registry.claim(&identity(node), 4).await {
+            Ok(claim) => return (claim, holds),
+            Err(RegistryError::Held { retry_after, .. }) if Instant::now() < deadline => {
+                assert!(retry_after <= ha_config().reset_hold(), "{retry_after:?}");
+                holds += 1;
+                tokio::time::sleep(retry_after + Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("claim failed: {e}"),
+        }
+    }
+}
+
 /// What a failover cost, as the test saw it.
 struct Cost {
     /// From the SIGKILL to the new primary answering as one.
@@ -153,9 +184,7 @@ async fn a_failover_that_lost_writes_is_a_promotion(
     pause: impl FnOnce(),
     fail_over: impl FnOnce(),
 ) -> Cost {
-    let holder = RedisRegistry::open(&target, forgetful_redis_config())
-        .await
-        .unwrap();
+    let holder = RedisRegistry::open(&target, ha_config()).await.unwrap();
     let (claim, _) = claim_through_holds(&holder, 1).await;
     let now = jiff::Timestamp::now;
     holder
@@ -177,7 +206,7 @@ async fn a_failover_that_lost_writes_is_a_promotion(
     // The promoted primary lacks the far mark (else this proves nothing).
     // Connecting right after the promotion may fail while the sentinels
     // (or the cluster's nodes) still spread the news: retried, bounded.
-    let mark_key = format!("{}mark:{}", forgetful_redis_config().prefix(), claim.worker);
+    let mark_key = format!("{}mark:{}", ha_config().prefix(), claim.worker);
     let deadline = Instant::now() + Duration::from_secs(10);
     let stored: Option<i64> = loop {
         let got = match idmint_redis::RedisConnection::open(&target, Duration::from_secs(1)).await {
@@ -232,9 +261,7 @@ async fn a_failover_that_lost_writes_is_a_promotion(
 
     // A node that comes now is held: the lost lease's worker can't be
     // handed out while its old holder could still issue.
-    let newcomer = RedisRegistry::open(&target, forgetful_redis_config())
-        .await
-        .unwrap();
+    let newcomer = RedisRegistry::open(&target, ha_config()).await.unwrap();
     match newcomer.claim(&identity(2), 4).await {
         Err(RegistryError::Held { .. }) => {}
         other => panic!("a claim right after the promotion was not held: {other:?}"),
@@ -277,7 +304,7 @@ async fn a_sentinel_failover_that_lost_writes_is_detected_as_a_promotion() {
     .await;
     eprintln!(
         "redis sentinel failover: promoted {:?} after the SIGKILL; a claim granted again {:?} after it \
-         (lease TTL 500 ms + window 500 ms hold)",
+         (a hold of lease TTL 2 s + window 500 ms)",
         cost.promoted, cost.serving
     );
 }
@@ -289,7 +316,7 @@ async fn a_cluster_master_failover_that_lost_writes_is_detected_as_a_promotion()
     let Some(d) = ClusterDeployment::start() else {
         return;
     };
-    let slot_key = format!("{}epoch", forgetful_redis_config().prefix());
+    let slot_key = format!("{}epoch", ha_config().prefix());
     let replicas = d.replicas(&slot_key);
     assert_eq!(replicas.len(), 1, "{replicas:?}");
     let cost = a_failover_that_lost_writes_is_a_promotion(
@@ -305,7 +332,7 @@ async fn a_cluster_master_failover_that_lost_writes_is_detected_as_a_promotion()
     .await;
     eprintln!(
         "redis cluster master failover: promoted {:?} after the SIGKILL; a claim granted again {:?} \
-         after it (lease TTL 500 ms + window 500 ms hold)",
+         after it (a hold of lease TTL 2 s + window 500 ms)",
         cost.promoted, cost.serving
     );
 }
