@@ -13,7 +13,11 @@
 //! The file's convention: a commented-out example is `# ` followed by a TOML
 //! line (`key = value` or a `[table]` header); every such key line is marked
 //! `# no default` or, inside a map section's example entry, `# default` when
-//! it shows the entry's default.
+//! it shows the entry's default. A commented-out table header ending in
+//! `# alternative` starts an example that replaces another setting (a Redis
+//! reached through its sentinels or as a cluster instead of its URL): the
+//! alternatives are listed like every key, but loaded one at a time, since
+//! they can't all be on in one config.
 
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
