@@ -58,18 +58,20 @@ pub struct ServerFacts {
 
 impl ServerFacts {
     /// Reads the facts `INFO` gives (its default sections; one round trip),
-    /// bounded by `timeout`. The `CONFIG` fields stay `None` until
+    /// bounded by `timeout`, from the server that holds `key` (on a Redis
+    /// Cluster, the master of its slot; elsewhere the one server, or the
+    /// Sentinel's primary). The `CONFIG` fields stay `None` until
     /// [`ServerFacts::read_config`].
     ///
     /// # Errors
     /// [`CallError`] when `INFO` fails or times out, or when its answer has no
     /// `run_id` (not a Redis server, or a proxy that hides it).
-    pub async fn read(conn: &RedisConnection, timeout: Duration) -> Result<Self, CallError> {
-        let info: InfoDict = conn
-            .call(timeout, |mut c| async move {
-                redis::cmd("INFO").query_async(&mut c).await
-            })
-            .await?;
+    pub async fn read(
+        conn: &RedisConnection,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<Self, CallError> {
+        let info: InfoDict = conn.call_at(timeout, key, redis::cmd("INFO")).await?;
         Self::from_info(&info).ok_or_else(|| {
             CallError::Config(
                 "INFO has no run_id: the server (or a proxy in front of it) does not say \
@@ -80,11 +82,11 @@ impl ServerFacts {
     }
 
     /// Adds what `CONFIG GET appendfsync` and `CONFIG GET save` say (two
-    /// round trips, each bounded by `timeout`); a refused `CONFIG` leaves
-    /// those fields `None`.
-    pub async fn read_config(&mut self, conn: &RedisConnection, timeout: Duration) {
-        self.appendfsync = config_get(conn, timeout, "appendfsync").await;
-        self.rdb_snapshots = config_get(conn, timeout, "save")
+    /// round trips, each bounded by `timeout`, on the server that holds
+    /// `key`); a refused `CONFIG` leaves those fields `None`.
+    pub async fn read_config(&mut self, conn: &RedisConnection, key: &str, timeout: Duration) {
+        self.appendfsync = config_get(conn, key, timeout, "appendfsync").await;
+        self.rdb_snapshots = config_get(conn, key, timeout, "save")
             .await
             .map(|s| !s.trim().is_empty());
     }
@@ -164,17 +166,13 @@ impl ServerFacts {
     }
 
     /// Whether `FLUSHALL` or `FLUSHDB` ever ran on this server since its
-    /// start (or its last `CONFIG RESETSTAT`), from `INFO commandstats`.
+    /// start (or its last `CONFIG RESETSTAT`), from `INFO commandstats` of
+    /// the server that holds `key`.
     /// `true` when that can't be read: the caller can't rule it out.
-    pub async fn ever_flushed(conn: &RedisConnection, timeout: Duration) -> bool {
-        let stats: Result<InfoDict, _> = conn
-            .call(timeout, |mut c| async move {
-                redis::cmd("INFO")
-                    .arg("commandstats")
-                    .query_async(&mut c)
-                    .await
-            })
-            .await;
+    pub async fn ever_flushed(conn: &RedisConnection, key: &str, timeout: Duration) -> bool {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("commandstats");
+        let stats: Result<InfoDict, _> = conn.call_at(timeout, key, cmd).await;
         match stats {
             Ok(stats) => {
                 stats.contains_key(&"cmdstat_flushall") || stats.contains_key(&"cmdstat_flushdb")
@@ -187,19 +185,13 @@ impl ServerFacts {
 /// `CONFIG GET name`'s value, or `None` when refused or absent.
 async fn config_get(
     conn: &RedisConnection,
+    key: &str,
     timeout: Duration,
     name: &'static str,
 ) -> Option<String> {
-    let pair: Vec<String> = conn
-        .call(timeout, |mut c| async move {
-            redis::cmd("CONFIG")
-                .arg("GET")
-                .arg(name)
-                .query_async(&mut c)
-                .await
-        })
-        .await
-        .ok()?;
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg(name);
+    let pair: Vec<String> = conn.call_at(timeout, key, cmd).await.ok()?;
     pair.get(1).cloned()
 }
 

@@ -116,9 +116,20 @@
 //! `WAIT` would not help: Redis does not promise that a failover promotes a
 //! replica that acknowledged, so idmint holds after every failover instead.
 //! Redis's clock decides expiry: a step forward on the Redis host ends
-//! leases early, before the holder's monotonic `valid_until`. Not for Redis
-//! Cluster: the scripts build key names at run time (all keys share one hash
-//! slot through the prefix's hash tag).
+//! leases early, before the holder's monotonic `valid_until`.
+//!
+//! # Sentinel and Cluster
+//!
+//! [`RedisRegistry::open`] takes a [`RedisTarget`]: one server, the primary
+//! Redis Sentinel names, or a Redis Cluster. A Sentinel failover or a Cluster
+//! master's failover puts another server (another `run_id`, promoted from a
+//! replica) behind the same keys, and the epoch check above treats it as
+//! any server change: a new epoch with a hold, unless the new primary shows
+//! it keeps every write (a promoted replica never does). On a Cluster every
+//! key of one idmint cluster shares one hash slot (the prefix's `{...}` hash
+//! tag, required there), the scripts that build key names at run time
+//! declare the epoch key so that they run on that slot's master, and `INFO`
+//! is asked of that master.
 //!
 //! Run Redis with `appendonly yes` and `appendfsync always`, on a single
 //! primary, and a restart costs nothing: the epoch goes on. Any other way
@@ -138,9 +149,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use idmint_redis::{CallError, RedisConnection, ServerFacts};
+use idmint_redis::{CallError, Conn, RedisConnection, ServerFacts};
+pub use idmint_redis::{ClusterTarget, RedisTarget, SentinelTarget};
 use jiff::Timestamp;
-use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
 
 use crate::error::{RegistryError, Result};
@@ -572,8 +583,25 @@ impl RedisRegistry {
     /// - [`RegistryError::Timeout`] when Redis does not answer within the timeout.
     /// - [`RegistryError::Backend`] when the connection is refused or fails.
     pub async fn connect(url: &str, config: RedisConfig) -> Result<Self> {
+        Self::open(&RedisTarget::Url(url.to_owned()), config).await
+    }
+
+    /// Connects to `target`: one server, the primary Redis Sentinel names
+    /// (asked again after a failover), or a Redis Cluster, and checks it
+    /// answers `PING`. On a Cluster the key prefix must hold a hash tag
+    /// (the default `idmint:{default}:` does), so that every key of the
+    /// cluster lives in one slot and each script runs on one node.
+    ///
+    /// # Errors
+    /// As [`RedisRegistry::connect`]; [`RegistryError::Config`] also for a
+    /// target that can't work, or a Cluster with a prefix without a hash tag.
+    pub async fn open(target: &RedisTarget, config: RedisConfig) -> Result<Self> {
         config.validate()?;
-        let conn = RedisConnection::connect(url, config.timeout)
+        if target.is_cluster() {
+            idmint_redis::check_single_slot(&config.prefix)
+                .map_err(|e| RegistryError::config(KIND, e.to_string()))?;
+        }
+        let conn = RedisConnection::open(target, config.timeout)
             .await
             .map_err(|e| call_error("connect", e))?;
         Ok(RedisRegistry {
@@ -598,10 +626,12 @@ impl RedisRegistry {
     /// # Errors
     /// [`RegistryError::Timeout`] or [`RegistryError::Backend`] when Redis fails.
     pub async fn server_facts(&self) -> Result<ServerFacts> {
-        let mut facts = ServerFacts::read(&self.conn, self.config.timeout)
+        let mut facts = ServerFacts::read(&self.conn, &self.epoch_key(), self.config.timeout)
             .await
             .map_err(|e| call_error("read server facts", e))?;
-        facts.read_config(&self.conn, self.config.timeout).await;
+        facts
+            .read_config(&self.conn, &self.epoch_key(), self.config.timeout)
+            .await;
         Ok(facts)
     }
 
@@ -616,7 +646,7 @@ impl RedisRegistry {
     /// have forgotten. `force` runs the script even when the server is the
     /// same (a script found the epoch changed).
     async fn check_epoch(&self, operation: &'static str, force: bool) -> Result<Epoch> {
-        let mut facts = ServerFacts::read(&self.conn, self.config.timeout)
+        let mut facts = ServerFacts::read(&self.conn, &self.epoch_key(), self.config.timeout)
             .await
             .map_err(|e| call_error(operation, e))?;
         {
@@ -631,7 +661,9 @@ impl RedisRegistry {
                 });
             }
         }
-        facts.read_config(&self.conn, self.config.timeout).await;
+        facts
+            .read_config(&self.conn, &self.epoch_key(), self.config.timeout)
+            .await;
         let hold = self.config.reset_hold();
         // A missing epoch is a new cluster only when the server shows it can
         // never have held one that went: it has run longer than a hold, was
@@ -639,7 +671,7 @@ impl RedisRegistry {
         let fresh = facts.uptime >= hold
             && !facts.promoted
             && !facts.evicts()
-            && !ServerFacts::ever_flushed(&self.conn, self.config.timeout).await;
+            && !ServerFacts::ever_flushed(&self.conn, &self.epoch_key(), self.config.timeout).await;
         let keeps = facts.keeps_every_write() && !facts.evicts();
         let floor = self.known().highest_mark;
         let keys = [
@@ -778,11 +810,17 @@ impl RedisRegistry {
         format!("{}{kind}{worker}", self.config.prefix)
     }
 
+    /// The epoch hash's key; also where `INFO` is asked on a Redis Cluster
+    /// (the master of the prefix's slot).
+    fn epoch_key(&self) -> String {
+        format!("{}epoch", self.config.prefix)
+    }
+
     /// Runs `op` on the shared connection within the timeout, mapping
     /// failures to typed errors.
     async fn call<T, F, Fut>(&self, operation: &'static str, op: F) -> Result<T>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         self.conn
@@ -807,10 +845,15 @@ impl RedisRegistry {
         let ttl_ms = ttl_ms(self.config.lease_ttl);
         // Taken before the request: the lease ends no later than Redis's expiry.
         let before = Instant::now();
+        let epoch_key = self.epoch_key();
         let (won, value, mark): (i64, i64, String) = self
             .call("claim", |mut conn| {
                 let mut invocation = self.claim_script.prepare_invoke();
+                // The script builds its key names; the epoch key is declared
+                // (unread) so that a Redis Cluster runs it on the node of the
+                // prefix's slot.
                 invocation
+                    .key(&epoch_key)
                     .arg(self.config.prefix.as_ref())
                     .arg(start)
                     .arg(count)

@@ -11,8 +11,8 @@
 //! - [`DailySerial`]: serials like `ORD20261121000042` from a per-day key, the
 //!   day taken from Redis's `TIME` in the same script as the increment.
 //!
-//! All of them share one [`RedisConnection`] (a `redis` crate
-//! `ConnectionManager`, which reconnects by itself after a lost connection) and
+//! All of them share one [`RedisConnection`] (which reconnects by itself
+//! after a lost connection, and follows a Sentinel or Cluster failover) and
 //! bound every call with their configured timeout: a call that does not finish
 //! in time fails with [`SegmentError::Timeout`] (`store: "redis"`), one that
 //! Redis refuses or a connection that fails with [`SegmentError::Backend`].
@@ -58,9 +58,15 @@
 //!   ([`SegmentError::StoreReset`], [`SegmentError::KeyBelowFloor`]), instead
 //!   of counting again from the start. A client with no memory (a new
 //!   process that was handed none) can't tell.
-//! - **Not for Redis Cluster.** The snowflake and serial scripts build key names
-//!   from the time they read, instead of declaring them, which Redis Cluster
-//!   does not support.
+//! - **Sentinel and Cluster.** [`RedisConnection::open`] takes an
+//!   `idmint_redis::RedisTarget`: the primary Redis Sentinel names (asked
+//!   again after a failover) or a Redis Cluster. On a Cluster each strategy
+//!   requires its key prefix to hold a hash tag (`idmint:{orders}:`): every
+//!   key a script touches then shares one slot, and the snowflake and serial
+//!   scripts, which build key names from the time they read, declare one key
+//!   of that slot so the cluster runs them on its master. A failover to a
+//!   replica that missed the last writes is caught like any Redis that
+//!   forgot: by the epoch markers and floors above.
 
 mod conn;
 mod counter;
@@ -72,6 +78,7 @@ use std::time::Duration;
 
 pub use conn::RedisConnection;
 pub use counter::{RedisCounter, RedisCounterConfig};
+pub use idmint_redis::{ClusterTarget, RedisTarget, SentinelTarget};
 pub use serial::{DailySerial, DailySerialConfig, Serial, SerialBatch, SerialMemory};
 pub use snowflake::{RedisSnowflake, RedisSnowflakeConfig};
 pub use store::{RedisSegmentStore, RedisStoreConfig};

@@ -21,7 +21,7 @@ use idmint_registry::{
     Claim, FleetMember, GeneratorSettings, KeeperConfig, Lease, NodeIdentity, PeerReport,
     RegistryError, WorkerRegistry,
 };
-use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig};
+use idmint_segment::redis::{RedisSegmentStore, RedisStoreConfig, RedisTarget};
 use idmint_segment::sql::{SqlSegmentStore, SqlStoreConfig, TableSchema};
 use idmint_segment::{
     FloorFile, KeyInfo, NewKey, SegmentAllocator, SegmentConfig, SegmentError, SegmentGrant,
@@ -58,7 +58,9 @@ pub(crate) async fn open_registry_observed(
     waiting: &(dyn Fn(&RegistryError) + Send + Sync),
 ) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
     let wait = keeper_config(config).max_claim_wait();
-    open_waiting(wait, waiting, || open_registry_once(config)).await
+    // Boxed: each backend's connect is a deep future, and nesting it in
+    // the retry loop's overflowed the compiler's query depth in callers.
+    open_waiting(wait, waiting, || Box::pin(open_registry_once(config))).await
 }
 
 /// Tries `open` until it succeeds, fails with an error that a retry would
@@ -123,9 +125,9 @@ async fn open_registry_once(config: &Config) -> Result<Arc<dyn WorkerRegistry>, 
             let url = sf.sql.url.as_ref().map(|u| u.expose()).unwrap_or_default();
             Arc::new(SqlRegistry::connect(url, sql_registry_config(config)).await?)
         }
-        RegistryKind::Redis => Arc::new(
-            RedisRegistry::connect(sf.redis.url.expose(), redis_registry_config(config)).await?,
-        ),
+        RegistryKind::Redis => {
+            Arc::new(RedisRegistry::open(&sf.redis.target(), redis_registry_config(config)).await?)
+        }
         RegistryKind::Etcd => {
             Arc::new(EtcdRegistry::connect(&sf.etcd.endpoints, etcd_config(config)).await?)
         }
@@ -145,7 +147,10 @@ pub(crate) async fn open_leader_registry(
     waiting: &(dyn Fn(&RegistryError) + Send + Sync),
 ) -> Result<Arc<dyn WorkerRegistry>, RegistryError> {
     let wait = keeper_config(config).max_claim_wait();
-    open_waiting(wait, waiting, || open_leader_registry_once(config)).await
+    open_waiting(wait, waiting, || {
+        Box::pin(open_leader_registry_once(config))
+    })
+    .await
 }
 
 async fn open_leader_registry_once(
@@ -161,9 +166,9 @@ async fn open_leader_registry_once(
             let url = sf.sql.url.as_ref().map(|u| u.expose()).unwrap_or_default();
             Arc::new(SqlRegistry::connect(url, leader_sql_config(config)).await?)
         }
-        RegistryKind::Redis => Arc::new(
-            RedisRegistry::connect(sf.redis.url.expose(), leader_redis_config(config)).await?,
-        ),
+        RegistryKind::Redis => {
+            Arc::new(RedisRegistry::open(&sf.redis.target(), leader_redis_config(config)).await?)
+        }
         RegistryKind::Etcd => {
             Arc::new(EtcdRegistry::connect(&sf.etcd.endpoints, leader_etcd_config(config)).await?)
         }
@@ -344,10 +349,11 @@ pub(crate) fn segment_config(config: &Config) -> SegmentConfig {
         .with_max_batch(config.server.max_count.max(1))
 }
 
-/// The segment store to open: Redis by the URL's scheme, else SQL.
+/// The segment store to open: Redis by the URL's scheme or a Sentinel or
+/// Cluster section, else SQL.
 pub(crate) enum StoreSettings {
     Redis {
-        url: String,
+        target: RedisTarget,
         config: RedisStoreConfig,
     },
     Sql(SqlStoreConfig),
@@ -356,15 +362,10 @@ pub(crate) enum StoreSettings {
 pub(crate) fn store_settings(config: &Config) -> StoreSettings {
     let url = config.segment_url();
     let seg = &config.segment;
-    if url.starts_with("redis://") || url.starts_with("rediss://") {
-        let redis_config = RedisStoreConfig::new();
-        let redis_config = match &seg.key_prefix {
-            Some(prefix) => redis_config.with_key_prefix(prefix.clone()),
-            None => redis_config,
-        };
+    if let Some(target) = config.segment_redis_target() {
         StoreSettings::Redis {
-            url,
-            config: redis_config,
+            target,
+            config: RedisStoreConfig::new().with_key_prefix(config.segment_redis_prefix()),
         }
     } else {
         let schema = match seg.schema {
@@ -477,15 +478,15 @@ fn allocator_on(
     store: Arc<dyn SegmentStore>,
     floors: Option<FloorFile>,
 ) -> Result<SegmentAllocator, ServerError> {
-    let url = config.segment_url();
-    tracing::info!(store = store.kind(), url = %idmint_sql::redact_url(&url), "segment store open");
+    let name = config.segment_store_name();
+    tracing::info!(store = store.kind(), at = %name, "segment store open");
     let allocator = SegmentAllocator::from_shared(store, segment_config(config));
     let allocator = match floors {
         Some(floors) => allocator.and_then(|a| a.with_floors(Arc::new(floors))),
         None => allocator,
     };
     allocator.map_err(|source| ServerError::Segment {
-        what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
+        what: format!("opening {name}"),
         source,
     })
 }
@@ -550,15 +551,15 @@ pub async fn open_segment_store(config: &Config) -> Result<Arc<dyn SegmentStore>
 async fn connect_store(
     config: &Config,
 ) -> Result<(Arc<dyn SegmentStore>, Option<Arc<SqlSegmentStore>>), ServerError> {
-    let url = config.segment_url();
+    let name = config.segment_store_name();
     let fail = |source| ServerError::Segment {
-        what: format!("opening segment.url {}", idmint_sql::redact_url(&url)),
+        what: format!("opening {name}"),
         source,
     };
     Ok(match store_settings(config) {
-        StoreSettings::Redis { url, config } => (
+        StoreSettings::Redis { target, config } => (
             Arc::new(
-                RedisSegmentStore::connect(&url, config)
+                RedisSegmentStore::open(&target, config)
                     .await
                     .map_err(fail)?,
             ),

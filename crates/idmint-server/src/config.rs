@@ -196,6 +196,10 @@ fn clipped(message: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// The Redis segment store's key prefix on a Redis Cluster unless
+/// `segment.key_prefix` is set: a hash tag keeps every key in one slot.
+pub const CLUSTER_SEGMENT_PREFIX: &str = "idmint:{idmint}:";
+
 /// A secret from config (admin token, obfuscation keys): never shown by `Debug`.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(transparent)]
@@ -411,6 +415,49 @@ impl Config {
                     });
                 }
             }
+        }
+    }
+
+    /// The segment store's Redis when it is a Redis store: the sentinels
+    /// (`[segment.redis_sentinel]`), the cluster (`[segment.redis_cluster]`)
+    /// or a `redis://` (`rediss://`) `segment.url`; `None` for SQL.
+    pub fn segment_redis_target(&self) -> Option<idmint_redis::RedisTarget> {
+        let seg = &self.segment;
+        sections::redis_target(seg.redis_sentinel.as_ref(), seg.redis_cluster.as_ref()).or_else(
+            || {
+                let url = seg.url.as_ref()?.expose();
+                (url.starts_with("redis://") || url.starts_with("rediss://"))
+                    .then(|| idmint_redis::RedisTarget::Url(url.to_owned()))
+            },
+        )
+    }
+
+    /// The Redis segment store's key prefix: `segment.key_prefix`, else
+    /// `idmint:{idmint}:` on a Redis Cluster (whose keys must share a hash
+    /// slot), else the store's default (`idmint:`, as before clusters).
+    pub fn segment_redis_prefix(&self) -> String {
+        match &self.segment.key_prefix {
+            Some(prefix) => prefix.clone(),
+            None if self.segment.redis_cluster.is_some() => CLUSTER_SEGMENT_PREFIX.to_owned(),
+            None => idmint_segment::redis::DEFAULT_KEY_PREFIX.to_owned(),
+        }
+    }
+
+    /// The segment store as logs and errors name it: `segment.url` and the
+    /// URL (password hidden), or the Sentinel or Cluster section and what it
+    /// names.
+    pub fn segment_store_name(&self) -> String {
+        match self.segment_redis_target() {
+            Some(target @ idmint_redis::RedisTarget::Sentinel(_)) => {
+                format!("segment.redis_sentinel ({})", target.describe())
+            }
+            Some(target @ idmint_redis::RedisTarget::Cluster(_)) => {
+                format!("segment.redis_cluster ({})", target.describe())
+            }
+            _ => format!(
+                "segment.url {}",
+                idmint_sql::redact_url(&self.segment_url())
+            ),
         }
     }
 
@@ -1161,5 +1208,126 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn redis_sentinel_and_cluster_load_from_file_and_env() {
+        let f = file(
+            "[snowflake]\nregistry = \"redis\"\n[snowflake.redis.sentinel]\n\
+             sentinels = [\"10.0.0.1:26379\"]\nmaster_name = \"m\"\npassword = \"hunter2\"\n\
+             sentinel_password = \"s3cret\"\ndb = 2\n",
+        );
+        let config = Config::load(
+            Some(f.path()),
+            env(&[
+                (
+                    "IDMINT_SNOWFLAKE__REDIS__SENTINEL__SENTINELS",
+                    "a:26379, b:26379,c:26379",
+                ),
+                ("IDMINT_SEGMENT__REDIS_CLUSTER__NODES", "n1:7000,n2:7001"),
+                ("IDMINT_SEGMENT__REDIS_CLUSTER__PASSWORD", "clusterpw"),
+            ]),
+        )
+        .unwrap();
+        config.validate().unwrap();
+        let idmint_redis::RedisTarget::Sentinel(s) = config.snowflake.redis.target() else {
+            panic!(
+                "not a sentinel target: {:?}",
+                config.snowflake.redis.target()
+            );
+        };
+        assert_eq!(s.sentinels(), ["a:26379", "b:26379", "c:26379"]);
+        assert_eq!(s.master_name(), "m");
+        let segment = config.segment_redis_target().unwrap();
+        assert!(segment.is_cluster());
+        assert_eq!(segment.describe(), "cluster (n1:7000,n2:7001)");
+        // A Cluster's segment keys share one slot unless told otherwise.
+        assert_eq!(config.segment_redis_prefix(), CLUSTER_SEGMENT_PREFIX);
+        let shown = config.to_toml().unwrap();
+        for secret in ["hunter2", "s3cret", "clusterpw"] {
+            assert!(!shown.contains(secret), "{secret} shown: {shown}");
+            assert!(!format!("{config:?}").contains(secret));
+        }
+        assert!(shown.contains("[snowflake.redis.sentinel]"), "{shown}");
+        // Without a Sentinel or Cluster section, nothing changes: the URL, and
+        // the prefix plain-Redis stores always had.
+        let plain = Config::load(
+            None,
+            env(&[("IDMINT_SEGMENT__URL", "redis://127.0.0.1:6379/")]),
+        )
+        .unwrap();
+        assert_eq!(
+            plain.snowflake.redis.target(),
+            idmint_redis::RedisTarget::Url(DEFAULT_REDIS_URL.to_owned())
+        );
+        assert_eq!(plain.segment_redis_prefix(), "idmint:");
+    }
+
+    #[test]
+    fn redis_topologies_that_cant_work_are_refused_naming_the_setting() {
+        let refused = |toml: &str, vars: &[(&str, &str)]| {
+            let f = file(toml);
+            Config::load(Some(f.path()), env(vars))
+                .and_then(|c| c.validate())
+                .unwrap_err()
+                .to_string()
+        };
+        let both = "[snowflake.redis.sentinel]\nsentinels = [\"a:1\"]\nmaster_name = \"m\"\n\
+                    [snowflake.redis.redis_cluster]\nnodes = [\"b:2\"]\n";
+        let err = refused(both, &[]);
+        assert!(
+            err.contains("snowflake.redis.redis_cluster") && err.contains("set one"),
+            "{err}"
+        );
+        let err = refused(
+            "[snowflake.redis]\nurl = \"redis://elsewhere:6379\"\n[snowflake.redis.redis_cluster]\nnodes = [\"b:2\"]\n",
+            &[],
+        );
+        assert!(
+            err.contains("snowflake.redis.url") && err.contains("leave the url unset"),
+            "{err}"
+        );
+        let err = refused(
+            "[snowflake.redis.sentinel]\nsentinels = [\"nohost\"]\nmaster_name = \"m\"\n",
+            &[],
+        );
+        assert!(
+            err.contains("snowflake.redis.sentinel") && err.contains("\"nohost\" has no port"),
+            "{err}"
+        );
+        let err = refused(
+            "[snowflake.redis.sentinel]\nsentinels = []\nmaster_name = \"m\"\n",
+            &[],
+        );
+        assert!(err.contains("list of sentinels is empty"), "{err}");
+        let err = refused("[snowflake.redis.sentinel]\nsentinels = [\"a:1\"]\n", &[]);
+        assert!(err.contains("master_name"), "{err}");
+        let err = refused(
+            "[snowflake.redis.sentinel]\nsentinels = [\"a:1\"]\nmaster_name = \"m\"\nport = 1\n",
+            &[],
+        );
+        assert!(err.contains("port"), "{err}");
+        // On a Cluster every key of one idmint cluster must share a slot.
+        let err = refused(
+            "[segment]\nkey_prefix = \"ids:\"\n[segment.redis_cluster]\nnodes = [\"a:7000\"]\n",
+            &[],
+        );
+        assert!(
+            err.contains("segment.key_prefix") && err.contains("hash tag"),
+            "{err}"
+        );
+        let err = refused(
+            "[segment]\nurl = \"postgres://h/db\"\n[segment.redis_sentinel]\nsentinels = [\"a:1\"]\nmaster_name = \"m\"\n",
+            &[],
+        );
+        assert!(
+            err.contains("segment.url") && err.contains("is set beside"),
+            "{err}"
+        );
+        let err = refused(
+            "[snowflake.redis]\ncluster = \"\"\n[snowflake.redis.redis_cluster]\nnodes = [\"a:7000\"]\n",
+            &[],
+        );
+        assert!(err.contains("snowflake.redis.cluster"), "{err}");
     }
 }

@@ -6,8 +6,9 @@
 
 use std::time::Duration;
 
-use idmint_redis::{RedisConnection, ServerFacts};
+use idmint_redis::{RedisConnection, RedisTarget, ServerFacts, Topology};
 
+use crate::backends::redis_registry_config;
 use crate::config::{Config, RegistryKind};
 
 /// How long each server gets to answer.
@@ -28,52 +29,79 @@ impl std::fmt::Display for DurabilityWarning {
     }
 }
 
-/// Asks every Redis the config uses (the worker registry, the oracle's
-/// election, the segment store) about its persistence, and returns a
-/// warning for each that can forget, or that could not be asked.
-pub async fn coordinator_warnings(config: &Config) -> Vec<DurabilityWarning> {
-    let mut servers: Vec<(String, String)> = Vec::new();
+/// What one Redis the config uses looks like ([`redis_topologies`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopologyReport {
+    /// What the config uses it for, and where it is (no passwords).
+    pub what: String,
+    /// The topology found, a line each; empty when it could not be read.
+    pub lines: Vec<String>,
+    /// Where one lost member stops it, or why it could not be read.
+    pub warnings: Vec<String>,
+}
+
+/// One Redis the config uses: what for, where, and a key of the slot its
+/// data lives in (on a Redis Cluster, `INFO` is asked of that slot's master).
+struct RedisUse {
+    uses: String,
+    target: RedisTarget,
+    slot_key: String,
+}
+
+/// Every Redis the config uses (the worker registry and the oracle's
+/// election, the segment store), one entry per distinct target.
+fn redis_uses(config: &Config) -> Vec<RedisUse> {
+    let mut out: Vec<RedisUse> = Vec::new();
     if config.snowflake.registry == RegistryKind::Redis {
         let uses = if config.has_monotonic_keys() {
             "the worker registry and the oracle's election"
         } else {
             "the worker registry"
         };
-        servers.push((
-            uses.to_owned(),
-            config.snowflake.redis.url.expose().to_owned(),
-        ));
+        out.push(RedisUse {
+            uses: uses.to_owned(),
+            target: config.snowflake.redis.target(),
+            slot_key: format!("{}epoch", redis_registry_config(config).prefix()),
+        });
     }
-    if let Some(url) = &config.segment.url {
-        let url = url.expose();
-        if url.starts_with("redis://") || url.starts_with("rediss://") {
-            match servers.iter_mut().find(|(_, u)| u == url) {
-                Some((uses, _)) => uses.push_str(" and the segment store"),
-                None => servers.push(("the segment store".to_owned(), url.to_owned())),
-            }
+    if let Some(target) = config.segment_redis_target() {
+        match out.iter_mut().find(|u| u.target == target) {
+            Some(u) => u.uses.push_str(" and the segment store"),
+            None => out.push(RedisUse {
+                uses: "the segment store".to_owned(),
+                target,
+                slot_key: format!("{}segments", config.segment_redis_prefix()),
+            }),
         }
     }
+    out
+}
+
+/// Asks every Redis the config uses (the worker registry, the oracle's
+/// election, the segment store) about its persistence, and returns a
+/// warning for each that can forget, or that could not be asked.
+pub async fn coordinator_warnings(config: &Config) -> Vec<DurabilityWarning> {
     let mut warnings = Vec::new();
-    for (uses, url) in servers {
-        let (addr, message) = match RedisConnection::connect(&url, BOUND).await {
-            Err(e) => (
-                host_of(&url),
-                Some(format!(
-                    "could not ask it about its persistence ({e}); run Redis with \
-                     appendonly yes and appendfsync always, or idmint holds claims and \
-                     refuses counters after every restart"
-                )),
-            ),
-            Ok(conn) => {
-                let addr = conn.addr().to_owned();
-                match ServerFacts::read(&conn, BOUND).await {
-                    Err(e) => (addr, Some(format!("INFO failed: {e}"))),
-                    Ok(mut facts) => {
-                        facts.read_config(&conn, BOUND).await;
-                        (addr, facts.persistence_warning().map(|w| advice(&w)))
-                    }
+    for RedisUse {
+        uses,
+        target,
+        slot_key,
+    } in redis_uses(config)
+    {
+        let addr = target.describe();
+        let message = match RedisConnection::open(&target, BOUND).await {
+            Err(e) => Some(format!(
+                "could not ask it about its persistence ({e}); run Redis with \
+                 appendonly yes and appendfsync always, or idmint holds claims and \
+                 refuses counters after every restart"
+            )),
+            Ok(conn) => match ServerFacts::read(&conn, &slot_key, BOUND).await {
+                Err(e) => Some(format!("INFO failed: {e}")),
+                Ok(mut facts) => {
+                    facts.read_config(&conn, &slot_key, BOUND).await;
+                    facts.persistence_warning().map(|w| advice(&w))
                 }
-            }
+            },
         };
         if let Some(message) = message {
             warnings.push(DurabilityWarning {
@@ -85,6 +113,39 @@ pub async fn coordinator_warnings(config: &Config) -> Vec<DurabilityWarning> {
     warnings
 }
 
+/// Reads the topology of every Redis the config uses: the primary and its
+/// replicas, the sentinels and the primary each names, or the cluster's
+/// slots, masters and replicas; with a warning wherever one lost member
+/// stops it (a single member, fewer than 3 sentinels, a master without a
+/// replica). Read-only, each request bounded.
+pub async fn redis_topologies(config: &Config) -> Vec<TopologyReport> {
+    let mut reports = Vec::new();
+    for RedisUse { uses, target, .. } in redis_uses(config) {
+        let what = format!("redis at {} ({uses})", target.describe());
+        let report = match RedisConnection::open(&target, BOUND).await {
+            Err(e) => TopologyReport {
+                what,
+                lines: Vec::new(),
+                warnings: vec![format!("could not read its topology: {e}")],
+            },
+            Ok(conn) => match Topology::read(&conn, BOUND).await {
+                Err(e) => TopologyReport {
+                    what,
+                    lines: Vec::new(),
+                    warnings: vec![format!("could not read its topology: {e}")],
+                },
+                Ok(topology) => TopologyReport {
+                    what,
+                    lines: topology.lines(),
+                    warnings: topology.warnings(),
+                },
+            },
+        };
+        reports.push(report);
+    }
+    reports
+}
+
 fn advice(warning: &str) -> String {
     format!(
         "{warning}. A restart or failover can lose what idmint stored: the worker \
@@ -94,20 +155,13 @@ fn advice(warning: &str) -> String {
     )
 }
 
-/// `host:port` of a Redis URL, without its password.
-fn host_of(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    rest.split('/').next().unwrap_or(rest).to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn addresses_never_show_passwords() {
-        assert_eq!(host_of("redis://:secret@10.0.0.1:6379/0"), "10.0.0.1:6379");
-        assert_eq!(host_of("redis://127.0.0.1:6380"), "127.0.0.1:6380");
+        let target = RedisTarget::Url("redis://:secret@10.0.0.1:6379/0".to_owned());
+        assert_eq!(target.describe(), "10.0.0.1:6379");
     }
 }

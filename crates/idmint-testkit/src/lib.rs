@@ -18,6 +18,8 @@
 //! - [`bench`]: what the benchmark harnesses share (run count, median, cost
 //!   per call on N threads).
 //! - [`proxy`]: a TCP proxy that cuts a client off from a service.
+//! - [`redis_ha`]: Redis behind Sentinel and a Redis Cluster, started by
+//!   `scripts/redis-sentinel` and `scripts/redis-cluster`.
 //! - [`tinyid`]: Didi Tinyid's DDL and sample rows.
 //! - [`tls`]: a test CA and the certificates the TLS tests need.
 
@@ -28,6 +30,7 @@ use std::process::Command;
 pub mod cluster;
 pub mod fuzz;
 pub mod proxy;
+pub mod redis_ha;
 pub mod tinyid;
 pub mod tls;
 

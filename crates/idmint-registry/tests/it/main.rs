@@ -4,6 +4,9 @@
 //! - `contract`: the registry contract, written once; each backend's module
 //!   (`etcd`, `redis`, `sql`, `zookeeper`) runs it and adds what only that
 //!   backend does.
+//! - `redis_ha`: the `redis` registry through Redis Sentinel and on a Redis
+//!   Cluster, started by the project's scripts, through failovers that lose
+//!   writes.
 //! - `outage`: lease loss while running, against private instances of each
 //!   service (`services`) that the tests stop and start again.
 //! - `file` and `keeper`: the embedded default and the keeper, against files
@@ -23,6 +26,7 @@ mod keeper;
 mod leader;
 mod outage;
 mod redis;
+mod redis_ha;
 mod services;
 mod sim;
 mod sql;

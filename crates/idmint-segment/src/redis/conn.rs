@@ -7,20 +7,27 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use idmint_redis::CallError;
+use idmint_redis::{CallError, Conn, RedisTarget};
 use redis::RedisResult;
-use redis::aio::ConnectionManager;
 
 use super::{KIND, check_timeout};
 use crate::error::{Result, SegmentError};
 
-/// A connection to one Redis server, shared by the Redis strategies.
+/// A connection to one Redis (a server, the primary Redis Sentinel names,
+/// or a Redis Cluster), shared by the Redis strategies.
 ///
-/// - **Reconnects by itself.** It wraps the `redis` crate's `ConnectionManager`,
-///   which opens a new connection after the old one breaks (within the next
-///   call's timeout). A connection that stays open but stops answering (a
-///   network partition that sends no reset) is replaced after a call on it
-///   times out, so it can't keep failing every call.
+/// - **Reconnects by itself.** It wraps `idmint_redis::RedisConnection`: the
+///   `redis` crate's `ConnectionManager` for one server, which opens a new
+///   connection after the old one breaks (within the next call's timeout);
+///   for Sentinel, the primary the sentinels name, asked again after a
+///   connection error or a demotion; for a Cluster, the crate's cluster
+///   client, which follows `MOVED`/`ASK` and failovers. A connection that
+///   stays open but stops answering (a network partition that sends no
+///   reset) is replaced after a call on it times out, so it can't keep
+///   failing every call.
+/// - **One slot on a Cluster.** Each strategy built on a Cluster connection
+///   requires its key prefix to hold a hash tag (`idmint:{orders}:`), so that
+///   all its keys share one slot and every script runs on one node.
 /// - **Multiplexed and cheap to clone.** Clones share the connection; many
 ///   tasks can have calls in flight at once.
 /// - **No hidden I/O.** Only [`RedisConnection::connect`] and the strategies'
@@ -71,9 +78,40 @@ impl RedisConnection {
         Ok(RedisConnection { inner })
     }
 
-    /// The server's address, `host:port`.
-    pub fn addr(&self) -> &str {
+    /// Connects to `target` (a server, a Sentinel-managed primary or a Redis
+    /// Cluster) and checks that it answers `PING` within `timeout`.
+    ///
+    /// # Errors
+    /// As [`RedisConnection::connect`]; [`SegmentError::Config`] also for a
+    /// target that can't work.
+    pub async fn open(target: &RedisTarget, timeout: Duration) -> Result<RedisConnection> {
+        check_timeout(timeout)?;
+        let inner = idmint_redis::RedisConnection::open(target, timeout)
+            .await
+            .map_err(|e| call_error("connect", e))?;
+        Ok(RedisConnection { inner })
+    }
+
+    /// What this connects to, without passwords: `host:port`, the Sentinel
+    /// master and its sentinels, or the Cluster's nodes.
+    pub fn addr(&self) -> String {
         self.inner.addr()
+    }
+
+    /// The shared connection underneath, for what talks to the same Redis
+    /// outside the strategies (server facts, the topology).
+    pub fn shared(&self) -> &idmint_redis::RedisConnection {
+        &self.inner
+    }
+
+    /// On a Redis Cluster, checks that every key under `prefix` shares one
+    /// hash slot; elsewhere any prefix does.
+    pub(crate) fn check_prefix(&self, prefix: &str) -> Result<()> {
+        if self.inner.is_cluster() {
+            idmint_redis::check_single_slot(prefix)
+                .map_err(|e| SegmentError::Config(e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// Runs `op` on the connection within `timeout`, mapping failures to
@@ -85,7 +123,7 @@ impl RedisConnection {
         op: F,
     ) -> Result<T>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         self.inner

@@ -236,6 +236,7 @@ impl RedisCounter {
     /// or zero nodes, [`SegmentError::Config`] for a bad key prefix or timeout.
     pub fn new(conn: RedisConnection, config: RedisCounterConfig) -> Result<RedisCounter> {
         config.validate()?;
+        conn.check_prefix(&config.key_prefix)?;
         Ok(RedisCounter {
             conn,
             config,

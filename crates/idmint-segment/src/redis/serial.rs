@@ -441,6 +441,7 @@ impl DailySerial {
     /// or timeout.
     pub fn new(conn: RedisConnection, config: DailySerialConfig) -> Result<DailySerial> {
         config.validate()?;
+        conn.check_prefix(&config.key_prefix)?;
         Ok(DailySerial {
             conn,
             config,
@@ -505,7 +506,10 @@ impl DailySerial {
             .conn
             .call("daily serial raise", self.config.timeout, |mut conn| {
                 let mut invocation = self.raise_script.prepare_invoke();
+                // Declared (the script reads it from ARGV) so that a Redis
+                // Cluster runs the script on the node of the prefix's slot.
                 invocation
+                    .key(&epoch_key)
                     .arg(&base)
                     .arg(offset)
                     .arg(&ymd)
@@ -599,7 +603,9 @@ impl DailySerial {
             .conn
             .call("daily serial", self.config.timeout, |mut conn| {
                 let mut invocation = self.script.prepare_invoke();
+                // Declared for a Redis Cluster's routing, as in the raise.
                 invocation
+                    .key(&epoch_key)
                     .arg(&base)
                     .arg(offset)
                     .arg(n)

@@ -328,6 +328,7 @@ impl RedisSnowflake {
     /// bad key prefix or timeout.
     pub fn new(conn: RedisConnection, config: RedisSnowflakeConfig) -> Result<RedisSnowflake> {
         config.validate()?;
+        conn.check_prefix(&config.key_prefix)?;
         let node = config.node_value();
         let base = format!("{}snowflake:{node}:", config.key_prefix);
         Ok(RedisSnowflake {

@@ -236,6 +236,7 @@ impl RedisSegmentStore {
     /// [`SegmentError::Config`] for a bad key prefix or timeout.
     pub fn new(conn: RedisConnection, config: RedisStoreConfig) -> Result<RedisSegmentStore> {
         config.validate()?;
+        conn.check_prefix(&config.key_prefix)?;
         Ok(RedisSegmentStore {
             conn,
             config,
@@ -253,6 +254,25 @@ impl RedisSegmentStore {
     pub async fn connect(url: &str, config: RedisStoreConfig) -> Result<RedisSegmentStore> {
         config.validate()?;
         let conn = RedisConnection::connect(url, config.timeout).await?;
+        RedisSegmentStore::new(conn, config)
+    }
+
+    /// Connects to `target` (a server, the primary Redis Sentinel names, or
+    /// a Redis Cluster) within the config's timeout and makes a store. On a
+    /// Cluster the key prefix must hold a hash tag.
+    ///
+    /// # Errors
+    /// Those of [`RedisConnection::open`] and [`RedisSegmentStore::new`].
+    pub async fn open(
+        target: &idmint_redis::RedisTarget,
+        config: RedisStoreConfig,
+    ) -> Result<RedisSegmentStore> {
+        config.validate()?;
+        if target.is_cluster() {
+            idmint_redis::check_single_slot(&config.key_prefix)
+                .map_err(|e| SegmentError::Config(e.to_string()))?;
+        }
+        let conn = RedisConnection::open(target, config.timeout).await?;
         RedisSegmentStore::new(conn, config)
     }
 

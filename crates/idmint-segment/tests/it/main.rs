@@ -3,6 +3,7 @@
 
 mod allocator;
 mod redis;
+mod redis_ha;
 mod sql;
 mod support;
 mod tinyid;

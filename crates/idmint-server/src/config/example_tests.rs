@@ -13,7 +13,11 @@
 //! The file's convention: a commented-out example is `# ` followed by a TOML
 //! line (`key = value` or a `[table]` header); every such key line is marked
 //! `# no default` or, inside a map section's example entry, `# default` when
-//! it shows the entry's default.
+//! it shows the entry's default. A commented-out table header ending in
+//! `# alternative` starts an example that replaces another setting (a Redis
+//! reached through its sentinels or as a cluster instead of its URL): the
+//! alternatives are listed like every key, but loaded one at a time, since
+//! they can't all be on in one config.
 
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -82,6 +86,8 @@ fn full() -> Config {
                 url: Secret::new("redis://127.0.0.1:6379"),
                 cluster: "c".to_owned(),
                 lease_ttl: secs(10),
+                sentinel: Some(sentinel()),
+                redis_cluster: Some(redis_cluster()),
             },
             etcd: EtcdSection {
                 endpoints: vec!["http://127.0.0.1:2379".to_owned()],
@@ -100,6 +106,8 @@ fn full() -> Config {
             table: Some("t".to_owned()),
             schema: SchemaName::Idmint,
             key_prefix: Some("p:".to_owned()),
+            redis_sentinel: Some(sentinel()),
+            redis_cluster: Some(redis_cluster()),
             preload_share: 0.5,
             max_step: 10,
             keys: BTreeMap::from([(
@@ -151,6 +159,29 @@ fn full() -> Config {
     }
 }
 
+fn sentinel() -> RedisSentinelSection {
+    RedisSentinelSection {
+        sentinels: vec!["h:26379".to_owned()],
+        master_name: "m".to_owned(),
+        username: Some("u".to_owned()),
+        password: Some(Secret::new("p")),
+        tls: true,
+        db: 1,
+        sentinel_username: Some("su".to_owned()),
+        sentinel_password: Some(Secret::new("sp")),
+        sentinel_tls: true,
+    }
+}
+
+fn redis_cluster() -> RedisClusterSection {
+    RedisClusterSection {
+        nodes: vec!["h:7000".to_owned()],
+        username: Some("u".to_owned()),
+        password: Some(Secret::new("p")),
+        tls: true,
+    }
+}
+
 /// `# key = value` and `# [table]` lines with the `# ` taken off.
 fn example_line(line: &str) -> Option<&str> {
     let rest = line.strip_prefix("# ")?;
@@ -170,6 +201,35 @@ fn uncommented(text: &str) -> String {
         .join("\n")
 }
 
+/// A table header marked `# alternative` starts an example that replaces
+/// another setting (a Redis reached through its sentinels instead of its
+/// URL): they can't all be on in one config.
+fn is_alternative(line: &str) -> bool {
+    example_line(line).is_some_and(|rest| rest.starts_with('[') && rest.ends_with("# alternative"))
+}
+
+/// The example with its commented-out examples uncommented, except the
+/// alternatives (`# alternative` tables), which stay commented out; or only
+/// the alternative whose header is `only`.
+fn uncommented_one_choice(text: &str, only: Option<&str>) -> String {
+    let mut skipping = false;
+    text.lines()
+        .map(|line| {
+            if let Some(rest) = example_line(line)
+                && rest.starts_with('[')
+            {
+                skipping = is_alternative(line) && !only.is_some_and(|h| rest.starts_with(h));
+            }
+            if skipping {
+                line
+            } else {
+                example_line(line).unwrap_or(line)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The dotted key of every `key = value` line, in order, headers applied.
 /// Enough TOML for the example and for `toml::to_string`'s output (one key
 /// per line, bare keys, inline arrays).
@@ -181,7 +241,7 @@ fn key_paths(text: &str) -> Vec<String> {
             continue;
         }
         if let Some(header) = line.strip_prefix('[') {
-            table = header.trim_end_matches(']').to_owned();
+            table = header.split(']').next().unwrap_or(header).to_owned();
         } else if let Some((key, _)) = line.split_once('=') {
             let key = key.trim();
             keys.push(if table.is_empty() {
@@ -236,8 +296,29 @@ fn the_example_lists_every_key_in_struct_order() {
 
 #[test]
 fn the_example_with_its_examples_uncommented_loads_and_passes_the_checks() {
-    let config = load(&uncommented(&example())).unwrap_or_else(|e| panic!("{e}"));
+    let config = load(&uncommented_one_choice(&example(), None)).unwrap_or_else(|e| panic!("{e}"));
     crate::Server::check(&config).unwrap_or_else(|e| panic!("{e}"));
+    // Each alternative on its own loads and passes too; the segment's with
+    // its URL left out, which they replace.
+    let text = example();
+    let headers: Vec<&str> = text
+        .lines()
+        .filter(|line| is_alternative(line))
+        .filter_map(|line| example_line(line)?.split_whitespace().next())
+        .collect();
+    assert_eq!(headers.len(), 4, "{headers:?}");
+    for header in headers {
+        let mut one = uncommented_one_choice(&text, Some(header));
+        if header.starts_with("[segment.") {
+            one = one
+                .lines()
+                .filter(|line| !line.starts_with("url = \"postgres"))
+                .collect::<Vec<_>>()
+                .join("\n");
+        }
+        let config = load(&one).unwrap_or_else(|e| panic!("{header}: {e}"));
+        crate::Server::check(&config).unwrap_or_else(|e| panic!("{header}: {e}"));
+    }
     // The examples took effect (not commented out twice, say).
     assert_eq!(
         config.server.resp_addr,
@@ -276,19 +357,39 @@ fn the_examples_values_shown_as_defaults_are_the_defaults() {
 
     // Map entries' fields marked `# default` show the entry's default:
     // dropping them changes nothing.
-    let full = uncommented(&text);
-    let without: String = text
-        .lines()
-        .filter(|line| !(example_line(line).is_some() && line.ends_with("# default")))
-        .map(|line| example_line(line).unwrap_or(line))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let full = uncommented_one_choice(&text, None);
+    let without: String = uncommented_one_choice(
+        &text
+            .lines()
+            .filter(|line| {
+                let marked_default = example_line(line).is_some() && line.ends_with("# default");
+                !marked_default || in_alternative(&text, line)
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None,
+    );
     assert!(without.len() < full.len(), "no `# default` entry fields");
     assert_eq!(
         as_value(&load(&without).unwrap_or_else(|e| panic!("{e}"))),
         as_value(&load(&full).unwrap_or_else(|e| panic!("{e}"))),
         "a map entry's field marked `# default` is not its default"
     );
+}
+
+/// Whether `line` lies in an alternative's table (not checked by the
+/// `# default` comparison, which loads one config without them).
+fn in_alternative(text: &str, line: &str) -> bool {
+    let mut inside = false;
+    for l in text.lines() {
+        if example_line(l).is_some_and(|rest| rest.starts_with('[')) || l.starts_with('[') {
+            inside = is_alternative(l);
+        }
+        if std::ptr::eq(l, line) {
+            return inside;
+        }
+    }
+    false
 }
 
 #[test]

@@ -13,6 +13,7 @@ use std::time::Duration;
 use idmint_core::{
     ClockBehind, ObfuscationKey, Obfuscator, SequenceExhausted, SequenceStart, TextFormat,
 };
+use idmint_redis::{ClusterTarget, RedisTarget, SentinelTarget};
 use idmint_segment::NewKey;
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -391,7 +392,8 @@ impl Default for SqlRegistrySection {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisRegistrySection {
-    /// `redis://host:port` (default `redis://127.0.0.1:6379`).
+    /// `redis://host:port` (default `redis://127.0.0.1:6379`); left unset
+    /// with `sentinel` or `redis_cluster`.
     #[serde(serialize_with = "show::url")]
     pub url: Secret,
     /// The cluster (default `default`).
@@ -399,16 +401,114 @@ pub struct RedisRegistrySection {
     /// The lease TTL (default `10s`).
     #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
     pub lease_ttl: Duration,
+    /// `[snowflake.redis.sentinel]`: reach the primary through Redis
+    /// Sentinel instead of `url`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentinel: Option<RedisSentinelSection>,
+    /// `[snowflake.redis.redis_cluster]`: a Redis Cluster instead of `url`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_cluster: Option<RedisClusterSection>,
 }
+
+/// The `url` the `redis` registry uses unless set.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
 impl Default for RedisRegistrySection {
     fn default() -> Self {
         RedisRegistrySection {
-            url: Secret::new("redis://127.0.0.1:6379"),
+            url: Secret::new(DEFAULT_REDIS_URL),
             cluster: "default".to_owned(),
             lease_ttl: Duration::from_secs(10),
+            sentinel: None,
+            redis_cluster: None,
         }
     }
+}
+
+impl RedisRegistrySection {
+    /// Where the registry's Redis is: the sentinels, the cluster's nodes, or
+    /// `url`.
+    pub fn target(&self) -> RedisTarget {
+        redis_target(self.sentinel.as_ref(), self.redis_cluster.as_ref())
+            .unwrap_or_else(|| RedisTarget::Url(self.url.expose().to_owned()))
+    }
+}
+
+/// `[snowflake.redis.sentinel]` and `[segment.redis_sentinel]`: a Redis
+/// primary found through Redis Sentinel, followed through failovers.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSentinelSection {
+    /// The sentinels, `host:port` each (3 or more in production).
+    pub sentinels: Vec<String>,
+    /// The name the sentinels monitor the primary under.
+    pub master_name: String,
+    /// The primary's ACL user (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The primary's password (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<Secret>,
+    /// TLS to the primary (default false).
+    #[serde(default)]
+    pub tls: bool,
+    /// The database number on the primary (default 0).
+    #[serde(default)]
+    pub db: i64,
+    /// The sentinels' ACL user (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel_username: Option<String>,
+    /// The sentinels' password (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel_password: Option<Secret>,
+    /// TLS to the sentinels (default false).
+    #[serde(default)]
+    pub sentinel_tls: bool,
+}
+
+/// `[snowflake.redis.redis_cluster]` and `[segment.redis_cluster]`: a Redis
+/// Cluster, found from any of its nodes.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisClusterSection {
+    /// Some of the cluster's nodes, `host:port` each.
+    pub nodes: Vec<String>,
+    /// The nodes' ACL user (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The nodes' password (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<Secret>,
+    /// TLS to the nodes (default false).
+    #[serde(default)]
+    pub tls: bool,
+}
+
+/// The target a Sentinel or Cluster section names; `None` when neither is
+/// set. With both set, the Sentinel wins here: validation refuses that
+/// config before anything uses this.
+pub(crate) fn redis_target(
+    sentinel: Option<&RedisSentinelSection>,
+    cluster: Option<&RedisClusterSection>,
+) -> Option<RedisTarget> {
+    let secret = |s: &Option<Secret>| s.as_ref().map(|s| s.expose().to_owned());
+    if let Some(s) = sentinel {
+        return Some(RedisTarget::Sentinel(
+            SentinelTarget::new(s.sentinels.clone(), s.master_name.clone())
+                .with_auth(s.username.clone(), secret(&s.password))
+                .with_tls(s.tls)
+                .with_db(s.db)
+                .with_sentinel_auth(s.sentinel_username.clone(), secret(&s.sentinel_password))
+                .with_sentinel_tls(s.sentinel_tls),
+        ));
+    }
+    cluster.map(|c| {
+        RedisTarget::Cluster(
+            ClusterTarget::new(c.nodes.clone())
+                .with_auth(c.username.clone(), secret(&c.password))
+                .with_tls(c.tls),
+        )
+    })
 }
 
 /// `[snowflake.etcd]`: the `etcd` registry.
@@ -502,8 +602,18 @@ pub struct SegmentSection {
     pub table: Option<String>,
     /// `idmint` (default), `leaf` or `tinyid`.
     pub schema: SchemaName,
-    /// The Redis key prefix (Redis stores only; default the store's).
+    /// The Redis key prefix (Redis stores only; default the store's,
+    /// `idmint:`, or `idmint:{idmint}:` on a Redis Cluster, whose prefix
+    /// needs a hash tag).
     pub key_prefix: Option<String>,
+    /// `[segment.redis_sentinel]`: a Redis store reached through Redis
+    /// Sentinel (instead of `url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_sentinel: Option<RedisSentinelSection>,
+    /// `[segment.redis_cluster]`: a Redis store on a Redis Cluster (instead
+    /// of `url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_cluster: Option<RedisClusterSection>,
     /// Share of a segment used before the next is loaded (default 0.1, Leaf's).
     pub preload_share: f64,
     /// The dynamic step's cap (default 1,000,000).
@@ -519,6 +629,8 @@ impl Default for SegmentSection {
             table: None,
             schema: SchemaName::Idmint,
             key_prefix: None,
+            redis_sentinel: None,
+            redis_cluster: None,
             preload_share: 0.1,
             max_step: 1_000_000,
             keys: BTreeMap::new(),

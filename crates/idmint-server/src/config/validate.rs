@@ -4,10 +4,11 @@
 use std::time::Duration;
 
 use idmint_core::{Layout, Snowflake};
+use idmint_redis::RedisTarget;
 
 use super::{
-    Config, ConfigError, OBFUSCATION_KEY_ENV, RegistryKind, SchemaName, SqlModeName, Strategy,
-    TlsSection,
+    Config, ConfigError, DEFAULT_REDIS_URL, OBFUSCATION_KEY_ENV, RegistryKind, SchemaName,
+    SqlModeName, Strategy, TlsSection,
 };
 
 /// The origin named by checks made after loading: the value may have come
@@ -15,6 +16,45 @@ use super::{
 pub(crate) const CHECKED: &str = "the config file or environment";
 
 /// A check's failure, naming `key`.
+/// At most one way to one Redis: `[..sentinel]`, `[..redis_cluster]` or
+/// the URL. `keys` names the three settings.
+fn check_topology(
+    keys: [&str; 3],
+    sentinel: bool,
+    cluster: bool,
+    url: bool,
+) -> Result<(), ConfigError> {
+    let [sentinel_key, cluster_key, url_key] = keys;
+    if sentinel && cluster {
+        return Err(invalid(
+            cluster_key,
+            format!(
+                "is set beside {sentinel_key}: a Redis is reached through its sentinels or as a cluster, set one"
+            ),
+        ));
+    }
+    if url && (sentinel || cluster) {
+        let other = if sentinel { sentinel_key } else { cluster_key };
+        return Err(invalid(
+            url_key,
+            format!(
+                "is set beside {other}: the Redis is reached through {other}, leave the url unset"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A Sentinel or Cluster target's own settings (addresses, names), named by
+/// its section.
+fn check_target(keys: [&str; 2], sentinel: bool, target: &RedisTarget) -> Result<(), ConfigError> {
+    let key = if sentinel { keys[0] } else { keys[1] };
+    match target {
+        RedisTarget::Url(_) => Ok(()),
+        _ => target.validate().map_err(|e| invalid(key, e.to_string())),
+    }
+}
+
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: key.to_owned(),
@@ -34,6 +74,7 @@ impl Config {
         self.check_policies(self.layout()?)?;
         self.check_limits()?;
         self.check_urls()?;
+        self.check_redis()?;
         self.check_registry()?;
         self.check_segment()?;
         if let Some(tls) = &self.tls {
@@ -320,6 +361,56 @@ impl Config {
         Ok(())
     }
 
+    /// The Redis topologies: a Sentinel or a Cluster section, never both and
+    /// never beside a URL; each one's addresses and names; and on a Cluster,
+    /// key prefixes that keep all of a cluster's keys in one hash slot.
+    fn check_redis(&self) -> Result<(), ConfigError> {
+        let r = &self.snowflake.redis;
+        check_topology(
+            [
+                "snowflake.redis.sentinel",
+                "snowflake.redis.redis_cluster",
+                "snowflake.redis.url",
+            ],
+            r.sentinel.is_some(),
+            r.redis_cluster.is_some(),
+            r.url.expose() != DEFAULT_REDIS_URL,
+        )?;
+        check_target(
+            ["snowflake.redis.sentinel", "snowflake.redis.redis_cluster"],
+            r.sentinel.is_some(),
+            &r.target(),
+        )?;
+        if r.redis_cluster.is_some() {
+            let config = idmint_registry::redis::RedisConfig::new().with_cluster(&r.cluster);
+            idmint_redis::check_single_slot(config.prefix())
+                .map_err(|e| invalid("snowflake.redis.cluster", e.to_string()))?;
+        }
+        let seg = &self.segment;
+        check_topology(
+            [
+                "segment.redis_sentinel",
+                "segment.redis_cluster",
+                "segment.url",
+            ],
+            seg.redis_sentinel.is_some(),
+            seg.redis_cluster.is_some(),
+            seg.url.is_some(),
+        )?;
+        if let Some(target) = self.segment_redis_target() {
+            check_target(
+                ["segment.redis_sentinel", "segment.redis_cluster"],
+                seg.redis_sentinel.is_some(),
+                &target,
+            )?;
+        }
+        if seg.redis_cluster.is_some() {
+            idmint_redis::check_single_slot(&self.segment_redis_prefix())
+                .map_err(|e| invalid("segment.key_prefix", e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// The snowflake window, and that the chosen registry has what it needs.
     fn check_registry(&self) -> Result<(), ConfigError> {
         let sf = &self.snowflake;
@@ -391,10 +482,7 @@ impl Config {
     /// The segment store's schema and preload share, and each declared key.
     fn check_segment(&self) -> Result<(), ConfigError> {
         let segment = &self.segment;
-        let redis_store = segment
-            .url
-            .as_ref()
-            .is_some_and(|u| u.expose().starts_with("redis"));
+        let redis_store = self.segment_redis_target().is_some();
         if redis_store && segment.schema != SchemaName::Idmint {
             return Err(invalid(
                 "segment.schema",

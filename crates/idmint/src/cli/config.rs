@@ -7,11 +7,15 @@
 //!   keys as `***`, passwords inside URLs too). A config that passes can still
 //!   fail at start only for what needs a connection, the data directory or
 //!   the clock. Then, unless `--offline`, it asks each Redis the config uses
-//!   about its persistence (read-only, 2 s each) and prints a `warning:` line
-//!   on stderr for each that can forget what idmint stores, and asks each
-//!   host of the PostgreSQL and MySQL/MariaDB URLs it uses what it is: a
-//!   `topology:` line per host (primary, standby, unreachable; 2 s each) and
-//!   a `warning:` line for a URL naming one host (a failover needs the
+//!   what it looks like (read-only, 2 s each): `topology:` lines on stderr
+//!   name the primary and its replicas, the sentinels and the primary each
+//!   names, or the cluster's slots, masters and replicas, with a `warning:`
+//!   line where one lost member stops it (a single member, fewer than 3
+//!   sentinels, a master without a replica); and about its persistence, with
+//!   a `warning:` line for each that can forget what idmint stores. It asks
+//!   each host of the PostgreSQL and MySQL/MariaDB URLs it uses what it is:
+//!   a `topology:` line per host (primary, standby, unreachable; 2 s each)
+//!   and a `warning:` line for a URL naming one host (a failover needs the
 //!   standbys listed, or a proxy), no writable host, or two. Warnings never
 //!   change the exit code.
 //! - `default` prints the embedded default config, the one an empty file gives.
@@ -161,21 +165,31 @@ fn warn_about_worker_space(
     Ok(())
 }
 
-/// Prints a `warning:` line on stderr for each coordinator that can forget
-/// what idmint stores in it, then each SQL host's role (`topology:`) and
-/// what is wrong with each SQL topology (`warning:`).
+/// Prints each Redis's topology (`topology:` lines) on stderr, a
+/// `warning:` line for each single point of failure and each coordinator
+/// that can forget what idmint stores in it, then each SQL host's role and
+/// what is wrong with each SQL topology.
 fn warn_about_coordinators(config: &Config) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime that asks the coordinators")?;
+    let topologies = runtime.block_on(idmint_server::redis_topologies(config));
     let warnings = runtime.block_on(idmint_server::coordinator_warnings(config));
-    let topologies = runtime.block_on(idmint_server::sql_topology(config));
+    let sql_topologies = runtime.block_on(idmint_server::sql_topology(config));
     let mut stderr = std::io::stderr().lock();
+    for report in topologies {
+        for line in &report.lines {
+            writeln!(stderr, "topology: {}: {line}", report.what).context("writing to stderr")?;
+        }
+        for warning in &report.warnings {
+            writeln!(stderr, "warning: {}: {warning}", report.what).context("writing to stderr")?;
+        }
+    }
     for warning in warnings {
         writeln!(stderr, "warning: {warning}").context("writing to stderr")?;
     }
-    for topology in topologies {
+    for topology in sql_topologies {
         for line in topology.lines() {
             writeln!(stderr, "topology: {line}").context("writing to stderr")?;
         }

@@ -427,11 +427,99 @@ fn config_check_warns_when_redis_can_forget() {
     }
     let out = check(&file, &[]);
     assert!(out.status.success(), "{out:?}");
+    // No persistence warning now; what remains is the topology: one server,
+    // a single member.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
     assert!(
-        out.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        lines[0].starts_with("topology: redis at 127.0.0.1:") && lines[0].ends_with("(master)"),
+        "{stderr}"
     );
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(
+        lines[1].starts_with("warning: redis at 127.0.0.1:")
+            && lines[1].contains("a single member")
+            && lines[1].contains("has no replica"),
+        "{stderr}"
+    );
+}
+
+/// Issue 32: `config check` reports the Redis topologies it finds, here a
+/// primary with 2 replicas behind 3 sentinels (the registry) and a 6-node
+/// Redis Cluster (the segment store), started by the project's scripts:
+/// the primary, its replicas and the primary each sentinel names; the
+/// cluster's slots with their masters and replicas. Neither has a single
+/// member, so neither draws that warning.
+#[test]
+fn config_check_reports_the_sentinel_and_cluster_topologies_it_finds() {
+    use idmint_testkit::redis_ha::{ClusterDeployment, SentinelDeployment};
+    let Some(sentinel) = SentinelDeployment::start() else {
+        return;
+    };
+    let Some(cluster) = ClusterDeployment::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "idmint.toml",
+        &format!(
+            "[snowflake]\nregistry = \"redis\"\n[snowflake.redis.sentinel]\nsentinels = {:?}\n\
+             master_name = {:?}\n[segment.redis_cluster]\nnodes = {:?}\n",
+            sentinel.sentinels(),
+            sentinel.master_name(),
+            &cluster.nodes()[..1],
+        ),
+    );
+    let out = check(&file, &[]);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let primary = format!("127.0.0.1:{}", sentinel.primary());
+    let topology = |needle: &str| {
+        stderr
+            .lines()
+            .any(|l| l.starts_with("topology: ") && l.contains(needle))
+    };
+    assert!(
+        topology(&format!(
+            "sentinel master idmint: primary {primary} (master), 2 replica(s), 3 sentinel(s) known"
+        )),
+        "{stderr}"
+    );
+    for s in sentinel.sentinels() {
+        assert!(
+            topology(&format!("sentinel {s}: names {primary}")),
+            "{stderr}"
+        );
+    }
+    for r in sentinel.replicas() {
+        assert!(
+            topology(&format!("replica 127.0.0.1:{r} (slave)")),
+            "{stderr}"
+        );
+    }
+    assert!(topology("cluster: 3 master(s), 3 replica(s)"), "{stderr}");
+    assert!(topology("slots 0-5460: master 127.0.0.1:"), "{stderr}");
+    assert!(!stderr.contains("single member"), "{stderr}");
+    assert!(!stderr.contains("could not"), "{stderr}");
+    // The test deployment lets a cut-off primary take writes (the HA tests
+    // need it to lose some): the check says what that costs.
+    assert!(
+        stderr.contains(&format!(
+            "warning: redis at sentinel master idmint ({}) (the worker registry): idmint's primary \
+             {primary} has min-replicas-to-write 0",
+            sentinel.sentinels().join(",")
+        )),
+        "{stderr}"
+    );
+
+    let offline = run(
+        &["config", "check", "--offline", file.to_str().unwrap()],
+        &[],
+        "",
+    );
+    assert!(offline.status.success(), "{offline:?}");
+    assert!(offline.stderr.is_empty(), "{offline:?}");
 }
 
 /// docs/design.md: the server refuses to issue past a layout's end. A layout

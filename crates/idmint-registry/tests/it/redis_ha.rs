@@ -1,0 +1,338 @@
+//! The `redis` registry on the topologies production runs, started by the
+//! project's scripts on loopback (`idmint_testkit::redis_ha`): a primary with
+//! 2 replicas behind 3 sentinels, and a 6-node Redis Cluster.
+//!
+//! - The registry contract holds through the sentinels and on the cluster.
+//! - A failover that loses writes (the primary's replicas SIGSTOPped while
+//!   the holder persists a mark far ahead, then the primary SIGKILLed and a
+//!   replica promoted) is detected as a promotion: the holder fences at its
+//!   next renewal and raises the new epoch's floor to that lost mark, claims
+//!   wait out the hold, and every later holder starts above the lost mark,
+//!   so no worker is issued twice and no ID again. Each prints what the
+//!   failover cost (kill to promotion, kill to serving again).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use idmint_registry::redis::{
+    ClusterTarget, RedisConfig, RedisRegistry, RedisTarget, SentinelTarget,
+};
+use idmint_registry::{RegistryError, WorkerRegistry};
+use idmint_testkit::redis_ha::{ClusterDeployment, SentinelDeployment};
+
+use crate::contract::{Backend, Holding};
+use crate::support::{identity, unique_name};
+
+fn sentinel_target(d: &SentinelDeployment) -> RedisTarget {
+    RedisTarget::Sentinel(SentinelTarget::new(d.sentinels().to_vec(), d.master_name()))
+}
+
+fn cluster_target(d: &ClusterDeployment) -> RedisTarget {
+    // Two of the six nodes: the client learns the rest from them.
+    RedisTarget::Cluster(ClusterTarget::new(d.nodes()[..2].to_vec()))
+}
+
+/// A test's key space (a hash-tagged prefix) on a shared topology.
+struct HaBackend {
+    target: RedisTarget,
+    prefix: String,
+}
+
+#[async_trait]
+impl Backend for HaBackend {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn holding(&self) -> Holding {
+        Holding::Lease
+    }
+
+    fn short_ttl(&self) -> Duration {
+        Duration::from_millis(600)
+    }
+
+    async fn node(&self, ttl: Duration) -> Arc<dyn WorkerRegistry> {
+        let config = RedisConfig::new()
+            .with_prefix(self.prefix.clone())
+            .with_lease_ttl(ttl);
+        Arc::new(
+            RedisRegistry::open(&self.target, config)
+                .await
+                .expect("the topology is up, so open succeeds"),
+        )
+    }
+}
+
+/// A backend under a new prefix whose epoch is already set. A server up
+/// for less than a hold (these were just started) holds a prefix's first
+/// claim for lease TTL + window, as it should (it can't show it never had
+/// the keys); a claim with a 1 ms lease and window waits that out at once,
+/// and the epoch it starts keeps no hold for the scenario's nodes.
+async fn primed(target: &RedisTarget, test: &str) -> HaBackend {
+    let prefix = format!("idmint-test:{{{}}}:", unique_name(test));
+    let config = RedisConfig::new()
+        .with_prefix(prefix.clone())
+        .with_lease_ttl(Duration::from_millis(1))
+        .with_mark_window(Duration::from_millis(1));
+    let registry = RedisRegistry::open(target, config).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let claim = loop {
+        match registry.claim(&identity(0), 1).await {
+            Ok(claim) => break claim,
+            Err(RegistryError::Held { retry_after, .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(retry_after + Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("priming {prefix}: {e}"),
+        }
+    };
+    registry.release(&claim).await.unwrap();
+    HaBackend {
+        target: target.clone(),
+        prefix,
+    }
+}
+
+/// Runs a part of the registry contract on `target`, each scenario under its
+/// own prefix.
+async fn contract_on(target: &RedisTarget) {
+    use crate::contract as c;
+    c::sixteen_concurrent_claimers_get_distinct_workers(primed(target, "sixteen").await).await;
+    c::persisting_only_ever_raises_the_mark(primed(target, "raises").await).await;
+    c::release_frees_the_worker_at_once_and_fences_the_old_claim(primed(target, "release").await)
+        .await;
+    c::takeover_after_expiry_starts_above_the_dead_nodes_mark_and_fences_it(
+        primed(target, "takeover").await,
+    )
+    .await;
+    c::the_fleet_lists_every_holder_with_its_identity_report_and_mark(
+        primed(target, "fleet").await,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_contract_holds_through_sentinel_and_on_a_cluster() {
+    let Some(sentinel) = SentinelDeployment::start() else {
+        return;
+    };
+    contract_on(&sentinel_target(&sentinel)).await;
+    drop(sentinel);
+    let Some(cluster) = ClusterDeployment::start() else {
+        return;
+    };
+    contract_on(&cluster_target(&cluster)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_refuses_a_prefix_whose_keys_span_slots() {
+    // Checked before connecting: no cluster needed.
+    let target = RedisTarget::Cluster(ClusterTarget::new(vec!["127.0.0.1:1".to_owned()]));
+    let err = RedisRegistry::open(&target, RedisConfig::new().with_prefix("idmint:plain:"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "registry_config", "{err}");
+    assert!(err.to_string().contains("hash tag"), "{err}");
+}
+
+/// The failover tests' settings: a 2 s lease (the steps between a renewal
+/// and the next write run the scripts, which a busy machine can slow past
+/// a shorter one) and a 500 ms mark window: a hold of 2.5 s.
+fn ha_config() -> RedisConfig {
+    RedisConfig::new()
+        .with_cluster("ha")
+        .with_lease_ttl(Duration::from_secs(2))
+        .with_mark_window(Duration::from_millis(500))
+        .with_timeout(Duration::from_millis(500))
+}
+
+/// Claims on `registry`, waiting out its holds (bounded, each at most the
+/// configured hold); returns the claim and how many holds were met.
+async fn claim_through_holds(
+    registry: &RedisRegistry,
+    node: usize,
+) -> (idmint_registry::Claim, u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut holds = 0;
+    loop {
+        match registry.claim(&identity(node), 4).await {
+            Ok(claim) => return (claim, holds),
+            Err(RegistryError::Held { retry_after, .. }) if Instant::now() < deadline => {
+                assert!(retry_after <= ha_config().reset_hold(), "{retry_after:?}");
+                holds += 1;
+                tokio::time::sleep(retry_after + Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("claim failed: {e}"),
+        }
+    }
+}
+
+/// What a failover cost, as the test saw it.
+struct Cost {
+    /// From the SIGKILL to the new primary answering as one.
+    promoted: Duration,
+    /// From the SIGKILL to a claim granted again (the hold waited out).
+    serving: Duration,
+}
+
+/// The story both topologies share. `pause` SIGSTOPs the primary's replicas,
+/// `fail_over` SIGKILLs the primary, resumes the replicas and returns once one
+/// is promoted (it lacks every write made while they were stopped).
+async fn a_failover_that_lost_writes_is_a_promotion(
+    target: RedisTarget,
+    pause: impl FnOnce(),
+    fail_over: impl FnOnce(),
+) -> Cost {
+    let holder = RedisRegistry::open(&target, ha_config()).await.unwrap();
+    let (claim, _) = claim_through_holds(&holder, 1).await;
+    let now = jiff::Timestamp::now;
+    holder
+        .persist_mark(&claim, now() + jiff::SignedDuration::from_secs(1), now())
+        .await
+        .unwrap();
+    holder.renew(&claim).await.unwrap().expect("still held");
+
+    pause();
+    // Reaches the primary only: the replicas are stopped, so a promotion
+    // loses it.
+    let far = now() + jiff::SignedDuration::from_secs(600);
+    holder.persist_mark(&claim, far, now()).await.unwrap();
+
+    let killed = Instant::now();
+    tokio::task::block_in_place(fail_over);
+    let promoted = killed.elapsed();
+
+    // The promoted primary lacks the far mark (else this proves nothing).
+    // Connecting right after the promotion may fail while the sentinels
+    // (or the cluster's nodes) still spread the news: retried, bounded.
+    let mark_key = format!("{}mark:{}", ha_config().prefix(), claim.worker);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stored: Option<i64> = loop {
+        let got = match idmint_redis::RedisConnection::open(&target, Duration::from_secs(1)).await {
+            Ok(raw) => {
+                raw.call(Duration::from_secs(1), |mut c| {
+                    let key = mark_key.clone();
+                    async move { redis::cmd("GET").arg(key).query_async(&mut c).await }
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        match got {
+            Ok(v) => break v,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no answer after the failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(
+        stored.is_some_and(|ms| ms < far.as_millisecond()),
+        "the promoted primary kept the far mark: {stored:?}"
+    );
+
+    // The holder fences at its next renewal, naming the promotion, and
+    // raises the new epoch's floor to the mark the promotion lost.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let err = loop {
+        match holder.renew(&claim).await {
+            Err(e) if e.code() == "registry_backend" || e.code() == "registry_timeout" => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no answer after the failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => break e,
+            Ok(_) => panic!("renewed a lease on a primary that lost it"),
+        }
+    };
+    assert_eq!(err.code(), "lease_lost", "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("epoch changed") && text.contains("server changed"),
+        "{text}"
+    );
+    assert!(text.contains("promoted from a replica"), "{text}");
+
+    // A node that comes now is held: the lost lease's worker can't be
+    // handed out while its old holder could still issue.
+    let newcomer = RedisRegistry::open(&target, ha_config()).await.unwrap();
+    match newcomer.claim(&identity(2), 4).await {
+        Err(RegistryError::Held { .. }) => {}
+        other => panic!("a claim right after the promotion was not held: {other:?}"),
+    }
+    let (taken, holds) = claim_through_holds(&newcomer, 2).await;
+    let serving = killed.elapsed();
+    assert!(holds >= 1, "the first claim after a promotion waits");
+    let floor = taken.stored_mark.expect("the new epoch's floor");
+    let lost = far.round(jiff::Unit::Millisecond).unwrap() - jiff::SignedDuration::from_millis(1);
+    assert!(
+        floor >= lost,
+        "the next holder starts above the mark the promotion lost: {floor} < {far}"
+    );
+    // The old holder, claiming again, starts above it too.
+    let (again, _) = claim_through_holds(&holder, 1).await;
+    assert_ne!(again.worker, taken.worker, "one worker, two holders");
+    assert!(again.stored_mark.expect("a floor") >= lost);
+    Cost { promoted, serving }
+}
+
+/// Issue 32: a Sentinel failover after a SIGKILL of the primary, whose
+/// replicas lag (SIGSTOPped first, so writes are lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_that_lost_writes_is_detected_as_a_promotion() {
+    let Some(d) = SentinelDeployment::start() else {
+        return;
+    };
+    let replicas = d.replicas();
+    assert_eq!(replicas.len(), 2, "{replicas:?}");
+    let cost = a_failover_that_lost_writes_is_a_promotion(
+        sentinel_target(&d),
+        || assert_eq!(d.lag_replicas(), replicas),
+        || {
+            let old = d.kill_primary();
+            replicas.iter().for_each(|&p| d.resume(p));
+            let new = d.wait_failover(old);
+            assert!(replicas.contains(&new), "{new} is not one of {replicas:?}");
+        },
+    )
+    .await;
+    eprintln!(
+        "redis sentinel failover: promoted {:?} after the SIGKILL; a claim granted again {:?} after it \
+         (a hold of lease TTL 2 s + window 500 ms)",
+        cost.promoted, cost.serving
+    );
+}
+
+/// Issue 32: a Redis Cluster master SIGKILLed, its replica (SIGSTOPped first,
+/// so writes are lost) promoted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_failover_that_lost_writes_is_detected_as_a_promotion() {
+    let Some(d) = ClusterDeployment::start() else {
+        return;
+    };
+    let slot_key = format!("{}epoch", ha_config().prefix());
+    let replicas = d.replicas(&slot_key);
+    assert_eq!(replicas.len(), 1, "{replicas:?}");
+    let cost = a_failover_that_lost_writes_is_a_promotion(
+        cluster_target(&d),
+        || assert_eq!(d.lag_replicas(&slot_key), replicas),
+        || {
+            let old = d.kill_master(&slot_key);
+            replicas.iter().for_each(|&p| d.resume(p));
+            let new = d.wait_failover(&slot_key, old);
+            assert_eq!(vec![new], replicas);
+        },
+    )
+    .await;
+    eprintln!(
+        "redis cluster master failover: promoted {:?} after the SIGKILL; a claim granted again {:?} \
+         after it (a hold of lease TTL 2 s + window 500 ms)",
+        cost.promoted, cost.serving
+    );
+}
