@@ -240,7 +240,7 @@ async fn a_failover_that_lost_writes_is_a_promotion(
     let deadline = Instant::now() + Duration::from_secs(10);
     let err = loop {
         match holder.renew(&claim).await {
-            Err(e) if e.code() == "registry_backend" || e.code() == "registry_timeout" => {
+            Err(e) if e.is_transient() || e.code() == "registry_backend" => {
                 assert!(
                     Instant::now() < deadline,
                     "no answer after the failover: {e}"
