@@ -107,6 +107,8 @@
 //! - etcd API guarantees: <https://etcd.io/docs/v3.4/learning/api_guarantees/>
 //! - etcd transactions and leases: <https://etcd.io/docs/v3.4/learning/api/>
 
+pub mod topology;
+
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;

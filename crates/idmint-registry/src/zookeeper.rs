@@ -118,6 +118,7 @@ use crate::util::{bounded, check_timeout};
 
 mod ephemeral;
 mod forever;
+pub mod topology;
 
 use self::ephemeral::Ephemeral;
 use self::forever::Forever;

@@ -146,6 +146,43 @@ pub async fn redis_topologies(config: &Config) -> Vec<TopologyReport> {
     reports
 }
 
+/// Reads the etcd cluster or ZooKeeper ensemble the worker registry names:
+/// each member and which leads, with a warning wherever one lost member
+/// stops it (a single member or a standalone server, members the config
+/// doesn't list, no leader). Nothing for other registries. Read-only, each
+/// request bounded.
+pub async fn cluster_topologies(config: &Config) -> Vec<TopologyReport> {
+    let sf = &config.snowflake;
+    match sf.registry {
+        RegistryKind::Etcd => {
+            let topology =
+                idmint_registry::etcd::topology::read_topology(&sf.etcd.endpoints, BOUND).await;
+            vec![TopologyReport {
+                what: format!(
+                    "etcd at {} (the worker registry)",
+                    sf.etcd.endpoints.join(",")
+                ),
+                lines: topology.lines(),
+                warnings: topology.warnings(),
+            }]
+        }
+        RegistryKind::Zookeeper => {
+            let topology =
+                idmint_registry::zookeeper::topology::read_topology(&sf.zookeeper.connect, BOUND)
+                    .await;
+            vec![TopologyReport {
+                what: format!(
+                    "zookeeper at {} (the worker registry)",
+                    sf.zookeeper.connect
+                ),
+                lines: topology.lines(),
+                warnings: topology.warnings(),
+            }]
+        }
+        _ => Vec::new(),
+    }
+}
+
 fn advice(warning: &str) -> String {
     format!(
         "{warning}. A restart or failover can lose what idmint stored: the worker \

@@ -70,7 +70,9 @@ mod tokens;
 
 pub use backends::open_segment_store;
 pub use config::{Config, ConfigError};
-pub use durability::{DurabilityWarning, TopologyReport, coordinator_warnings, redis_topologies};
+pub use durability::{
+    DurabilityWarning, TopologyReport, cluster_topologies, coordinator_warnings, redis_topologies,
+};
 pub use error::ServerError;
 pub use sql_topology::{SqlTopology, sql_topology};
 pub use start::{Server, run};

@@ -174,7 +174,8 @@ fn warn_about_coordinators(config: &Config) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime that asks the coordinators")?;
-    let topologies = runtime.block_on(idmint_server::redis_topologies(config));
+    let mut topologies = runtime.block_on(idmint_server::redis_topologies(config));
+    topologies.extend(runtime.block_on(idmint_server::cluster_topologies(config)));
     let warnings = runtime.block_on(idmint_server::coordinator_warnings(config));
     let sql_topologies = runtime.block_on(idmint_server::sql_topology(config));
     let mut stderr = std::io::stderr().lock();

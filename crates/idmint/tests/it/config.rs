@@ -671,3 +671,90 @@ fn config_check_reports_the_sql_topology() {
     assert!(offline.status.success(), "{offline:?}");
     assert!(offline.stderr.is_empty(), "{offline:?}");
 }
+
+/// `config check` names each member of a 3-member etcd cluster and of a
+/// ZooKeeper ensemble, which one leads, and warns when the config lists
+/// only one of them.
+#[test]
+fn config_check_reports_the_etcd_and_zookeeper_members() {
+    use idmint_testkit::cluster::{ClusterKind, PrivateCluster};
+    let Some(etcd) = PrivateCluster::start(ClusterKind::Etcd) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let endpoints: Vec<String> = etcd.members().iter().map(|e| format!("{e:?}")).collect();
+    let all = write(
+        dir.path(),
+        "all.toml",
+        &format!(
+            "[snowflake]\nregistry = \"etcd\"\n[snowflake.etcd]\nendpoints = [{}]\n",
+            endpoints.join(", ")
+        ),
+    );
+    let out = check(&all, &[]);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let members: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("topology: etcd at ") && l.contains(": member "))
+        .collect();
+    assert_eq!(members.len(), 3, "{stderr}");
+    assert_eq!(
+        members.iter().filter(|l| l.ends_with(": leader")).count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("warning: etcd"), "{stderr}");
+    let one = write(
+        dir.path(),
+        "one.toml",
+        &format!(
+            "[snowflake]\nregistry = \"etcd\"\n[snowflake.etcd]\nendpoints = [{}]\n",
+            endpoints[0]
+        ),
+    );
+    let out = check(&one, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("are not in snowflake.etcd.endpoints"),
+        "{stderr}"
+    );
+    drop(etcd);
+
+    let Some(zk) = PrivateCluster::start(ClusterKind::ZooKeeper) else {
+        return;
+    };
+    let ensemble = write(
+        dir.path(),
+        "zk.toml",
+        &format!(
+            "[snowflake]\nregistry = \"zookeeper\"\n[snowflake.zookeeper]\nconnect = {:?}\n",
+            zk.connect_string()
+        ),
+    );
+    let out = check(&ensemble, &[]);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let servers: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("topology: zookeeper at "))
+        .collect();
+    assert_eq!(servers.len(), 3, "{stderr}");
+    assert_eq!(
+        servers.iter().filter(|l| l.ends_with(": leader")).count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("warning: zookeeper"), "{stderr}");
+    let lone = write(
+        dir.path(),
+        "zk1.toml",
+        &format!(
+            "[snowflake]\nregistry = \"zookeeper\"\n[snowflake.zookeeper]\nconnect = {:?}\n",
+            zk.members()[0]
+        ),
+    );
+    let out = check(&lone, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("names one server"), "{stderr}");
+}
