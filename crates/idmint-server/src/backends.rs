@@ -439,7 +439,7 @@ pub(crate) async fn open_segments(
     Ok((allocator, tinyid))
 }
 
-/// The segment allocator on the configured store, as [`open_segments`]
+/// The segment allocator on the configured store, as `open_segments`
 /// opens it for the server but with no metrics, and with the floor file in
 /// `server.data_dir` only when `floors` (a process embedding idmint may run
 /// many times on one host: see `idmint-embed`).

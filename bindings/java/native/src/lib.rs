@@ -19,7 +19,7 @@
 //!   only to throw: an ID costs the JNI transition and the core's
 //!   compare-and-swap.
 //!
-//! Every exported function is declared with [`jni_export!`], which names it
+//! Every exported function is declared with `jni_export!`, which names it
 //! as JNI resolves native methods of `io.idmint.Native`
 //! (`Java_io_idmint_Native_<method>`).
 

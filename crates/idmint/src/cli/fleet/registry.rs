@@ -92,7 +92,7 @@ impl Tracked {
         }
     }
 
-    /// The switch [`Tracked::kill`] turns off, for the node to keep.
+    /// The switch [`kill`] turns off, for the node to keep.
     pub fn alive(&self) -> Arc<AtomicBool> {
         self.alive.clone()
     }
