@@ -78,6 +78,13 @@ impl PrivateCluster {
             .find_map(|l| l.strip_prefix(&prefix))
             .unwrap_or_else(|| panic!("{} has no {prefix}: {text:?}", env.display()));
         cluster.members = list.split(',').map(str::to_owned).collect();
+        let distinct: std::collections::HashSet<&String> = cluster.members.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            cluster.members.len(),
+            "scripts/{} gave two members one address: {list}",
+            kind.script()
+        );
         Some(cluster)
     }
 
