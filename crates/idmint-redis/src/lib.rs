@@ -101,6 +101,44 @@ impl ConnectionLike for Conn {
     }
 }
 
+impl Conn {
+    /// Waits until `replicas` replicas have acknowledged every write the
+    /// server took before this call (`WAIT`), for at most `wait`, and
+    /// returns how many did. On a Cluster it asks the master of `key`'s
+    /// slot, where a script on `key` ran; elsewhere the one server this
+    /// connection talks to.
+    ///
+    /// Run it on the same `Conn` right after a write: it is the server that
+    /// took the write that counts its replicas. (A single server's
+    /// `ConnectionManager` sends it on a new connection only if the old one
+    /// broke between the two calls; behind a proxy that moved to another
+    /// server meanwhile, that server's count would answer. A Sentinel `Conn`
+    /// is one server's connection and never moves.)
+    ///
+    /// # Errors
+    /// What Redis or the connection answered.
+    pub async fn wait_for_replicas(
+        &mut self,
+        key: &str,
+        replicas: u32,
+        wait: Duration,
+    ) -> RedisResult<u32> {
+        // `WAIT n 0` would block for ever: wait at least a millisecond.
+        let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(replicas).arg(millis);
+        let acked: i64 = if let ConnKind::Cluster(cluster) = &mut self.0 {
+            let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+            let value = cluster.route_command(cmd, routing).await?;
+            i64::from_redis_value(value)?
+        } else {
+            cmd.query_async(self).await?
+        };
+        Ok(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))
+    }
+}
+
 /// A connection to one Redis (a server, a Sentinel-managed primary, or a
 /// Redis Cluster), shared by everything that talks to it.
 ///
@@ -146,6 +184,9 @@ pub struct RedisConnection {
 
 struct Inner {
     target: RedisTarget,
+    /// The bound given when opening: each connection attempt's, and on a
+    /// Cluster each request's.
+    timeout: Duration,
     backend: Backend,
     /// The connection calls go through; `None` until (re)established. A
     /// call that finds it stale (timed out, or a Sentinel primary that
@@ -257,6 +298,7 @@ impl RedisConnection {
         Ok(RedisConnection {
             inner: Arc::new(Inner {
                 target: target.clone(),
+                timeout,
                 backend,
                 current: ArcSwapOption::empty(),
                 connecting: tokio::sync::Mutex::new(()),
@@ -275,9 +317,42 @@ impl RedisConnection {
         &self.inner.target
     }
 
+    /// The bound it was opened with: each connection attempt's, and on a
+    /// Cluster each request's, whatever the call's own bound.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
     /// Whether this is a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         self.inner.target.is_cluster()
+    }
+
+    /// Whether this is a primary that Redis Sentinel names.
+    pub fn is_sentinel(&self) -> bool {
+        matches!(self.inner.target, RedisTarget::Sentinel(_))
+    }
+
+    /// How many replicas the server holding `key` has connected now
+    /// (`INFO replication`, `connected_slaves`; on a Cluster, the master of
+    /// `key`'s slot), within `timeout`.
+    ///
+    /// # Errors
+    /// As [`RedisConnection::call`]; [`CallError::Redis`] too when the
+    /// answer has no count.
+    pub async fn connected_replicas(&self, key: &str, timeout: Duration) -> Result<u32, CallError> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("replication");
+        let info: String = self.call_at(timeout, key, cmd).await?;
+        info.lines()
+            .find_map(|line| line.strip_prefix("connected_slaves:"))
+            .and_then(|n| n.trim().parse().ok())
+            .ok_or_else(|| {
+                CallError::Redis(redis::RedisError::from((
+                    ErrorKind::Parse,
+                    "INFO replication has no connected_slaves count",
+                )))
+            })
     }
 
     /// Runs `op` on the connection within `timeout`.

@@ -64,9 +64,15 @@
 //!   requires its key prefix to hold a hash tag (`idmint:{orders}:`): every
 //!   key a script touches then shares one slot, and the snowflake and serial
 //!   scripts, which build key names from the time they read, declare one key
-//!   of that slot so the cluster runs them on its master. A failover to a
-//!   replica that missed the last writes is caught like any Redis that
-//!   forgot: by the epoch markers and floors above.
+//!   of that slot so the cluster runs them on its master.
+//! - **Failovers.** The segment store uses a leased segment only once a
+//!   replica acknowledged it (`WAIT`, see [`RedisStoreConfig::with_replicas`]),
+//!   so a failover promotes a replica that holds every segment whose IDs
+//!   were issued. The counters, serials and Redis-side snowflake don't wait
+//!   (one round trip per ID would double their cost): a failover to a
+//!   replica that missed their last writes is caught like any Redis that
+//!   forgot, by the epoch markers and what each client remembers, and a
+//!   client with no memory can't tell.
 
 mod conn;
 mod counter;

@@ -363,9 +363,13 @@ pub(crate) fn store_settings(config: &Config) -> StoreSettings {
     let url = config.segment_url();
     let seg = &config.segment;
     if let Some(target) = config.segment_redis_target() {
+        let store = RedisStoreConfig::new().with_key_prefix(config.segment_redis_prefix());
         StoreSettings::Redis {
             target,
-            config: RedisStoreConfig::new().with_key_prefix(config.segment_redis_prefix()),
+            config: match seg.replicas {
+                Some(n) => store.with_replicas(n),
+                None => store,
+            },
         }
     } else {
         let schema = match seg.schema {

@@ -133,7 +133,7 @@ impl RedisConnection {
     }
 }
 
-fn call_error(operation: &'static str, e: CallError) -> SegmentError {
+pub(super) fn call_error(operation: &'static str, e: CallError) -> SegmentError {
     match e {
         CallError::Config(message) => SegmentError::Config(message),
         CallError::Timeout { after } => SegmentError::Timeout {

@@ -2,7 +2,8 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use jiff::Timestamp;
@@ -98,6 +99,7 @@ return redis.call('GET', KEYS[1])
 pub struct RedisStoreConfig {
     key_prefix: Cow<'static, str>,
     timeout: Duration,
+    replicas: Option<u32>,
 }
 
 impl RedisStoreConfig {
@@ -107,6 +109,7 @@ impl RedisStoreConfig {
         RedisStoreConfig {
             key_prefix: Cow::Borrowed(DEFAULT_KEY_PREFIX),
             timeout: DEFAULT_TIMEOUT,
+            replicas: None,
         }
     }
 
@@ -123,6 +126,24 @@ impl RedisStoreConfig {
     pub const fn with_timeout(mut self, timeout: Duration) -> RedisStoreConfig {
         self.timeout = timeout;
         self
+    }
+
+    /// How many replicas must have acknowledged a new segment before its
+    /// IDs are used (Redis `WAIT`). Unset (the default), it is 1 when the
+    /// server (on a Cluster, the slot's master) has a replica connected
+    /// (looked at every 10 s), else 0: a primary without replicas has
+    /// nothing a failover could promote. `0` never waits: a failover to a
+    /// replica that missed a segment then hands its IDs out again.
+    #[must_use]
+    pub const fn with_replicas(mut self, replicas: u32) -> RedisStoreConfig {
+        self.replicas = Some(replicas);
+        self
+    }
+
+    /// The replicas set with [`RedisStoreConfig::with_replicas`]; `None`
+    /// when the store decides.
+    pub const fn replicas(&self) -> Option<u32> {
+        self.replicas
     }
 
     /// The key prefix.
@@ -227,7 +248,14 @@ pub struct RedisSegmentStore {
     create_script: Script,
     raise_script: Script,
     epoch_script: Script,
+    /// The replica count found on a single server when the config leaves
+    /// it unset, and when it was read.
+    replicas_seen: Mutex<Option<(Instant, u32)>>,
 }
+
+/// How long a single server's replica count is trusted before it is read
+/// again (the config left the replicas unset).
+const REPLICAS_RECHECK: Duration = Duration::from_secs(10);
 
 impl RedisSegmentStore {
     /// A store on `conn`. Does no I/O.
@@ -244,6 +272,7 @@ impl RedisSegmentStore {
             create_script: Script::new(CREATE_LUA),
             raise_script: Script::new(&format!("{BELOW_LUA}{RAISE_LUA}")),
             epoch_script: Script::new(INIT_EPOCH_LUA),
+            replicas_seen: Mutex::new(None),
         })
     }
 
@@ -300,6 +329,45 @@ impl RedisSegmentStore {
     /// those are `segment:…`, this is `segments:epoch`.)
     pub fn epoch_key(&self) -> String {
         format!("{}segments:epoch", self.config.key_prefix)
+    }
+
+    /// How many replicas must acknowledge a new segment of `redis_key`:
+    /// the config's count, else 1 when the server holding it (on a Cluster,
+    /// the slot's master) has a replica connected, else 0. The count is
+    /// read again every [`REPLICAS_RECHECK`], and at once after a segment
+    /// fell short of it (a failover may have left a primary without
+    /// replicas, which nothing can be promoted from).
+    async fn replicas_required(&self, redis_key: &str) -> Result<u32> {
+        if let Some(n) = self.config.replicas {
+            return Ok(n);
+        }
+        let seen = *self.replicas_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, n)) = seen
+            && at.elapsed() < REPLICAS_RECHECK
+        {
+            return Ok(n);
+        }
+        let connected = self
+            .conn
+            .shared()
+            .connected_replicas(redis_key, self.config.timeout)
+            .await
+            .map_err(|e| match e {
+                idmint_redis::CallError::Redis(e) if e.kind() != redis::ErrorKind::Io => {
+                    SegmentError::Backend {
+                        store: KIND,
+                        operation: "count replicas",
+                        message: format!(
+                            "{e}; with INFO unavailable, set the store's replicas (`[segment] \
+                             replicas`) to the count a failover needs"
+                        ),
+                    }
+                }
+                e => super::conn::call_error("count replicas", e),
+            })?;
+        let n = connected.min(1);
+        *self.replicas_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), n));
+        Ok(n)
     }
 
     async fn read_row(&self, key: &str) -> Result<Option<KeyInfo>> {
@@ -382,7 +450,12 @@ impl SegmentStore for RedisSegmentStore {
         let redis_key = self.redis_key(key);
         let step_arg = step.map(|s| s.to_string()).unwrap_or_default();
         let now_ms = Timestamp::now().as_millisecond();
-        let reply: Vec<String> = self
+        let required = self.replicas_required(&redis_key).await?;
+        // The replicas get half the call's bound (and half the connection's,
+        // which bounds each request on a Cluster): the script and the
+        // answer need the rest.
+        let wait = self.config.timeout.min(self.conn.shared().timeout()) / 2;
+        let (reply, acked): (Vec<String>, u32) = self
             .conn
             .call("fetch", self.config.timeout, |mut conn| {
                 let mut invocation = self.fetch_script.prepare_invoke();
@@ -391,7 +464,20 @@ impl SegmentStore for RedisSegmentStore {
                     .arg(&step_arg)
                     .arg(now_ms)
                     .arg(floor);
-                async move { invocation.invoke_async(&mut conn).await }
+                let redis_key = &redis_key;
+                async move {
+                    let reply: Vec<String> = invocation.invoke_async(&mut conn).await?;
+                    // A leased segment is used only once `required`
+                    // replicas hold it: a failover promotes one of them
+                    // (Sentinel and a Cluster promote the replica furthest
+                    // along), so the new primary can't hand it out again.
+                    let acked = if required > 0 && reply.first().map(String::as_str) == Some("1") {
+                        conn.wait_for_replicas(redis_key, required, wait).await?
+                    } else {
+                        required
+                    };
+                    Ok((reply, acked))
+                }
             })
             .await?;
         let field = |i: usize| reply.get(i).map(String::as_str).unwrap_or("");
@@ -399,6 +485,20 @@ impl SegmentStore for RedisSegmentStore {
             "0" => Err(SegmentError::NotFound {
                 key: key.to_owned(),
             }),
+            "1" if acked < required => {
+                *self.replicas_seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                Err(SegmentError::Backend {
+                    store: KIND,
+                    operation: "fetch",
+                    message: format!(
+                        "the segment leased for key {key:?} reached {acked} of the {required} \
+                     replica(s) it needs within {wait:?}, so it is not used (its IDs are \
+                     skipped): a failover to a replica without it would lease it again. \
+                     Check the replicas' links, or set the store's replicas to 0 to accept \
+                     that risk"
+                    ),
+                })
+            }
             "1" => {
                 let max_id = reply_number("fetch", "max_id", field(1))?;
                 let step = reply_number("fetch", "step", field(2))?;

@@ -6,10 +6,15 @@
 //! - Every strategy works through the sentinels and on the cluster (its
 //!   scripts run on the node of the prefix's slot); on a cluster a prefix
 //!   without a hash tag is refused.
-//! - A failover that loses segment writes (replicas SIGSTOPped and cut off,
-//!   primary SIGKILLed, a replica promoted) never hands out an ID twice: the
-//!   node that issued them refuses the rolled-back key, typed, and so does a
-//!   node restarted on its floors, until the operator raises the key.
+//! - A failover that loses writes (replicas SIGSTOPped and cut off, primary
+//!   SIGKILLed, a replica promoted) never hands out an ID twice. By default
+//!   a segment is used only once a replica holds it (`WAIT`), so the node
+//!   refuses, typed, while its replicas lag, and after the promotion it and
+//!   a node with no memory at all go on above every ID issued.
+//! - With the store's replicas set to 0 (the risk accepted), the lost
+//!   segments' IDs were used: the node that issued them refuses the
+//!   rolled-back key, typed, and so does a node restarted on its floors,
+//!   until the operator raises the key.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -166,8 +171,10 @@ async fn a_failover_that_lost_segments_reissues_nothing(
     let dir = tempfile::tempdir().unwrap();
     let declared = ["order".to_owned()];
     let node = |conn: RedisConnection| {
-        let store =
-            RedisSegmentStore::new(conn, RedisStoreConfig::new().with_key_prefix(prefix)).unwrap();
+        let config = RedisStoreConfig::new()
+            .with_key_prefix(prefix)
+            .with_replicas(0);
+        let store = RedisSegmentStore::new(conn, config).unwrap();
         SegmentAllocator::new(store, SegmentConfig::new())
             .unwrap()
             .with_floors(Arc::new(FloorFile::open(dir.path()).unwrap()))
@@ -277,15 +284,112 @@ async fn a_failover_that_lost_segments_reissues_nothing(
     assert!(id > highest, "{id} was issued before");
 }
 
+/// A node on the default config, whose store's replicas stop (SIGSTOP,
+/// links cut): it serves the segments a replica holds, then refuses, typed,
+/// naming the replicas, instead of using a segment only the primary has.
+/// The primary dies and a replica is promoted: it holds every segment whose
+/// IDs were used, so the node and a node with no memory (no floors) both go
+/// on, and no ID is issued twice.
+async fn a_failover_with_lagging_replicas_reissues_nothing(
+    target: RedisTarget,
+    prefix: &str,
+    pause: impl FnOnce(),
+    fail_over: impl FnOnce(),
+) {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let declared = ["order".to_owned()];
+    let node = |conn: RedisConnection, dir: &std::path::Path| {
+        let store =
+            RedisSegmentStore::new(conn, RedisStoreConfig::new().with_key_prefix(prefix)).unwrap();
+        SegmentAllocator::new(store, SegmentConfig::new())
+            .unwrap()
+            .with_floors(Arc::new(FloorFile::open(dir).unwrap()))
+            .unwrap()
+    };
+    let conn = RedisConnection::open(&target, Duration::from_secs(1))
+        .await
+        .unwrap();
+    let allocator = node(conn, dirs[0].path());
+    allocator.check_floors(&declared).await.unwrap();
+    allocator
+        .create_key(NewKey::new("order", 100))
+        .await
+        .unwrap();
+    let mut issued: Vec<u64> = allocator
+        .next_ids("order", 150)
+        .await
+        .unwrap()
+        .iter()
+        .map(Id::get)
+        .collect();
+
+    pause();
+    let refused = loop {
+        match allocator.next_ids("order", 100).await {
+            Ok(batch) => issued.extend(batch.iter().map(Id::get)),
+            Err(e) => break e,
+        }
+        assert!(
+            issued.len() < 100_000,
+            "the node used segments no replica held"
+        );
+    };
+    assert!(
+        matches!(refused.code(), "unavailable" | "store_error"),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("replica"), "{refused}");
+    let highest = *issued.iter().max().unwrap();
+
+    tokio::task::block_in_place(fail_over);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        match allocator.store().describe("order").await {
+            Ok(row) => break row.expect("the key was replicated before the pause"),
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no answer after the failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(
+        row.max_id >= highest,
+        "the promoted primary lacks a segment whose IDs were used (max_id {}, issued up to \
+         {highest})",
+        row.max_id
+    );
+
+    // The node goes on, and so does one with no memory of the key.
+    let fresh = node(open_after_failover(&target).await, dirs[1].path());
+    fresh.check_floors(&declared).await.unwrap();
+    let before = issued.len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while issued.len() < before + 2_000 {
+        for n in [&allocator, &fresh] {
+            match n.next_ids("order", 100).await {
+                Ok(batch) => issued.extend(batch.iter().map(Id::get)),
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "no IDs after the failover: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    assert_unique(&issued);
+}
+
 /// Issue 32: a Sentinel failover after a SIGKILL of the primary, whose
 /// replicas lag (SIGSTOPped first, so writes are lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sentinel_failover_that_lost_segments_reissues_nothing() {
+async fn a_sentinel_failover_with_lagging_replicas_reissues_nothing() {
     let Some(d) = SentinelDeployment::start() else {
         return;
     };
     let replicas = d.replicas();
-    a_failover_that_lost_segments_reissues_nothing(
+    a_failover_with_lagging_replicas_reissues_nothing(
         sentinel_target(&d),
         "idmint-test:sentinel-failover:",
         || assert_eq!(d.lag_replicas(), replicas),
@@ -298,16 +402,37 @@ async fn a_sentinel_failover_that_lost_segments_reissues_nothing() {
     .await;
 }
 
+/// The same with no replicas required: the lost segments' IDs were used, and
+/// the node's floors refuse the rolled-back key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_that_lost_used_segments_is_refused_by_the_floors() {
+    let Some(d) = SentinelDeployment::start() else {
+        return;
+    };
+    let replicas = d.replicas();
+    a_failover_that_lost_segments_reissues_nothing(
+        sentinel_target(&d),
+        "idmint-test:sentinel-floors:",
+        || assert_eq!(d.lag_replicas(), replicas),
+        || {
+            let old = d.kill_primary();
+            replicas.iter().for_each(|&p| d.resume(p));
+            d.wait_failover(old);
+        },
+    )
+    .await;
+}
+
 /// Issue 32: a Redis Cluster master SIGKILLed, its lagging replica promoted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_master_failover_that_lost_segments_reissues_nothing() {
+async fn a_cluster_master_failover_with_a_lagging_replica_reissues_nothing() {
     let Some(d) = ClusterDeployment::start() else {
         return;
     };
     let prefix = "idmint-test:{failover}:";
     let slot_key = format!("{prefix}segments");
     let replicas = d.replicas(&slot_key);
-    a_failover_that_lost_segments_reissues_nothing(
+    a_failover_with_lagging_replicas_reissues_nothing(
         cluster_target(&d),
         prefix,
         || assert_eq!(d.lag_replicas(&slot_key), replicas),

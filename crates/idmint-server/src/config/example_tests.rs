@@ -106,6 +106,7 @@ fn full() -> Config {
             table: Some("t".to_owned()),
             schema: SchemaName::Idmint,
             key_prefix: Some("p:".to_owned()),
+            replicas: Some(1),
             redis_sentinel: Some(sentinel()),
             redis_cluster: Some(redis_cluster()),
             preload_share: 0.5,

@@ -606,6 +606,12 @@ pub struct SegmentSection {
     /// `idmint:`, or `idmint:{idmint}:` on a Redis Cluster, whose prefix
     /// needs a hash tag).
     pub key_prefix: Option<String>,
+    /// How many replicas must hold a new segment before its IDs are used
+    /// (Redis stores only, by `WAIT`; default 1 when the primary has a
+    /// replica connected, else 0; `0` accepts that a failover to a replica
+    /// that missed a segment hands its IDs out again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
     /// `[segment.redis_sentinel]`: a Redis store reached through Redis
     /// Sentinel (instead of `url`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -629,6 +635,7 @@ impl Default for SegmentSection {
             table: None,
             schema: SchemaName::Idmint,
             key_prefix: None,
+            replicas: None,
             redis_sentinel: None,
             redis_cluster: None,
             preload_share: 0.1,
