@@ -113,7 +113,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -422,14 +422,24 @@ struct KeepAliveStream {
 ///
 /// A member left behind gets a new client (a new channel, connecting
 /// lazily): a channel whose member went away and came back was seen to
-/// time every call out for good, where a new one connects at once.
+/// time every call out for good, where a new one connects at once. At most
+/// one new client per member every [`RENEW_EVERY`]: a busy member that
+/// times calls out must not get a reconnection from every node of a large
+/// fleet on every timeout.
 struct Members {
     /// Shared with the tasks that build new clients.
     clients: Arc<[arc_swap::ArcSwap<Client>]>,
     endpoints: Vec<String>,
     options: ConnectOptions,
     pinned: AtomicUsize,
+    /// When each member last got a new client, in ms since `since` (0:
+    /// never).
+    renewed: Box<[AtomicU64]>,
+    since: Instant,
 }
+
+/// The least time between two new clients for one member.
+const RENEW_EVERY: Duration = Duration::from_secs(5);
 
 impl Members {
     /// The pinned member's number, to hand to [`Members::noted`].
@@ -448,6 +458,18 @@ impl Members {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let now = u64::try_from(self.since.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let last = self.renewed[n].load(Ordering::Relaxed);
+        let every = u64::try_from(RENEW_EVERY.as_millis()).unwrap_or(u64::MAX);
+        if (last != 0 && now.saturating_sub(last) < every)
+            || self.renewed[n]
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
         let endpoint = self.endpoints[n].clone();
         let options = self.options.clone();
         let clients = self.clients.clone();
@@ -635,6 +657,8 @@ impl EtcdRegistry {
             endpoints: endpoints.clone(),
             options,
             pinned: AtomicUsize::new(first),
+            renewed: endpoints.iter().map(|_| AtomicU64::new(0)).collect(),
+            since: Instant::now(),
         };
         Ok(EtcdRegistry {
             members,
