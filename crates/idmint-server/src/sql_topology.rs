@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use idmint_sql::{ConnectOptions, HostReport, HostRole};
+use idmint_sql::{ConnectOptions, HostReport, HostRole, Replication};
 
 use crate::config::{Config, RegistryKind};
 
@@ -36,7 +36,13 @@ impl SqlTopology {
     pub fn lines(&self) -> Vec<String> {
         self.hosts
             .iter()
-            .map(|h| format!("{} ({}): {} is {}", self.setting, self.uses, h.host, h.role))
+            .map(|h| {
+                let replicas = h.replication.map(describe).unwrap_or_default();
+                format!(
+                    "{} ({}): {} is {}{replicas}",
+                    self.setting, self.uses, h.host, h.role
+                )
+            })
             .collect()
     }
 
@@ -78,7 +84,47 @@ impl SqlTopology {
                 several.join(", ")
             )),
         }
+        // A segment is a range of IDs committed once: a standby promoted
+        // without the last commits hands them out again, and no hold can
+        // help (the worker registry's marks are times, which a hold waits
+        // past). So the segment store needs every standby a failover can
+        // promote to be synchronous.
+        if self.uses.contains("segment store") {
+            for host in &self.hosts {
+                if let Some(r) = host.replication.filter(|r| r.asynchronous > 0) {
+                    warnings.push(format!(
+                        "{setting}: the primary {} replicates to {} standby(s) \
+                         asynchronously: a failover to one can lose the last segments leased \
+                         and hand their IDs out again; make every standby a failover may \
+                         promote synchronous (PostgreSQL synchronous_standby_names with \
+                         synchronous_commit = on, MariaDB semi-synchronous replication); see \
+                         docs/operating.md, \"PostgreSQL and MySQL/MariaDB in production\"",
+                        host.host, r.asynchronous
+                    ));
+                }
+            }
+        }
         warnings
+    }
+}
+
+/// `" (1 synchronous, 2 asynchronous standbys)"`, or nothing without any.
+fn describe(r: Replication) -> String {
+    let parts: Vec<String> = [
+        (r.synchronous, "synchronous"),
+        (r.asynchronous, "asynchronous"),
+        (r.unknown, "of unknown state"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        let total = r.synchronous + r.asynchronous + r.unknown;
+        let noun = if total == 1 { "standby" } else { "standbys" };
+        format!(" ({} {noun})", parts.join(", "))
     }
 }
 
@@ -146,6 +192,7 @@ mod tests {
                 .map(|(i, role)| HostReport {
                     host: format!("db{i}:5432"),
                     role: role.clone(),
+                    replication: None,
                 })
                 .collect(),
             error: None,
@@ -184,6 +231,41 @@ mod tests {
                 "segment.url (the segment store): db0:5432 is primary",
                 "segment.url (the segment store): db1:5432 is standby (read-only)"
             ]
+        );
+    }
+
+    #[test]
+    fn a_segment_store_with_an_asynchronous_standby_is_warned_about() {
+        let mut t = topology(&[HostRole::Primary, HostRole::Standby]);
+        t.hosts[0].replication = Some(Replication {
+            synchronous: 1,
+            asynchronous: 2,
+            unknown: 0,
+        });
+        assert_eq!(
+            t.lines()[0],
+            "segment.url (the segment store): db0:5432 is primary (1 synchronous, 2 asynchronous \
+             standbys)"
+        );
+        let warnings = t.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("db0:5432 replicates to 2 standby(s) asynchronously"),
+            "{warnings:?}"
+        );
+        // The registry alone: its marks are times, and a hold covers a
+        // promotion that lost some.
+        t.uses = "the worker registry".to_owned();
+        assert!(t.warnings().is_empty());
+        t.uses = "the segment store".to_owned();
+        t.hosts[0].replication = Some(Replication {
+            synchronous: 2,
+            ..Replication::default()
+        });
+        assert!(t.warnings().is_empty());
+        assert_eq!(
+            t.lines()[0],
+            "segment.url (the segment store): db0:5432 is primary (2 synchronous standbys)"
         );
     }
 }

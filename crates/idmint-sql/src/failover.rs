@@ -104,6 +104,26 @@ pub struct HostReport {
     pub host: String,
     /// What it is.
     pub role: HostRole,
+    /// How a primary replicates to the servers streaming from it; `None`
+    /// for other roles, or when the server would not say.
+    pub replication: Option<Replication>,
+}
+
+/// The servers replicating from a primary, by whether a commit waits for
+/// them: a failover to one that doesn't may lose the last commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Replication {
+    /// Standbys a commit waits for: PostgreSQL `sync` and `quorum`
+    /// standbys, MariaDB/MySQL semi-synchronous replicas.
+    pub synchronous: u32,
+    /// Standbys a commit doesn't wait for: PostgreSQL `async` and
+    /// `potential` standbys, MariaDB/MySQL replicas that are not
+    /// semi-synchronous (all of them while semi-sync is off or has fallen
+    /// back).
+    pub asynchronous: u32,
+    /// Standbys whose state the login may not see (PostgreSQL shows
+    /// `sync_state` to superusers and `pg_monitor` only).
+    pub unknown: u32,
 }
 
 /// A database with servers that can be primary or standby: how to ask a
@@ -111,6 +131,13 @@ pub struct HostReport {
 pub(crate) trait Server: sqlx::Database {
     /// True when the connection's server takes writes.
     fn is_writable(conn: &mut Self::Connection) -> BoxFuture<'_, Result<bool, sqlx::Error>>;
+
+    /// How the connection's server (a primary) replicates.
+    fn replication(conn: &mut Self::Connection) -> BoxFuture<'_, Result<Replication, sqlx::Error>>;
+}
+
+fn count(n: i64) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
 }
 
 impl Server for Postgres {
@@ -124,6 +151,23 @@ impl Server for Postgres {
             .fetch_one(conn)
             .await?;
             Ok(!in_recovery && read_only == "off")
+        })
+    }
+
+    fn replication(conn: &mut Self::Connection) -> BoxFuture<'_, Result<Replication, sqlx::Error>> {
+        Box::pin(async move {
+            let (synchronous, asynchronous, unknown): (i64, i64, i64) = sqlx::query_as(
+                "SELECT count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')), \
+                 count(*) FILTER (WHERE sync_state IN ('async', 'potential')), \
+                 count(*) FILTER (WHERE sync_state IS NULL) FROM pg_stat_replication",
+            )
+            .fetch_one(conn)
+            .await?;
+            Ok(Replication {
+                synchronous: count(synchronous),
+                asynchronous: count(asynchronous),
+                unknown: count(unknown),
+            })
         })
     }
 }
@@ -140,6 +184,55 @@ impl Server for MySql {
             .fetch_one(conn)
             .await?;
             Ok(read_only == 0 && innodb_read_only == 0)
+        })
+    }
+
+    fn replication(conn: &mut Self::Connection) -> BoxFuture<'_, Result<Replication, sqlx::Error>> {
+        Box::pin(async move {
+            // MariaDB's status names; MySQL 8.0.26+ names them
+            // Rpl_semi_sync_source_* and counts replicas nowhere in status,
+            // so there only semi-sync's clients are seen.
+            let rows: Vec<(String, String)> = sqlx::query_as(
+                "SELECT UPPER(VARIABLE_NAME), VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+                 WHERE UPPER(VARIABLE_NAME) IN ('SLAVES_CONNECTED', \
+                 'RPL_SEMI_SYNC_MASTER_STATUS', 'RPL_SEMI_SYNC_MASTER_CLIENTS', \
+                 'RPL_SEMI_SYNC_SOURCE_STATUS', 'RPL_SEMI_SYNC_SOURCE_CLIENTS')",
+            )
+            .fetch_all(conn)
+            .await?;
+            let value = |names: &[&str]| {
+                rows.iter()
+                    .find(|(name, _)| names.contains(&name.as_str()))
+                    .map(|(_, v)| v.as_str())
+            };
+            let number = |names: &[&str]| value(names).and_then(|v| v.parse::<i64>().ok());
+            let semi_sync_on =
+                value(&["RPL_SEMI_SYNC_MASTER_STATUS", "RPL_SEMI_SYNC_SOURCE_STATUS"])
+                    .is_some_and(|v| v.eq_ignore_ascii_case("ON"));
+            let semi_sync = if semi_sync_on {
+                count(
+                    number(&[
+                        "RPL_SEMI_SYNC_MASTER_CLIENTS",
+                        "RPL_SEMI_SYNC_SOURCE_CLIENTS",
+                    ])
+                    .unwrap_or(0),
+                )
+            } else {
+                0
+            };
+            let connected = number(&["SLAVES_CONNECTED"]).map(count);
+            Ok(match connected {
+                Some(all) => Replication {
+                    synchronous: semi_sync.min(all),
+                    asynchronous: all.saturating_sub(semi_sync),
+                    unknown: 0,
+                },
+                None => Replication {
+                    synchronous: semi_sync,
+                    asynchronous: 0,
+                    unknown: 0,
+                },
+            })
         })
     }
 }
@@ -221,16 +314,44 @@ impl<DB: Server> Failover<DB> {
         }
     }
 
-    /// Every host's role, in the URL's order.
+    /// Every host's role, in the URL's order, and how each primary
+    /// replicates.
     pub(crate) async fn survey(&self) -> Vec<HostReport> {
         let mut reports = Vec::with_capacity(self.targets.len());
         for idx in 0..self.targets.len() {
+            let role = self.probe(idx).await;
+            let replication = if role == HostRole::Primary {
+                self.replication(idx).await
+            } else {
+                None
+            };
             reports.push(HostReport {
                 host: self.targets[idx].host.clone(),
-                role: self.probe(idx).await,
+                role,
+                replication,
             });
         }
         reports
+    }
+
+    /// How host `idx` replicates, on a connection of its own; `None` when
+    /// it doesn't answer in time or won't say.
+    async fn replication(&self, idx: usize) -> Option<Replication> {
+        let target = &self.targets[idx];
+        let asked = async {
+            let mut conn = DB::Connection::connect_with(&target.options).await?;
+            let replication = DB::replication(&mut conn).await;
+            let _ = conn.close().await;
+            replication
+        };
+        match tokio::time::timeout(self.probe_timeout, asked).await {
+            Ok(Ok(replication)) => Some(replication),
+            Ok(Err(e)) => {
+                tracing::debug!(host = %target.host, error = %e, "could not read the replication state");
+                None
+            }
+            Err(_) => None,
+        }
     }
 
     /// The first writable host in the URL's order, or `Err` with what each
@@ -245,6 +366,7 @@ impl<DB: Server> Failover<DB> {
             reports.push(HostReport {
                 host: self.targets[idx].host.clone(),
                 role,
+                replication: None,
             });
         }
         Err(reports)

@@ -70,7 +70,7 @@ mod retry;
 pub use database::{Bind, ConnectOptions, Database, Pool, redact_url, survey};
 pub use dialect::Dialect;
 pub use error::{Error, Result};
-pub use failover::{HostReport, HostRole};
+pub use failover::{HostReport, HostRole, Replication};
 pub use hosts::url_hosts;
 pub use ident::Identifier;
 pub use migrate::{AppliedMigration, MIGRATIONS_TABLE, Migration, MigrationReport, MigrationSet};

@@ -95,6 +95,17 @@ async fn settles_on_the_primary(service: Service) {
         ]
     );
     assert_eq!(db.hosts().await, roles);
+    // The standby streams asynchronously (the scripts set up no synchronous
+    // or semi-synchronous replication), and the primary says so.
+    assert_eq!(roles[0].replication, None);
+    assert_eq!(
+        roles[1].replication,
+        Some(idmint_sql::Replication {
+            synchronous: 0,
+            asynchronous: 1,
+            unknown: 0,
+        })
+    );
 
     // The standby alone, asked to be writable: no writable host, a transient
     // error naming what each host is.

@@ -609,8 +609,9 @@ fn config_check_plans_the_worker_space_of_its_registry_for_a_fleet() {
 /// `config check` asks each host of a SQL URL what it is: a PostgreSQL
 /// primary with a streaming standby (`scripts/postgres standby`) behind a
 /// multi-host URL, the standby listed first, gets a `topology:` line per
-/// host and no warning; a one-host URL gets a warning naming the host;
-/// `--offline` asks nothing.
+/// host, the primary's naming its asynchronous standby; a one-host URL gets
+/// a warning naming the host, and a segment store on an asynchronously
+/// replicated primary one naming the risk; `--offline` asks nothing.
 #[test]
 fn config_check_reports_the_sql_topology() {
     let Some(pg) = idmint_testkit::PrivateService::start(idmint_testkit::Service::Postgres) else {
@@ -643,14 +644,29 @@ fn config_check_reports_the_sql_topology() {
         format!(
             "topology: snowflake.sql.url (the worker registry): {standby} is standby (read-only)"
         ),
-        format!("topology: snowflake.sql.url (the worker registry): {primary} is primary"),
-        format!("topology: segment.url (the segment store): {primary} is primary"),
+        format!(
+            "topology: snowflake.sql.url (the worker registry): {primary} is primary \
+             (1 asynchronous standby)"
+        ),
+        format!(
+            "topology: segment.url (the segment store): {primary} is primary \
+             (1 asynchronous standby)"
+        ),
     ];
     assert_eq!(lines[..3], expected, "{stderr}");
-    assert_eq!(lines.len(), 4, "{stderr}");
+    assert_eq!(lines.len(), 5, "{stderr}");
     assert!(
         lines[3].starts_with(&format!(
             "warning: segment.url names one database host ({primary}): a failover"
+        )),
+        "{stderr}"
+    );
+    // The segment store's primary streams to its standby asynchronously: a
+    // promotion could lose segments, which no hold makes safe.
+    assert!(
+        lines[4].starts_with(&format!(
+            "warning: segment.url: the primary {primary} replicates to 1 standby(s) \
+             asynchronously"
         )),
         "{stderr}"
     );
