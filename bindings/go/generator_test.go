@@ -93,7 +93,7 @@ func TestCloseTwiceIsHarmlessAndLaterCallsFailClosed(t *testing.T) {
 		t.Fatalf("%+v", e)
 	}
 	_, err = s.NextIDs(3)
-	if c := code(t, err); c != "closed" {
+	if c := code(t, err); c != idmint.CodeClosed {
 		t.Fatal(c)
 	}
 	_, err = s.Status()

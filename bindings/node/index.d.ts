@@ -3,6 +3,15 @@
 // only while it is a safe integer, and any other number is refused with
 // `invalid_id` rather than rounded.
 
+import ErrorCodes = require('./codes')
+
+/**
+ * Every stable error code, generated from idmint's one list (codes.d.ts):
+ * `ErrorCode.CLOCK_BEHIND` is `'clock_behind'`. Match `IdmintError.code`
+ * against these.
+ */
+export declare const ErrorCode: typeof ErrorCodes
+
 /**
  * An idmint failure. `code` is idmint's stable error code, the same as the
  * server's (`clock_behind`, `mark_reached`, `key_not_found`, `unavailable`,

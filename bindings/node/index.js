@@ -162,4 +162,6 @@ module.exports = {
   Segments: native.Segments,
   PublicIds: native.PublicIds,
   IdmintError,
+  // Every stable code, generated from idmint's one list (codes.js).
+  ErrorCode: require('./codes'),
 }

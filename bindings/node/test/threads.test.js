@@ -9,7 +9,7 @@ const path = require('node:path')
 const { setImmediate } = require('node:timers/promises')
 const { Worker } = require('node:worker_threads')
 
-const { Generator, Layout, Segments } = require('..')
+const { ErrorCode, Generator, Layout, Segments } = require('..')
 const h = require('./helpers')
 
 const THREADS = 4
@@ -58,7 +58,7 @@ test('worker threads share one fixed generator by its handle', async () => {
   // Closed from one object: closed for every thread's object.
   const other = Generator.fromHandle(g.handle)
   g.close()
-  h.throwsCode(() => other.nextId(), 'closed')
+  h.throwsCode(() => other.nextId(), ErrorCode.CLOSED)
   h.throwsCode(() => Generator.fromHandle(g.handle), 'closed')
   h.throwsCode(() => Generator.fromHandle(1.5), 'closed')
 })

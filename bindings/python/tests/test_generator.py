@@ -35,7 +35,7 @@ def test_fixed_generator_and_its_errors():
         assert idmint.Layout("sonyflake").decode(s.next_id()).worker == 9
     with pytest.raises(idmint.IdmintError) as e:
         s.next_id()
-    assert e.value.code == "closed"
+    assert e.value.code == idmint.ErrorCode.CLOSED == "closed"
     s.close()  # idempotent
 
 

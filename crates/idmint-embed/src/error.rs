@@ -12,6 +12,20 @@ use idmint_server::embed::Refusal;
 
 use crate::workers::Conflict;
 
+/// Every stable error code a binding can report, in the server's order
+/// (`idmint_server::ERROR_CODES`, grouped as docs/api.md's tables are),
+/// then the two only an in-process generator has: `closed` (a call after
+/// `close()`) and `forked` (a generator used in a forked child). Each
+/// binding's constants (Python `ErrorCode`, Node `ErrorCode`, Java
+/// `IdmintException` constants, Go `Code…`) are generated from it, and
+/// `crates/idmint-embed/tests/it/error_codes.rs` fails when one differs.
+pub fn error_codes() -> impl Iterator<Item = &'static str> {
+    idmint_server::ERROR_CODES
+        .iter()
+        .chain(&["closed", "forked"])
+        .copied()
+}
+
 /// Everything that can fail here, with the stable code the server sends for
 /// the same failure (docs/api.md, "Error codes").
 ///

@@ -60,7 +60,7 @@ mod runtime;
 mod segments;
 mod workers;
 
-pub use error::Error;
+pub use error::{Error, error_codes};
 pub use fork::{after_fork_in_child, generation as fork_generation};
 pub use generator::{Generator, GeneratorOptions, GeneratorStatus, MAX_BATCH, node_identity};
 /// The instants layouts decode to and compose from.

@@ -111,7 +111,7 @@ pub const ERROR_CODE_METADATA: &str = "idmint-error-code";
 /// reads the enum strictly must accept every code any surface reports.
 /// `crates/idmint/tests/it/api_doc.rs` holds this list to the codes the code
 /// answers and to docs/api.md's tables.
-pub(crate) const ERROR_CODES: &[&str] = &[
+pub const ERROR_CODES: &[&str] = &[
     // Requests
     "not_found",
     "method_not_allowed",

@@ -73,7 +73,7 @@ pub use config::{Config, ConfigError};
 pub use durability::{
     DurabilityWarning, TopologyReport, cluster_topologies, coordinator_warnings, redis_topologies,
 };
-pub use error::ServerError;
+pub use error::{ERROR_CODES, ServerError};
 pub use sql_topology::{SqlTopology, sql_topology};
 pub use start::{Server, run};
 pub use tls::{TlsError, TlsReload, check_files as check_tls_files};

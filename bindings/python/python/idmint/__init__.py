@@ -19,6 +19,7 @@ import os as _os
 from importlib import metadata as _metadata
 
 from . import _idmint
+from ._codes import ErrorCode
 from ._idmint import (
     DEFAULT_MAX_COUNT,
     MAX_BATCH,
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_MAX_COUNT",
     "MAX_BATCH",
     "Decoded",
+    "ErrorCode",
     "Generator",
     "IdmintError",
     "Layout",

@@ -76,7 +76,7 @@ class GeneratorTest {
         s.close();
         for (Runnable call : List.<Runnable>of(s::nextId, () -> s.nextIds(3), s::status, s::worker)) {
             IdmintException e = assertThrows(IdmintException.class, call::run);
-            assertEquals("closed", e.code());
+            assertEquals(IdmintException.CLOSED, e.code());
             assertEquals(Optional.empty(), e.retryAfter());
         }
         assertTrue(s.toString().contains("closed"), s.toString());
