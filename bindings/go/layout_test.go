@@ -5,7 +5,9 @@ package idmint_test
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,18 +16,70 @@ import (
 	idmint "github.com/idmint/idmint/bindings/go"
 )
 
-// Every preset, with an epoch moved where the preset has run out already
-// (uid-generator's default ran out on 2024-11-20), and a custom layout.
-var layouts = []string{
-	"twitter",
-	"leaf",
-	"baidu,epoch=2024-01-01",
-	"sonyflake",
-	"discord",
-	"instagram",
-	"js53",
-	"tso",
-	"time=39,unit=10ms,epoch=2024-01-01,worker=16,sequence=8",
+// readVectors reads the one file of layout test vectors every binding reads
+// (generated from the Rust core): each row an ID and the parts and time it
+// decodes into, as text fields.
+func readVectors(t *testing.T) [][]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "testdata", "layout-vectors.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows [][]string
+	for _, line := range strings.Split(string(data), "\n") {
+		if line != "" && !strings.HasPrefix(line, "#") {
+			rows = append(rows, strings.Split(line, "\t"))
+		}
+	}
+	return rows
+}
+
+// vectorLayouts is every preset, with an epoch moved where the preset has
+// run out already, and a custom layout: the layouts of the vectors.
+func vectorLayouts(t *testing.T) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, row := range readVectors(t) {
+		if !seen[row[0]] {
+			seen[row[0]] = true
+			out = append(out, row[0])
+		}
+	}
+	return out
+}
+
+func TestDecodeAndComposeGiveTheLayoutVectors(t *testing.T) {
+	rows := readVectors(t)
+	if len(rows) < 3*len(vectorLayouts(t)) {
+		t.Fatalf("%d vectors", len(rows))
+	}
+	for _, row := range rows {
+		layout, err := idmint.ParseLayout(row[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := make([]uint64, 7)
+		for i := range n {
+			if n[i], err = strconv.ParseUint(row[i+1], 10, 64); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := layout.Decode(int64(n[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := []uint64{uint64(d.ID), uint64(d.Time.UnixMilli()), d.Tick, uint64(d.Datacenter), uint64(d.Worker), uint64(d.Rollback), uint64(d.Sequence)}
+		for i := range n {
+			if got[i] != n[i] {
+				t.Errorf("%s %s: decoded %v, want %v", row[0], row[1], got, n)
+				break
+			}
+		}
+		id, err := layout.Compose(idmint.IDParts{Tick: n[2], Datacenter: uint32(n[3]), Worker: uint32(n[4]), Rollback: uint32(n[5]), Sequence: uint32(n[6])})
+		if err != nil || uint64(id) != n[0] {
+			t.Errorf("%s: compose gave %d (%v), want %d", row[0], id, err, n[0])
+		}
+	}
 }
 
 type cliDecoded struct {
@@ -41,7 +95,7 @@ type cliDecoded struct {
 
 func TestDecodeAgreesWithIdmintDecode(t *testing.T) {
 	bin := idmintBin(t)
-	for _, text := range layouts {
+	for _, text := range vectorLayouts(t) {
 		t.Run(text, func(t *testing.T) {
 			layout, err := idmint.ParseLayout(text)
 			if err != nil {

@@ -5,24 +5,48 @@
 
 const assert = require('node:assert/strict')
 const { execFileSync } = require('node:child_process')
+const fs = require('node:fs')
+const path = require('node:path')
 const { test } = require('node:test')
 
 const { Generator, Layout } = require('..')
 const h = require('./helpers')
 
-// Every preset, with an epoch moved where the preset has run out already
-// (uid-generator's default ran out on 2024-11-20), and a custom layout.
-const LAYOUTS = [
-  'twitter',
-  'leaf',
-  'baidu,epoch=2024-01-01',
-  'sonyflake',
-  'discord',
-  'instagram',
-  'js53',
-  'tso',
-  'time=39,unit=10ms,epoch=2024-01-01,worker=16,sequence=8',
-]
+// The one file of layout test vectors every binding reads (generated from
+// the Rust core): each row an ID and the parts and time it decodes into.
+const VECTORS = fs
+  .readFileSync(path.join(__dirname, '..', '..', 'testdata', 'layout-vectors.tsv'), 'utf8')
+  .split('\n')
+  .filter((line) => line && !line.startsWith('#'))
+  .map((line) => line.split('\t'))
+// Every preset, with an epoch moved where the preset has run out already,
+// and a custom layout: the layouts of the vectors.
+const LAYOUTS = [...new Set(VECTORS.map((row) => row[0]))]
+
+test('decode and compose give the layout vectors', () => {
+  assert.ok(VECTORS.length >= 3 * LAYOUTS.length, `${VECTORS.length} vectors`)
+  for (const [text, id, unixMs, tick, datacenter, worker, rollback, sequence] of VECTORS) {
+    const layout = new Layout(text)
+    const d = layout.decode(BigInt(id))
+    const what = `${text} ${id}`
+    assert.equal(d.id, BigInt(id), what)
+    assert.equal(d.timestampMs, Number(unixMs), what)
+    assert.equal(d.tick, BigInt(tick), what)
+    assert.deepEqual(
+      [d.datacenter, d.worker, d.rollback, d.sequence],
+      [datacenter, worker, rollback, sequence].map(Number),
+      what,
+    )
+    const parts = {
+      tick: BigInt(tick),
+      datacenter: Number(datacenter),
+      worker: Number(worker),
+      rollback: Number(rollback),
+      sequence: Number(sequence),
+    }
+    assert.equal(layout.compose(parts), BigInt(id), what)
+  }
+})
 
 function cliDecode(bin, layout, id) {
   const out = execFileSync(bin, ['decode', '--json', '--layout', layout, String(id)], { encoding: 'utf8' })

@@ -3,6 +3,7 @@ against the `idmint` binary's own decode for every preset."""
 
 import datetime
 import json
+import pathlib
 import subprocess
 
 import idmint
@@ -10,19 +11,41 @@ import pytest
 
 UTC = datetime.timezone.utc
 
-# Every preset, with an epoch moved where the preset has run out already
-# (uid-generator's default ran out on 2024-11-20), and a custom layout.
-LAYOUTS = [
-    "twitter",
-    "leaf",
-    "baidu,epoch=2024-01-01",
-    "sonyflake",
-    "discord",
-    "instagram",
-    "js53",
-    "tso",
-    "time=39,unit=10ms,epoch=2024-01-01,worker=16,sequence=8",
+# The one file of layout test vectors every binding reads (generated from
+# the Rust core): each row an ID and the parts and time it decodes into.
+VECTORS_FILE = pathlib.Path(__file__).resolve().parents[2] / "testdata" / "layout-vectors.tsv"
+VECTORS = [
+    (fields[0], *map(int, fields[1:]))
+    for fields in (
+        line.split("\t") for line in VECTORS_FILE.read_text().splitlines() if line and not line.startswith("#")
+    )
 ]
+# Every preset, with an epoch moved where the preset has run out already,
+# and a custom layout: the layouts of the vectors.
+LAYOUTS = list(dict.fromkeys(row[0] for row in VECTORS))
+
+
+@pytest.mark.parametrize("row", VECTORS, ids=lambda row: f"{row[0]}:{row[1]}")
+def test_decode_and_compose_give_the_vectors(row):
+    text, id, unix_ms, tick, datacenter, worker, rollback, sequence = row
+    layout = idmint.Layout(text)
+    d = layout.decode(id)
+    assert (d.id, d.timestamp_ms, d.tick, d.datacenter, d.worker, d.rollback, d.sequence) == (
+        id,
+        unix_ms,
+        tick,
+        datacenter,
+        worker,
+        rollback,
+        sequence,
+    )
+    parts = dict(tick=tick, datacenter=datacenter, worker=worker, rollback=rollback, sequence=sequence)
+    assert layout.compose(**parts) == id
+
+
+def test_the_vectors_cover_every_preset():
+    assert len(VECTORS) >= 3 * len(LAYOUTS)
+    assert {"twitter", "leaf", "sonyflake", "discord", "instagram", "js53", "tso"} <= set(LAYOUTS)
 
 
 def cli_decode(idmint_bin, layout, id):

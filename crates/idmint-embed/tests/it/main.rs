@@ -9,6 +9,7 @@
 
 mod error_codes;
 mod generator;
+mod layout_vectors;
 mod segments;
 mod support;
 mod workers;

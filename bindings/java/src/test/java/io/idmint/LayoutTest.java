@@ -4,6 +4,9 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
@@ -12,7 +15,7 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.ValueSource;
+import org.junit.jupiter.params.provider.MethodSource;
 
 /**
  * Layouts: the text form, decode, compose and the run-out instant, checked
@@ -20,21 +23,51 @@ import org.junit.jupiter.params.provider.ValueSource;
  */
 class LayoutTest {
     /**
-     * Every preset, with an epoch moved where the preset has run out already
-     * (uid-generator's default ran out on 2024-11-20), and a custom layout.
+     * The one file of layout test vectors every binding reads (generated
+     * from the Rust core): each row an ID and the parts and time it decodes
+     * into, as text fields.
      */
+    static List<String[]> vectors() throws IOException {
+        Path file = Path.of(System.getProperty("idmint.repo", "."), "bindings", "testdata", "layout-vectors.tsv");
+        List<String[]> rows = new ArrayList<>();
+        for (String line : Files.readAllLines(file)) {
+            if (!line.isEmpty() && !line.startsWith("#")) {
+                rows.add(line.split("\t"));
+            }
+        }
+        return rows;
+    }
+
+    /**
+     * Every preset, with an epoch moved where the preset has run out already,
+     * and a custom layout: the layouts of the vectors.
+     */
+    static List<String> layouts() throws IOException {
+        return vectors().stream().map(row -> row[0]).distinct().toList();
+    }
+
+    @Test
+    void decodeAndComposeGiveTheLayoutVectors() throws IOException {
+        List<String[]> rows = vectors();
+        assertTrue(rows.size() >= 3 * layouts().size(), rows.size() + " vectors");
+        for (String[] row : rows) {
+            Layout layout = Layout.parse(row[0]);
+            long id = Long.parseLong(row[1]);
+            String what = row[0] + " " + row[1];
+            Decoded d = layout.decode(id);
+            assertEquals(id, d.id(), what);
+            assertEquals(Long.parseLong(row[2]), d.time().toEpochMilli(), what);
+            assertEquals(Long.parseLong(row[3]), d.tick(), what);
+            assertEquals(Integer.parseInt(row[4]), d.datacenter(), what);
+            assertEquals(Integer.parseInt(row[5]), d.worker(), what);
+            assertEquals(Integer.parseInt(row[6]), d.rollback(), what);
+            assertEquals(Integer.parseInt(row[7]), d.sequence(), what);
+            assertEquals(id, layout.compose(d.tick(), d.datacenter(), d.worker(), d.rollback(), d.sequence()), what);
+        }
+    }
+
     @ParameterizedTest
-    @ValueSource(strings = {
-        "twitter",
-        "leaf",
-        "baidu,epoch=2024-01-01",
-        "sonyflake",
-        "discord",
-        "instagram",
-        "js53",
-        "tso",
-        "time=39,unit=10ms,epoch=2024-01-01,worker=16,sequence=8",
-    })
+    @MethodSource("layouts")
     void decodeAgreesWithIdmintDecode(String text) throws Exception {
         Layout layout = Layout.parse(text);
         int worker = layout.workers() == 1 ? 0 : 1; // tso has no node field
