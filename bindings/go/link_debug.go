@@ -6,5 +6,5 @@ package idmint
 // makes with the dev profile (scripts/go-binding's tests use it: the
 // dependencies are then the ones `cargo test` compiled already).
 
-// #cgo LDFLAGS: ${SRCDIR}/../../target/debug/libidmint_ffi.a -lgcc_s -lutil -lrt -lpthread -lm -ldl
+// #cgo linux LDFLAGS: ${SRCDIR}/../../target/debug/libidmint_ffi.a -lgcc_s -lutil -lrt -lpthread -lm -ldl
 import "C"

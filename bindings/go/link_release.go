@@ -5,5 +5,5 @@ package idmint
 // The static library `cargo build --release -p idmint-ffi` makes, in the
 // workspace's target/ (the README's build step).
 
-// #cgo LDFLAGS: ${SRCDIR}/../../target/release/libidmint_ffi.a -lgcc_s -lutil -lrt -lpthread -lm -ldl
+// #cgo linux LDFLAGS: ${SRCDIR}/../../target/release/libidmint_ffi.a -lgcc_s -lutil -lrt -lpthread -lm -ldl
 import "C"
