@@ -50,7 +50,7 @@ impl Dialect {
             Ok(Dialect::Sqlite)
         } else {
             Err(Error::InvalidUrl {
-                url: crate::redact_url(url),
+                url: crate::redact::redact_url(url),
                 reason: "unsupported scheme; expected postgres://, mysql://, mariadb:// or \
                          sqlite://"
                     .to_owned(),

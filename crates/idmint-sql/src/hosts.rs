@@ -80,7 +80,7 @@ impl HostUrl {
     /// `primary` (or on MySQL, which has none), or the parameter given twice.
     pub(crate) fn parse(url: &str, dialect: Dialect) -> Result<HostUrl> {
         let bad = |reason: String| Error::InvalidUrl {
-            url: crate::redact_url(url),
+            url: crate::redact::redact_url(url),
             reason,
         };
         let (scheme, rest) = url

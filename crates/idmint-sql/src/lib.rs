@@ -65,13 +65,15 @@ mod failover;
 mod hosts;
 mod ident;
 pub mod migrate;
+mod redact;
 mod retry;
 
-pub use database::{Bind, ConnectOptions, Database, Pool, redact_url, survey};
+pub use database::{Bind, ConnectOptions, Database, Pool, survey};
 pub use dialect::Dialect;
 pub use error::{Error, Result};
 pub use failover::{HostReport, HostRole, Replication};
 pub use hosts::url_hosts;
 pub use ident::Identifier;
 pub use migrate::{AppliedMigration, MIGRATIONS_TABLE, Migration, MigrationReport, MigrationSet};
+pub use redact::redact_url;
 pub use retry::{RetryPolicy, is_retryable, is_unique_violation};
