@@ -4,7 +4,20 @@ import datetime
 import os
 import weakref
 from types import TracebackType
-from typing import Optional, TypedDict, Union
+from typing import Optional, TypedDict, Union, final
+
+__all__ = [
+    "IdmintError",
+    "Layout",
+    "Decoded",
+    "Generator",
+    "Segments",
+    "PublicIds",
+    "_after_fork_in_child",
+    "MAX_BATCH",
+    "DEFAULT_MAX_COUNT",
+    "_open",
+]
 
 _Path = Union[str, "os.PathLike[str]"]
 
@@ -19,6 +32,7 @@ class IdmintError(Exception):
     retry_after: Optional[float]
     """Seconds to wait before a retry may succeed, or None."""
 
+@final
 class Decoded:
     """An ID taken apart by `Layout.decode`."""
 
@@ -41,10 +55,11 @@ class Decoded:
     @property
     def sequence(self) -> int: ...
 
+@final
 class Layout:
     """A layout from its text form: `Layout("twitter")`, `Layout("baidu,epoch=2024-01-01")`."""
 
-    def __init__(self, text: str) -> None: ...
+    def __new__(cls, text: str) -> "Layout": ...
     def decode(self, id: int) -> Decoded: ...
     def compose(
         self,
@@ -71,12 +86,15 @@ class _Status(TypedDict):
     lease: str
     not_ready: Optional[str]
 
+@final
 class Generator:
-    """Snowflake IDs: a fixed worker, or `Generator.from_config(path)`."""
+    """Snowflake IDs: a fixed worker, or `Generator.from_config(path)`.
 
-    def __init__(
-        self,
-        layout: Union[str, Layout] = "twitter",
+    `layout` None (the default) is `"twitter"`."""
+
+    def __new__(
+        cls,
+        layout: Union[str, Layout, None] = None,
         worker: int = 0,
         *,
         datacenter: int = 0,
@@ -84,7 +102,7 @@ class Generator:
         sequence_exhausted: Optional[str] = None,
         sequence_start: Optional[str] = None,
         wall_clock: bool = False,
-    ) -> None: ...
+    ) -> "Generator": ...
     @staticmethod
     def from_config(path: _Path) -> "Generator": ...
     def next_id(self) -> int: ...
@@ -103,6 +121,7 @@ class Generator:
         tb: Optional[TracebackType],
     ) -> bool: ...
 
+@final
 class Segments:
     """Segment keys from the `[segment]` store of a config."""
 
@@ -122,18 +141,19 @@ class Segments:
         tb: Optional[TracebackType],
     ) -> bool: ...
 
+@final
 class PublicIds:
     """Keyed, reversible obfuscation and the text forms of public IDs."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         key: str,
         *,
         bits: int = 63,
         key_id_bits: int = 0,
         active_key: Optional[int] = None,
         format: str = "dec",
-    ) -> None: ...
+    ) -> "PublicIds": ...
     @staticmethod
     def from_config(path: _Path) -> "PublicIds": ...
     def obfuscate(self, id: int) -> int: ...
