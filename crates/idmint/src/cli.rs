@@ -3,6 +3,7 @@
 //! stdout, and returns `anyhow::Result`; printing errors is `main`'s job.
 
 mod bench;
+mod completions;
 mod config;
 mod decode;
 mod fleet;
@@ -70,6 +71,12 @@ enum Command {
     ///
     /// `idmint bench fleet` measures a fleet of nodes on a coordinator instead.
     Bench(BenchCommand),
+    /// Print a shell completion script, e.g. `idmint completions bash >
+    /// /etc/bash_completion.d/idmint`.
+    Completions(completions::CompletionsArgs),
+    /// Write the man pages into a directory (scripts/dist ships them).
+    #[command(hide = true)]
+    Man(completions::ManArgs),
 }
 
 /// `idmint bench`: the load generator, or `bench fleet`.
@@ -109,6 +116,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             BenchFleet::Fleet(args) => fleet::run(args),
         },
         Command::Bench(BenchCommand { load, .. }) => bench::run(load),
+        Command::Completions(args) => completions::completions(args),
+        Command::Man(args) => completions::man(args),
     }
 }
 

@@ -7,6 +7,7 @@ mod bad_input;
 mod bench;
 mod bench_fleet;
 mod client;
+mod completions;
 mod config;
 mod decode;
 mod generate;
