@@ -720,6 +720,8 @@ impl WorkerKeeper {
             claim: Some(claim),
             generator: est.generator,
             persisted: est.persisted,
+            attempted: est.persisted,
+            regain: false,
             next_report: now + ctx.config.report_interval,
             retry_at: now,
             failures: 0,
@@ -1180,6 +1182,16 @@ struct Task {
     lease: Option<Lease>,
     generator: Arc<Snowflake>,
     persisted: Timestamp,
+    /// The highest mark this holding asked the registry to persist, acknowledged
+    /// or not (a write whose answer was lost may have landed): what a
+    /// registration in a new epoch raises the stored mark to, and checks it
+    /// against ([`WorkerRegistry::register_again`]).
+    attempted: Timestamp,
+    /// The registry refused the claim (a new epoch) while the lease was still
+    /// valid by this node's clock, and registering it again failed on a
+    /// transient error: try that again, not a renewal, until the lease's
+    /// fence.
+    regain: bool,
     next_renew: Option<Instant>,
     next_report: Instant,
     /// After a failed persist or claim, no new attempt before this (nudges from
@@ -1356,6 +1368,19 @@ impl Task {
     async fn renew_if_due(&mut self, claim: &Claim, mono: Instant, fence: Fence) -> bool {
         let expired = fence.expired;
         let renew_due = self.next_renew.is_some_and(|r| mono >= r) || fence.newly_expired;
+        if self.regain {
+            if expired {
+                // The lease ran out by this node's clock before the new
+                // epoch took the claim: another node may take the worker
+                // once the hold ends, so the claim is gone for good.
+                self.lose();
+                return false;
+            }
+            if renew_due {
+                return self.register_again(claim).await;
+            }
+            return false;
+        }
         if !renew_due {
             return !expired;
         }
@@ -1373,8 +1398,11 @@ impl Task {
             }
             Err(e @ RegistryError::LeaseLost { .. }) => {
                 self.set_error(&e);
-                self.lose();
-                false
+                if expired {
+                    self.lose();
+                    return false;
+                }
+                self.register_again(claim).await
             }
             Err(e) => {
                 self.set_error(&e);
@@ -1435,6 +1463,7 @@ impl Task {
             return;
         }
         let persist = target.max(self.persisted);
+        self.attempted = self.attempted.max(persist);
         let tried = tokio::time::Instant::now();
         match self
             .ctx
@@ -1461,7 +1490,11 @@ impl Task {
             }
             Err(e @ RegistryError::LeaseLost { .. }) => {
                 self.set_error(&e);
-                self.lose();
+                if self.lease_valid(mono_now()) {
+                    self.register_again(claim).await;
+                } else {
+                    self.lose();
+                }
             }
             Err(e) if !self.ctx.reassigns && e.is_transient() => {
                 // The generator already issues up to the mark kept locally
@@ -1493,8 +1526,106 @@ impl Task {
         }
     }
 
+    /// Whether the lease is valid by this node's own monotonic clock at
+    /// `mono`: before its end minus the margin (always, without a lease
+    /// that fences).
+    fn lease_valid(&self, mono: Instant) -> bool {
+        self.ctx.fenced(self.lease).is_none_or(|l| {
+            l.valid_until
+                .checked_sub(self.ctx.config.lease_margin)
+                .is_some_and(|fence| mono < fence)
+        })
+    }
+
+    /// The registry refused the claim (`LeaseLost`) while its lease is still
+    /// valid by this node's clock: registers it again in the registry's new
+    /// epoch ([`WorkerRegistry::register_again`]), keeping the worker ID and
+    /// the generator. Returns whether the step goes on to the mark.
+    ///
+    /// Why issuing may go on meanwhile, and after, with the same generator:
+    /// - **Nobody else holds the worker yet.** A registry that forgot begins
+    ///   a new epoch whose claims are held for the lease TTL plus the mark
+    ///   window; registration again is the only way into a held worker, and
+    ///   only the holding whose lease is still valid by its own clock asks
+    ///   for it (this one: a lease is exclusive, and `valid_until` errs
+    ///   early). So until this node's fence, which comes before the hold
+    ///   ends, no other node can be issuing with this worker ID.
+    /// - **Nothing issued is below the next holder's start.** Every ID this
+    ///   generator issued is at or below a mark it persisted (persist, then
+    ///   allow), so at or below `attempted`, and the registration raises the
+    ///   new epoch's stored mark to `attempted` before it grants anything:
+    ///   the next holder of the worker starts above it, even if the new
+    ///   epoch's store had lost every mark this holding wrote.
+    /// - **Only while no one else came between.** The registry grants it
+    ///   only when the claim is from an earlier epoch, the worker is free or
+    ///   still this claim's, and its stored mark is not above `attempted`
+    ///   (a higher one was written by another holding, whose IDs may be
+    ///   above this generator's); anything else is `LeaseLost`, and this
+    ///   node fences as before.
+    /// - **The fence still holds.** Until the registration succeeds, the
+    ///   mark is not persisted further and the lease is not renewed, so the
+    ///   generator stops at its mark, and at the old lease's fence at the
+    ///   latest (then the claim is lost and claimed anew, after the hold).
+    async fn register_again(&mut self, claim: &Claim) -> bool {
+        let tried = tokio::time::Instant::now();
+        let result = self
+            .ctx
+            .call(
+                "register again",
+                self.ctx
+                    .registry
+                    .register_again(&self.ctx.node, claim, self.attempted),
+            )
+            .await;
+        let mono = mono_now();
+        match result {
+            Ok(again) => {
+                self.regain = false;
+                self.call_failures = 0;
+                self.lease = again.lease;
+                self.next_renew = again.lease.map(|l| mono + renew_every(&l));
+                self.persisted = self.persisted.max(self.attempted);
+                tracing::info!(
+                    worker = again.worker,
+                    "worker registered again in the registry's new epoch; issuing goes on"
+                );
+                self.claim = Some(again);
+                self.set_state(LeaseState::Held);
+                let mut s = self.shared.status();
+                s.persisted = Some(self.persisted);
+                s.last_error = None;
+                true
+            }
+            Err(e)
+                if self.lease_valid(mono)
+                    && (e.is_transient() || matches!(e, RegistryError::Backend { .. })) =>
+            {
+                // Tried again until the lease's fence; meanwhile the
+                // generator issues up to its mark, no further.
+                self.set_error(&e);
+                self.regain = true;
+                let left = self.lease.and_then(|l| {
+                    l.valid_until
+                        .checked_sub(self.ctx.config.lease_margin)
+                        .map(|fence| fence.saturating_duration_since(mono))
+                });
+                self.next_renew = Some(mono + self.retry_pause(&e, tried.elapsed(), left));
+                self.set_state(LeaseState::Renewing);
+                false
+            }
+            Err(e) => {
+                if !matches!(e, RegistryError::Unsupported { .. }) {
+                    self.set_error(&e);
+                }
+                self.lose();
+                false
+            }
+        }
+    }
+
     /// The registry says the claim is gone: stop issuing, claim again next.
     fn lose(&mut self) {
+        self.regain = false;
         self.generator.retract_mark(Timestamp::MIN);
         self.claim = None;
         self.lease = None;
@@ -1540,6 +1671,7 @@ impl Task {
             Ok(est) => {
                 self.generator = est.generator.clone();
                 self.persisted = est.persisted;
+                self.attempted = est.persisted;
                 let mono = mono_now();
                 self.lease = claim.lease;
                 self.next_renew = claim.lease.map(|l| mono + renew_every(&l));

@@ -772,6 +772,18 @@ impl WorkerRegistry for SqlRegistry {
         self.protocol().renew(claim).await
     }
 
+    /// Lease mode only: the disposable modes' worker IDs are never given to
+    /// another node, so their holders never fence on an epoch (they fence
+    /// on nothing, see [`WorkerRegistry::reassigns_workers`]).
+    async fn register_again(
+        &self,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+    ) -> Result<Claim> {
+        self.protocol().register_again(node, claim, mark).await
+    }
+
     async fn persist_mark(
         &self,
         claim: &Claim,
