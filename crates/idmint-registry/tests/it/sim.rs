@@ -289,6 +289,10 @@ fn add(total: &mut Stats, s: &Stats) {
         a.lease_lost += b.lease_lost;
         a.clean_stops += b.clean_stops;
         a.claims_after_clean_stop += b.claims_after_clean_stop;
+        a.failovers += b.failovers;
+        a.held += b.held;
+        a.registered_again += b.registered_again;
+        a.register_refused += b.register_refused;
     };
     sum(&mut total.workers, &s.workers);
     sum(&mut total.oracle, &s.oracle);
@@ -319,6 +323,9 @@ fn exercised(t: &Stats) {
             t.workers.claims_after_clean_stop,
         ),
         ("lost oracle leases", t.oracle.lease_lost),
+        ("failovers to a stale replica", t.workers.failovers),
+        ("claims held by a new epoch", t.workers.held),
+        ("holders registered again", t.workers.registered_again),
     ] {
         if n == 0 {
             missing.push(what);
@@ -333,6 +340,7 @@ fn exercised(t: &Stats) {
         "link down",
         "blackhole",
         "restart behind",
+        "failover to a stale replica",
     ] {
         if !t.faults.contains_key(kind) {
             missing.push(kind);
