@@ -1011,6 +1011,7 @@ async fn promoted_through_a_host_list(service: Service) {
     tokio::task::block_in_place(|| db.action(promote));
     let promoted_in = promoting.elapsed();
     let promoted = Instant::now();
+    let promoted_at = jiff::Timestamp::now();
 
     // A node connecting now, through the same URL, reaches the new primary
     // and finds the change of server, as through a one-host URL.
@@ -1040,13 +1041,21 @@ async fn promoted_through_a_host_list(service: Service) {
     let waited = promoted.elapsed();
     assert!(waited >= Duration::from_millis(500), "no hold: {waited:?}");
     let newcomer_ids = Issuer::start(newcomer.handle().clone());
-    // The holder fences, waits out the hold and claims again on the new
-    // primary, through the pool it had before the promotion.
+    // The holder goes on on the new primary, through the pool it had before
+    // the promotion: it registers its worker again in the new epoch (its
+    // lease still valid when it finds the change), or fences and claims
+    // again after the hold (its 1 s lease ran out first). Either way it
+    // persists marks there: later than any it persisted before.
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !(held.status().is_ready() && held.status().generation > 1) {
+    let on_new_primary = |s: &WorkerStatus| {
+        s.is_ready()
+            && s.persisted_mark
+                .is_some_and(|m| m > promoted_at + jiff::SignedDuration::from_secs(1))
+    };
+    while !on_new_primary(&held.status()) {
         assert!(
             Instant::now() < deadline,
-            "the holder did not claim again on the new primary: {:?}",
+            "the holder did not go on on the new primary: {:?}",
             held.status()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1085,8 +1094,13 @@ async fn promoted_through_a_host_list(service: Service) {
     eprintln!(
         "{} promotion through a host list: the script took {promoted_in:?}; the identity went \
          {before} → {after}; the newcomer waited {waited:?}; the holder's longest pause was \
-         {gap:?} (lease TTL 1 s + window 500 ms); {} + {} IDs, none twice",
+         {gap:?} (lease TTL 1 s + window 500 ms), {}; {} + {} IDs, none twice",
         db.name(),
+        if held.status().generation == 1 {
+            "its worker registered again"
+        } else {
+            "claimed again after the hold"
+        },
         old.len(),
         new.len()
     );
