@@ -91,6 +91,15 @@ const PACE: u32 = 4;
 /// (see [`Ctx::claim_and_establish`]).
 const CROWD_WAIT: u32 = 4;
 
+/// How often, about, a running node asks again a coordinator it could not
+/// reach ([`RegistryError::Unavailable`]: nothing listening, a broken
+/// connection, no connection made within the call), jittered ±50 %
+/// ([`Ctx::probe_pause`]). Such a try costs the coordinator nothing (it is
+/// down, or a member that can't serve), so a node that stopped at its mark
+/// finds it back within about this long; a busy coordinator answers slowly
+/// or times out instead, and is paced and backed off as before.
+const PROBE: Duration = Duration::from_millis(500);
+
 /// How the keeper runs: windows, intervals, thresholds and timeouts.
 ///
 /// Builder-lite: [`KeeperConfig::new`] gives the defaults, `with_*` change one.
@@ -767,11 +776,23 @@ fn mono_now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-/// `at` as nanoseconds since the first call in this process (saturating at
-/// 0 before it), so a fence fits one atomic.
+/// `at` as nanoseconds since a base an hour before the first call in this
+/// process (saturating at 0 before it), so a fence fits one atomic.
+///
+/// The base is taken from the real clock, an hour back (or as far back as
+/// the clock goes): a tokio runtime whose paused clock had run ahead of
+/// real time used to set it, and another runtime's fences, earlier than
+/// that, then read as 0, a fence that never passes (a test of the oracle's
+/// fence failed when it ran after such a test in one process).
 fn mono_nanos(at: Instant) -> u64 {
     static BASE: OnceLock<Instant> = OnceLock::new();
-    let base = *BASE.get_or_init(mono_now);
+    let base = *BASE.get_or_init(|| {
+        let now = Instant::now();
+        [3600, 60, 1]
+            .into_iter()
+            .find_map(|s| now.checked_sub(Duration::from_secs(s)))
+            .unwrap_or(now)
+    });
     u64::try_from(at.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -865,6 +886,18 @@ impl Ctx {
     /// again.
     fn paced(pause: Duration, took: Duration) -> Duration {
         pause.max(took.saturating_mul(PACE))
+    }
+
+    /// The pause before a running node asks again a coordinator it could
+    /// not reach: [`PROBE`] (at least a check interval), spread ±50 % by a
+    /// hash of the node and the retry's number, so a fleet that lost its
+    /// coordinator together does not come back to it in step.
+    fn probe_pause(&self) -> Duration {
+        jittered(
+            PROBE.max(self.config.check_interval),
+            &self.node,
+            self.retries.fetch_add(1, Ordering::Relaxed),
+        )
     }
 
     /// How long a failed try that ended in `error` took, as [`Ctx::paced`]
@@ -1297,7 +1330,10 @@ impl Task {
     /// The first retry after [`RegistryError::Unavailable`] comes at the
     /// next check: the registry already moved to another member (etcd), or
     /// the call failed at once, so asking again costs nothing and a node
-    /// whose mark is near is back within a check interval.
+    /// whose mark is near is back within a check interval. Later ones come
+    /// about every [`PROBE`] (jittered), neither doubled nor paced: a
+    /// coordinator that can't be reached costs nothing to ask, and a node
+    /// stopped at its mark resumes within about that long of its return.
     fn retry_pause(
         &mut self,
         error: &RegistryError,
@@ -1305,8 +1341,12 @@ impl Task {
         left: Option<Duration>,
     ) -> Duration {
         self.call_failures += 1;
-        if self.call_failures == 1 && matches!(error, RegistryError::Unavailable { .. }) {
-            return self.ctx.config.check_interval;
+        if matches!(error, RegistryError::Unavailable { .. }) {
+            return if self.call_failures == 1 {
+                self.ctx.config.check_interval
+            } else {
+                self.ctx.probe_pause()
+            };
         }
         let took = Ctx::took(error, took);
         match left {
@@ -1630,7 +1670,14 @@ impl Task {
         self.claim = None;
         self.lease = None;
         self.next_renew = None;
-        self.retry_at = mono_now() + self.retry_after();
+        // Soon (every ID is refused meanwhile), jittered so that nodes that
+        // lost their leases together don't claim again in step.
+        self.retry_at = mono_now()
+            + jittered(
+                self.ctx.config.check_interval,
+                &self.ctx.node,
+                self.ctx.retries.fetch_add(1, Ordering::Relaxed),
+            );
         self.set_state(LeaseState::Lost);
     }
 
@@ -1650,10 +1697,12 @@ impl Task {
                     RegistryError::Held { retry_after, .. } => {
                         (*retry_after + Duration::from_millis(20)).max(self.retry_after())
                     }
+                    // A coordinator that can't be reached: ask again soon
+                    // (jittered), as a renewal does; a lost lease is a
+                    // node that refuses every ID until this succeeds.
+                    RegistryError::Unavailable { .. } => self.ctx.probe_pause(),
                     // A slow or failing coordinator: back off, doubling.
-                    RegistryError::Timeout { .. }
-                    | RegistryError::Unavailable { .. }
-                    | RegistryError::Backend { .. } => {
+                    RegistryError::Timeout { .. } | RegistryError::Backend { .. } => {
                         self.failures += 1;
                         let took = Ctx::took(&e, tried.elapsed());
                         Ctx::paced(self.ctx.backoff_after(self.failures, &e), took)
