@@ -432,6 +432,24 @@ fn the_checker_catches_a_worker_registry_that_does_not_fence() {
     );
 }
 
+/// Issue 32: after a failover to a stale replica, live holders register
+/// their workers again and issue on; only the hold keeps every other node
+/// off the workers not registered again yet. A registry that lets claims
+/// through during the hold hands such a worker out from the rolled-back
+/// marks while its holder still issues: the checker sees two holdings of
+/// one worker interleave.
+#[test]
+fn the_checker_catches_claims_that_do_not_wait_for_registration_again() {
+    let (seed, v) = caught(Flaw::NoHold, Target::Workers)
+        .expect("a seed of 1..=48 caught claims that ignore a new epoch's hold");
+    eprintln!("no hold: seed {seed}: {v}");
+    assert!(v.worker.is_some(), "seed {seed}: {v}");
+    assert!(
+        v.message.contains("interleave") || v.message.contains("twice"),
+        "{v}"
+    );
+}
+
 /// The pause model itself: a node stopped (not driven) past its lease, whose
 /// worker another node then claims, is continued; before its keeper's task
 /// runs (its status still says the lease is held), the generator refuses on
