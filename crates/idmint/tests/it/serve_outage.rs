@@ -371,7 +371,10 @@ fn lease_lost_then_back(service: Service, registry: impl Fn(&str) -> String) {
             .iter()
             .filter(|a| a.status == StatusCode::OK)
             .count();
-    assert!(!lost.is_empty(), "{name}: {log}");
+    // A node that asks again soon enough may renew before its lease's
+    // fence (a short outage): then its store was failing, and it says so.
+    let failing = lines_with(&log, "worker store failing").len();
+    assert!(!lost.is_empty() || failing > 0, "{name}: {log}");
     // The keeper retries (and says so) a few times a second while down;
     // a line per refused request would be hundreds a second.
     let outage = (ready_again.at - stopping).as_secs_f64();
