@@ -93,9 +93,15 @@
 //!   ends no later than one TTL after its last renewal), and every clock has
 //!   passed what it persisted (a mark leads its node's clock by at most the
 //!   window, or what the lease has left).
-//! - **Holders fence at once.** A renewal that finds another server, or a
-//!   script that finds another epoch than its token's, fails with
-//!   `LeaseLost`: the keeper stops issuing at once and claims again (held).
+//! - **Holders fence at once, or register again.** A renewal that finds
+//!   another server, or a script that finds another epoch than its token's,
+//!   fails with `LeaseLost`. A holder whose lease is still valid by its own
+//!   clock then registers its worker again in the new epoch
+//!   ([`WorkerRegistry::register_again`], one script: the worker free or
+//!   still its token's, no higher mark stored; the mark raised to the
+//!   holder's) and issues on; the hold applies to every other claim, so no
+//!   one else can have taken the worker meanwhile. Any other holder stops
+//!   issuing at once and claims again (held).
 //! - **The floor.** Before it reports the loss, the holder raises the new
 //!   epoch's `floor` to the highest mark it ever persisted; every claim
 //!   returns the higher of the worker's mark and the floor. So the next

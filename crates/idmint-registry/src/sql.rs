@@ -132,7 +132,12 @@
 //!   a failover, and a holder fences at its next renewal or mark, with no
 //!   extra round trip: such a statement changes nothing, the registry reads
 //!   why, and answers [`RegistryError::LeaseLost`] naming it (`the registry's
-//!   epoch changed (…)`).
+//!   epoch changed (…)`). In lease mode a holder whose lease is still valid
+//!   by its own clock then registers its worker again
+//!   ([`WorkerRegistry::register_again`]: one statement with the renewals'
+//!   epoch condition, not the hold's, takes the row if it is free or still
+//!   the old token's and holds no higher mark, raising the mark to the
+//!   holder's; another creates it if the database lost it) and issues on.
 //! - **The floor.** Before it reports that loss, the holder raises the new
 //!   epoch's floor to the highest mark this registry ever persisted (best
 //!   effort); every claim returns the higher of its worker's mark and the
