@@ -1438,7 +1438,9 @@ impl Task {
             }
             Err(e @ RegistryError::LeaseLost { .. }) => {
                 self.set_error(&e);
-                if expired {
+                // Valid now, not only when the renewal was sent: it may
+                // have taken up to the call timeout.
+                if expired || !self.lease_valid(mono_now()) {
                     self.lose();
                     return false;
                 }
