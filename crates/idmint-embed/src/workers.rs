@@ -451,6 +451,16 @@ impl WorkerRegistry for CheckedRegistry {
         self.inner.renew(claim).await
     }
 
+    /// Forwarded: the same worker, already admitted, kept in a new epoch.
+    async fn register_again(
+        &self,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+    ) -> Result<Claim, RegistryError> {
+        self.inner.register_again(node, claim, mark).await
+    }
+
     async fn persist_mark(
         &self,
         claim: &Claim,

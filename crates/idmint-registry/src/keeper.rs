@@ -91,6 +91,15 @@ const PACE: u32 = 4;
 /// (see [`Ctx::claim_and_establish`]).
 const CROWD_WAIT: u32 = 4;
 
+/// How often, about, a running node asks again a coordinator it could not
+/// reach ([`RegistryError::Unavailable`]: nothing listening, a broken
+/// connection, no connection made within the call), jittered ±50 %
+/// ([`Ctx::probe_pause`]). Such a try costs the coordinator nothing (it is
+/// down, or a member that can't serve), so a node that stopped at its mark
+/// finds it back within about this long; a busy coordinator answers slowly
+/// or times out instead, and is paced and backed off as before.
+const PROBE: Duration = Duration::from_millis(500);
+
 /// How the keeper runs: windows, intervals, thresholds and timeouts.
 ///
 /// Builder-lite: [`KeeperConfig::new`] gives the defaults, `with_*` change one.
@@ -720,6 +729,8 @@ impl WorkerKeeper {
             claim: Some(claim),
             generator: est.generator,
             persisted: est.persisted,
+            attempted: est.persisted,
+            regain: false,
             next_report: now + ctx.config.report_interval,
             retry_at: now,
             failures: 0,
@@ -765,11 +776,23 @@ fn mono_now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-/// `at` as nanoseconds since the first call in this process (saturating at
-/// 0 before it), so a fence fits one atomic.
+/// `at` as nanoseconds since a base an hour before the first call in this
+/// process (saturating at 0 before it), so a fence fits one atomic.
+///
+/// The base is taken from the real clock, an hour back (or as far back as
+/// the clock goes): a tokio runtime whose paused clock had run ahead of
+/// real time used to set it, and another runtime's fences, earlier than
+/// that, then read as 0, a fence that never passes (a test of the oracle's
+/// fence failed when it ran after such a test in one process).
 fn mono_nanos(at: Instant) -> u64 {
     static BASE: OnceLock<Instant> = OnceLock::new();
-    let base = *BASE.get_or_init(mono_now);
+    let base = *BASE.get_or_init(|| {
+        let now = Instant::now();
+        [3600, 60, 1]
+            .into_iter()
+            .find_map(|s| now.checked_sub(Duration::from_secs(s)))
+            .unwrap_or(now)
+    });
     u64::try_from(at.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -863,6 +886,18 @@ impl Ctx {
     /// again.
     fn paced(pause: Duration, took: Duration) -> Duration {
         pause.max(took.saturating_mul(PACE))
+    }
+
+    /// The pause before a running node asks again a coordinator it could
+    /// not reach: [`PROBE`] (at least a check interval), spread ±50 % by a
+    /// hash of the node and the retry's number, so a fleet that lost its
+    /// coordinator together does not come back to it in step.
+    fn probe_pause(&self) -> Duration {
+        jittered(
+            PROBE.max(self.config.check_interval),
+            &self.node,
+            self.retries.fetch_add(1, Ordering::Relaxed),
+        )
     }
 
     /// How long a failed try that ended in `error` took, as [`Ctx::paced`]
@@ -1180,6 +1215,16 @@ struct Task {
     lease: Option<Lease>,
     generator: Arc<Snowflake>,
     persisted: Timestamp,
+    /// The highest mark this holding asked the registry to persist, acknowledged
+    /// or not (a write whose answer was lost may have landed): what a
+    /// registration in a new epoch raises the stored mark to, and checks it
+    /// against ([`WorkerRegistry::register_again`]).
+    attempted: Timestamp,
+    /// The registry refused the claim (a new epoch) while the lease was still
+    /// valid by this node's clock, and registering it again failed on a
+    /// transient error: try that again, not a renewal, until the lease's
+    /// fence.
+    regain: bool,
     next_renew: Option<Instant>,
     next_report: Instant,
     /// After a failed persist or claim, no new attempt before this (nudges from
@@ -1285,7 +1330,10 @@ impl Task {
     /// The first retry after [`RegistryError::Unavailable`] comes at the
     /// next check: the registry already moved to another member (etcd), or
     /// the call failed at once, so asking again costs nothing and a node
-    /// whose mark is near is back within a check interval.
+    /// whose mark is near is back within a check interval. Later ones come
+    /// about every [`PROBE`] (jittered), neither doubled nor paced: a
+    /// coordinator that can't be reached costs nothing to ask, and a node
+    /// stopped at its mark resumes within about that long of its return.
     fn retry_pause(
         &mut self,
         error: &RegistryError,
@@ -1293,8 +1341,12 @@ impl Task {
         left: Option<Duration>,
     ) -> Duration {
         self.call_failures += 1;
-        if self.call_failures == 1 && matches!(error, RegistryError::Unavailable { .. }) {
-            return self.ctx.config.check_interval;
+        if matches!(error, RegistryError::Unavailable { .. }) {
+            return if self.call_failures == 1 {
+                self.ctx.config.check_interval
+            } else {
+                self.ctx.probe_pause()
+            };
         }
         let took = Ctx::took(error, took);
         match left {
@@ -1356,6 +1408,19 @@ impl Task {
     async fn renew_if_due(&mut self, claim: &Claim, mono: Instant, fence: Fence) -> bool {
         let expired = fence.expired;
         let renew_due = self.next_renew.is_some_and(|r| mono >= r) || fence.newly_expired;
+        if self.regain {
+            if expired {
+                // The lease ran out by this node's clock before the new
+                // epoch took the claim: another node may take the worker
+                // once the hold ends, so the claim is gone for good.
+                self.lose();
+                return false;
+            }
+            if renew_due {
+                return self.register_again(claim).await;
+            }
+            return false;
+        }
         if !renew_due {
             return !expired;
         }
@@ -1373,8 +1438,13 @@ impl Task {
             }
             Err(e @ RegistryError::LeaseLost { .. }) => {
                 self.set_error(&e);
-                self.lose();
-                false
+                // Valid now, not only when the renewal was sent: it may
+                // have taken up to the call timeout.
+                if expired || !self.lease_valid(mono_now()) {
+                    self.lose();
+                    return false;
+                }
+                self.register_again(claim).await
             }
             Err(e) => {
                 self.set_error(&e);
@@ -1435,6 +1505,7 @@ impl Task {
             return;
         }
         let persist = target.max(self.persisted);
+        self.attempted = self.attempted.max(persist);
         let tried = tokio::time::Instant::now();
         match self
             .ctx
@@ -1461,7 +1532,11 @@ impl Task {
             }
             Err(e @ RegistryError::LeaseLost { .. }) => {
                 self.set_error(&e);
-                self.lose();
+                if self.lease_valid(mono_now()) {
+                    self.register_again(claim).await;
+                } else {
+                    self.lose();
+                }
             }
             Err(e) if !self.ctx.reassigns && e.is_transient() => {
                 // The generator already issues up to the mark kept locally
@@ -1493,13 +1568,118 @@ impl Task {
         }
     }
 
+    /// Whether the lease is valid by this node's own monotonic clock at
+    /// `mono`: before its end minus the margin (always, without a lease
+    /// that fences).
+    fn lease_valid(&self, mono: Instant) -> bool {
+        self.ctx.fenced(self.lease).is_none_or(|l| {
+            l.valid_until
+                .checked_sub(self.ctx.config.lease_margin)
+                .is_some_and(|fence| mono < fence)
+        })
+    }
+
+    /// The registry refused the claim (`LeaseLost`) while its lease is still
+    /// valid by this node's clock: registers it again in the registry's new
+    /// epoch ([`WorkerRegistry::register_again`]), keeping the worker ID and
+    /// the generator. Returns whether the step goes on to the mark.
+    ///
+    /// Why issuing may go on meanwhile, and after, with the same generator:
+    /// - **Nobody else holds the worker yet.** A registry that forgot begins
+    ///   a new epoch whose claims are held for the lease TTL plus the mark
+    ///   window; registration again is the only way into a held worker, and
+    ///   only the holding whose lease is still valid by its own clock asks
+    ///   for it (this one: a lease is exclusive, and `valid_until` errs
+    ///   early). So until this node's fence, which comes before the hold
+    ///   ends, no other node can be issuing with this worker ID.
+    /// - **Nothing issued is below the next holder's start.** Every ID this
+    ///   generator issued is at or below a mark it persisted (persist, then
+    ///   allow), so at or below `attempted`, and the registration raises the
+    ///   new epoch's stored mark to `attempted` before it grants anything:
+    ///   the next holder of the worker starts above it, even if the new
+    ///   epoch's store had lost every mark this holding wrote.
+    /// - **Only while no one else came between.** The registry grants it
+    ///   only when the claim is from an earlier epoch, the worker is free or
+    ///   still this claim's, and its stored mark is not above `attempted`
+    ///   (a higher one was written by another holding, whose IDs may be
+    ///   above this generator's); anything else is `LeaseLost`, and this
+    ///   node fences as before.
+    /// - **The fence still holds.** Until the registration succeeds, the
+    ///   mark is not persisted further and the lease is not renewed, so the
+    ///   generator stops at its mark, and at the old lease's fence at the
+    ///   latest (then the claim is lost and claimed anew, after the hold).
+    async fn register_again(&mut self, claim: &Claim) -> bool {
+        let tried = tokio::time::Instant::now();
+        let result = self
+            .ctx
+            .call(
+                "register again",
+                self.ctx
+                    .registry
+                    .register_again(&self.ctx.node, claim, self.attempted),
+            )
+            .await;
+        let mono = mono_now();
+        match result {
+            Ok(again) => {
+                self.regain = false;
+                self.call_failures = 0;
+                self.lease = again.lease;
+                self.next_renew = again.lease.map(|l| mono + renew_every(&l));
+                self.persisted = self.persisted.max(self.attempted);
+                tracing::info!(
+                    worker = again.worker,
+                    "worker registered again in the registry's new epoch; issuing goes on"
+                );
+                self.claim = Some(again);
+                self.set_state(LeaseState::Held);
+                let mut s = self.shared.status();
+                s.persisted = Some(self.persisted);
+                s.last_error = None;
+                true
+            }
+            Err(e)
+                if self.lease_valid(mono)
+                    && (e.is_transient() || matches!(e, RegistryError::Backend { .. })) =>
+            {
+                // Tried again until the lease's fence; meanwhile the
+                // generator issues up to its mark, no further.
+                self.set_error(&e);
+                self.regain = true;
+                let left = self.lease.and_then(|l| {
+                    l.valid_until
+                        .checked_sub(self.ctx.config.lease_margin)
+                        .map(|fence| fence.saturating_duration_since(mono))
+                });
+                self.next_renew = Some(mono + self.retry_pause(&e, tried.elapsed(), left));
+                self.set_state(LeaseState::Renewing);
+                false
+            }
+            Err(e) => {
+                if !matches!(e, RegistryError::Unsupported { .. }) {
+                    self.set_error(&e);
+                }
+                self.lose();
+                false
+            }
+        }
+    }
+
     /// The registry says the claim is gone: stop issuing, claim again next.
     fn lose(&mut self) {
+        self.regain = false;
         self.generator.retract_mark(Timestamp::MIN);
         self.claim = None;
         self.lease = None;
         self.next_renew = None;
-        self.retry_at = mono_now() + self.retry_after();
+        // Soon (every ID is refused meanwhile), jittered so that nodes that
+        // lost their leases together don't claim again in step.
+        self.retry_at = mono_now()
+            + jittered(
+                self.ctx.config.check_interval,
+                &self.ctx.node,
+                self.ctx.retries.fetch_add(1, Ordering::Relaxed),
+            );
         self.set_state(LeaseState::Lost);
     }
 
@@ -1519,10 +1699,12 @@ impl Task {
                     RegistryError::Held { retry_after, .. } => {
                         (*retry_after + Duration::from_millis(20)).max(self.retry_after())
                     }
+                    // A coordinator that can't be reached: ask again soon
+                    // (jittered), as a renewal does; a lost lease is a
+                    // node that refuses every ID until this succeeds.
+                    RegistryError::Unavailable { .. } => self.ctx.probe_pause(),
                     // A slow or failing coordinator: back off, doubling.
-                    RegistryError::Timeout { .. }
-                    | RegistryError::Unavailable { .. }
-                    | RegistryError::Backend { .. } => {
+                    RegistryError::Timeout { .. } | RegistryError::Backend { .. } => {
                         self.failures += 1;
                         let took = Ctx::took(&e, tried.elapsed());
                         Ctx::paced(self.ctx.backoff_after(self.failures, &e), took)
@@ -1540,6 +1722,7 @@ impl Task {
             Ok(est) => {
                 self.generator = est.generator.clone();
                 self.persisted = est.persisted;
+                self.attempted = est.persisted;
                 let mono = mono_now();
                 self.lease = claim.lease;
                 self.next_renew = claim.lease.map(|l| mono + renew_every(&l));

@@ -93,9 +93,15 @@
 //!   ends no later than one TTL after its last renewal), and every clock has
 //!   passed what it persisted (a mark leads its node's clock by at most the
 //!   window, or what the lease has left).
-//! - **Holders fence at once.** A renewal that finds another server, or a
-//!   script that finds another epoch than its token's, fails with
-//!   `LeaseLost`: the keeper stops issuing at once and claims again (held).
+//! - **Holders fence at once, or register again.** A renewal that finds
+//!   another server, or a script that finds another epoch than its token's,
+//!   fails with `LeaseLost`. A holder whose lease is still valid by its own
+//!   clock then registers its worker again in the new epoch
+//!   ([`WorkerRegistry::register_again`], one script: the worker free or
+//!   still its token's, no higher mark stored; the mark raised to the
+//!   holder's) and issues on; the hold applies to every other claim, so no
+//!   one else can have taken the worker meanwhile. Any other holder stops
+//!   issuing at once and claims again (held).
 //! - **The floor.** Before it reports the loss, the holder raises the new
 //!   epoch's `floor` to the highest mark it ever persisted; every claim
 //!   returns the higher of the worker's mark and the floor. So the next
@@ -292,6 +298,31 @@ end
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[3])
 return 1
+";
+
+/// Register again: a holder whose claim is from an earlier epoch takes its
+/// worker in the current one (see `WorkerRegistry::register_again`). Only
+/// while the lease key is gone or still holds the old token, and the stored
+/// mark is not above the holder's; the mark is raised to the holder's.
+/// KEYS: lease, mark, epoch hash, holders set. ARGV: old token, new token,
+/// ttl ms, mark ms, the epoch checked, the old token's epoch, worker.
+/// Returns `{1, stored mark or ''}` done (the mark found), `{-1, holder}` held by another
+/// token, `{-2, ''}` the epoch moved since the check, `{-3, ''}` the claim
+/// is of this epoch, `{-4, stored mark}` a higher mark is stored.
+const REGISTER_AGAIN_LUA: &str = r"
+local epoch = redis.call('HGET', KEYS[3], 'id')
+if epoch ~= ARGV[5] then return {-2, ''} end
+if epoch == ARGV[6] then return {-3, ''} end
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return {-1, holder} end
+local mark = redis.call('GET', KEYS[2])
+if mark and tonumber(mark) > tonumber(ARGV[4]) then return {-4, mark} end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if (not mark) or tonumber(ARGV[4]) > tonumber(mark) then
+  redis.call('SET', KEYS[2], ARGV[4])
+end
+redis.call('SADD', KEYS[4], ARGV[7])
+return {1, mark or ''}
 ";
 
 /// Release: `DEL` only while the lease holds our token; the mark stays.
@@ -526,6 +557,7 @@ pub struct RedisRegistry {
     config: RedisConfig,
     claim_script: Script,
     renew_script: Script,
+    register_again_script: Script,
     persist_script: Script,
     stop_script: Script,
     release_script: Script,
@@ -609,6 +641,7 @@ impl RedisRegistry {
             config,
             claim_script: Script::new(CLAIM_LUA),
             renew_script: Script::new(RENEW_LUA),
+            register_again_script: Script::new(REGISTER_AGAIN_LUA),
             persist_script: Script::new(PERSIST_LUA),
             stop_script: Script::new(STOP_LUA),
             release_script: Script::new(RELEASE_LUA),
@@ -1039,6 +1072,111 @@ impl WorkerRegistry for RedisRegistry {
             ttl: self.config.lease_ttl,
             valid_until: before + self.config.lease_ttl,
         }))
+    }
+
+    async fn register_again(
+        &self,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+    ) -> Result<Claim> {
+        const OP: &str = "register again";
+        let lost = |reason: String| RegistryError::LeaseLost {
+            registry: KIND,
+            worker: claim.worker,
+            reason: format!("{OP}: {reason}"),
+        };
+        // The epoch now, held or not: the hold keeps claims off the workers
+        // that a live holder may still register again, and this is one.
+        let epoch = self.check_epoch(OP, false).await?;
+        let old_epoch = token_epoch(&claim.token);
+        if epoch.id == old_epoch {
+            return Err(lost(format!(
+                "the lease on worker {} was lost within its epoch",
+                claim.worker
+            )));
+        }
+        let token = new_token(node, &epoch.id);
+        let mark_ms = ceil_ms(mark);
+        {
+            let mut known = self.known();
+            known.highest_mark = known.highest_mark.max(mark_ms);
+        }
+        let keys = [
+            self.key("worker:", claim.worker),
+            self.key("mark:", claim.worker),
+            self.epoch_key(),
+            format!("{}holders", self.config.prefix),
+        ];
+        let ttl_ms = ttl_ms(self.config.lease_ttl);
+        // Taken before the request: the lease ends no later than Redis's expiry.
+        let before = Instant::now();
+        let (code, value): (i64, String) = self
+            .call(OP, |mut conn| {
+                let mut invocation = self.register_again_script.key(&keys[0]);
+                invocation
+                    .key(&keys[1])
+                    .key(&keys[2])
+                    .key(&keys[3])
+                    .arg(&claim.token)
+                    .arg(&token)
+                    .arg(ttl_ms)
+                    .arg(mark_ms)
+                    .arg(&epoch.id)
+                    .arg(old_epoch)
+                    .arg(claim.worker);
+                async move { invocation.invoke_async(&mut conn).await }
+            })
+            .await?;
+        match code {
+            1 => {}
+            -1 => {
+                return Err(lost(format!(
+                    "the new epoch shows worker {} held by {}",
+                    claim.worker,
+                    describe_holder(&value)
+                )));
+            }
+            -2 => {
+                // Another epoch began between the check and the script: a
+                // transient answer, tried again while the lease lasts.
+                return Err(RegistryError::Backend {
+                    registry: KIND,
+                    operation: OP,
+                    message: "the registry's epoch changed again during the registration"
+                        .to_owned(),
+                });
+            }
+            -3 => {
+                return Err(lost(format!(
+                    "the lease on worker {} was lost within its epoch",
+                    claim.worker
+                )));
+            }
+            _ => {
+                return Err(lost(format!(
+                    "worker {} has mark {value} ms stored, above this holding's {mark_ms} ms:                      another holding wrote it",
+                    claim.worker
+                )));
+            }
+        }
+        // What the script found was at most `mark_ms`, and it stored that.
+        let stored_mark = Some(parse_ms(OP, claim.worker, &mark_ms.to_string())?);
+        tracing::info!(
+            worker = claim.worker,
+            epoch = %epoch.id,
+            prefix = %self.config.prefix,
+            "registered the worker again in the redis registry's new epoch"
+        );
+        Ok(Claim {
+            worker: claim.worker,
+            stored_mark,
+            lease: Some(Lease {
+                ttl: self.config.lease_ttl,
+                valid_until: before + self.config.lease_ttl,
+            }),
+            token,
+        })
     }
 
     async fn persist_mark(

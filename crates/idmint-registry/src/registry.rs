@@ -229,6 +229,54 @@ pub trait WorkerRegistry: Send + Sync + fmt::Debug {
     /// without leases).
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>>;
 
+    /// Registers `claim` again after the registry began a new epoch (its
+    /// store forgot, or may have forgotten: a failover to a replica that
+    /// lacked the last writes, a restart from an older snapshot), so its
+    /// holder keeps its worker ID instead of waiting out the hold.
+    ///
+    /// The keeper calls it only for a claim whose renewal or mark the
+    /// registry refused with [`RegistryError::LeaseLost`](crate::RegistryError::LeaseLost),
+    /// and only while the claim's lease is still valid by the holder's own
+    /// monotonic clock (end minus margin); `mark` is the highest mark that
+    /// holding ever persisted, so nothing it issued is above `mark`.
+    ///
+    /// An implementation grants it, in one atomic step, only when:
+    /// - the claim was made in an **earlier epoch** than the current one (a
+    ///   lease lost within one epoch is lost for good);
+    /// - the current epoch shows the worker **free or held by this very
+    ///   claim** (its token), never by another live holding;
+    /// - the worker's stored mark is **at or below `mark`** (above it, some
+    ///   other holding wrote it after this one: its IDs may be above this
+    ///   generator's).
+    ///
+    /// It then holds the worker in the current epoch for `node` (a new token
+    /// and lease, measured from before the request, as a claim's), raises the
+    /// stored mark to at least `mark`, and returns the new claim, whose
+    /// `stored_mark` is `mark` as stored (rounded up). The registry's
+    /// hold on claims does not apply to it: the hold keeps other nodes off the
+    /// workers that a live holder may still register again, and this is that
+    /// holder.
+    ///
+    /// # Errors
+    /// [`RegistryError::LeaseLost`](crate::RegistryError::LeaseLost) when one
+    /// of the conditions fails (the holder then fences and claims anew, after
+    /// the hold); [`RegistryError::Unsupported`](crate::RegistryError::Unsupported),
+    /// the default, for registries without epochs; the backend's timeout and
+    /// failure errors otherwise.
+    async fn register_again(
+        &self,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+    ) -> Result<Claim> {
+        let _ = (node, claim, mark);
+        Err(crate::RegistryError::Unsupported {
+            registry: self.kind(),
+            operation: "registering a claim again in a new epoch",
+            reason: None,
+        })
+    }
+
     /// Durably raises the worker's high-water mark to `mark` (never lowers it)
     /// and records `reported` as the node's last reported time.
     async fn persist_mark(&self, claim: &Claim, mark: Timestamp, reported: Timestamp)

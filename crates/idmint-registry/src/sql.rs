@@ -132,7 +132,12 @@
 //!   a failover, and a holder fences at its next renewal or mark, with no
 //!   extra round trip: such a statement changes nothing, the registry reads
 //!   why, and answers [`RegistryError::LeaseLost`] naming it (`the registry's
-//!   epoch changed (…)`).
+//!   epoch changed (…)`). In lease mode a holder whose lease is still valid
+//!   by its own clock then registers its worker again
+//!   ([`WorkerRegistry::register_again`]: one statement with the renewals'
+//!   epoch condition, not the hold's, takes the row if it is free or still
+//!   the old token's and holds no higher mark, raising the mark to the
+//!   holder's; another creates it if the database lost it) and issues on.
 //! - **The floor.** Before it reports that loss, the holder raises the new
 //!   epoch's floor to the highest mark this registry ever persisted (best
 //!   effort); every claim returns the higher of its worker's mark and the
@@ -772,6 +777,18 @@ impl WorkerRegistry for SqlRegistry {
         self.protocol().renew(claim).await
     }
 
+    /// Lease mode only: the disposable modes' worker IDs are never given to
+    /// another node, so their holders never fence on an epoch (they fence
+    /// on nothing, see [`WorkerRegistry::reassigns_workers`]).
+    async fn register_again(
+        &self,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+    ) -> Result<Claim> {
+        self.protocol().register_again(node, claim, mark).await
+    }
+
     async fn persist_mark(
         &self,
         claim: &Claim,
@@ -960,12 +977,45 @@ impl Base {
         ))
     }
 
+    /// Runs `fut` within the timeout.
+    ///
+    /// A call that ran out of time while the pool holds no connection at
+    /// all spent it connecting: sqlx retries a refused connection (a server
+    /// down or restarting) until the timeout, so that is
+    /// [`RegistryError::Unavailable`], which the keeper asks again about
+    /// within about half a second, not a busy database's timeout, which it
+    /// paces by how long the call took (a down PostgreSQL's 2 s calls were
+    /// followed by 8 s pauses, and a node resumed up to that long after the
+    /// database was back). A busy database keeps its connections, so its
+    /// timeouts stay timeouts. A call that starts with no connection is
+    /// bounded by three quarters of the timeout, so that it ends (and says
+    /// why) before the keeper's own bound of the same length cuts it off
+    /// as a plain timeout.
     async fn timed<T>(
         &self,
         operation: &'static str,
         fut: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        bounded(REGISTRY, operation, self.config.timeout, fut).await
+        let bound = if self.no_connection() {
+            self.config.timeout.mul_f64(0.75)
+        } else {
+            self.config.timeout
+        };
+        match bounded(REGISTRY, operation, bound, fut).await {
+            Err(RegistryError::Timeout { after, .. }) if self.no_connection() => {
+                Err(RegistryError::unavailable(
+                    REGISTRY,
+                    operation,
+                    format!("no connection to the database could be made within {after:?}"),
+                ))
+            }
+            other => other,
+        }
+    }
+
+    /// Whether the pool holds no connection, open or opening.
+    fn no_connection(&self) -> bool {
+        on_pool!(self.db.pool(), p => p.size() == 0)
     }
 
     fn ttl_us(&self) -> i64 {
@@ -1327,8 +1377,17 @@ fn parse_holder(text: &str) -> Option<(String, String, u16)> {
     Some((host.to_owned(), address.to_owned(), port.parse().ok()?))
 }
 
+/// A statement's failure: [`RegistryError::Unavailable`] when the database
+/// can't be reached or can't serve now ([`unreachable_sqlx`]), which the
+/// keeper asks again about soon, else [`RegistryError::Backend`].
 fn backend_error(operation: &'static str) -> impl Fn(sqlx::Error) -> RegistryError {
-    move |e| RegistryError::backend(REGISTRY, operation, e)
+    move |e| {
+        if unreachable_sqlx(&e) {
+            RegistryError::unavailable(REGISTRY, operation, e)
+        } else {
+            RegistryError::backend(REGISTRY, operation, e)
+        }
+    }
 }
 
 /// Maps what `idmint-sql` reports while connecting and migrating: its timeouts
@@ -1375,7 +1434,12 @@ fn unreachable(e: &idmint_sql::Error) -> bool {
         | idmint_sql::Error::Migration { source, .. } => source,
         _ => return false,
     };
-    match source {
+    unreachable_sqlx(source)
+}
+
+/// [`unreachable`] of sqlx's own error.
+fn unreachable_sqlx(e: &sqlx::Error) -> bool {
+    match e {
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
             code.starts_with("57P") || code.starts_with("08") || code == "1053"

@@ -673,6 +673,18 @@ impl WorkerRegistry for CountingRegistry {
         guard.finish(self.inner.renew(claim).await)
     }
 
+    /// Forwarded: the trait's default refuses, which would cost every
+    /// failover of the registry a hold.
+    async fn register_again(
+        &self,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+    ) -> RegistryResult<Claim> {
+        let guard = self.guard("register_again");
+        guard.finish(self.inner.register_again(node, claim, mark).await)
+    }
+
     async fn persist_mark(
         &self,
         claim: &Claim,

@@ -12,8 +12,8 @@ use idmint_sql::{Bind, is_retryable, is_unique_violation};
 use jiff::Timestamp;
 
 use super::{
-    Base, NODE_TYPE_ACTUAL, REGISTRY, SqlMode, backend_error, new_token, recent_us,
-    timestamp_from_us, worker_u32,
+    Base, NODE_TYPE_ACTUAL, REGISTRY, SqlMode, backend_error, mark_to_us_ceil, new_token,
+    recent_us, timestamp_from_us, token_epoch, worker_u32,
 };
 use crate::error::{RegistryError, Result};
 use crate::registry::{Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry};
@@ -289,6 +289,115 @@ impl WorkerRegistry for Leased {
             .base
             .claim_in_epoch(|epoch| self.claim_given(node, worker, epoch));
         self.base.timed("claim", claim).await
+    }
+
+    /// One statement takes the row (free, or still the old token's, its
+    /// mark not above `mark`) in the current epoch, raising its mark; a
+    /// second creates it when the database lost it. Both carry the epoch
+    /// condition of renewals (the server and the epoch, not the hold: the
+    /// hold waits for this holder).
+    async fn register_again(
+        &self,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+    ) -> Result<Claim> {
+        const OP: &str = "register again";
+        let register = async {
+            let epoch = self.base.check_epoch(OP, false).await?;
+            if token_epoch(&claim.token) == Some(epoch.id.as_str()) {
+                return Err(self
+                    .base
+                    .lease_lost(claim, "register again: the lease was lost within its epoch"));
+            }
+            let token = new_token(&epoch.id);
+            let mark_us = mark_to_us_ceil(mark);
+            self.base.note_mark(mark_us);
+            let cluster = self.base.config.cluster.as_str();
+            let worker = i64::from(claim.worker);
+            let port = node.port.to_string();
+            let [e_table, e_cluster, e_id] = self.base.guard_binds(&token);
+            let before = Instant::now();
+            let taken = self
+                .base
+                .exec_rows(
+                    &self.base.sql.lease_register,
+                    &[
+                        Bind::Text(&token),
+                        Bind::Int(self.base.ttl_us()),
+                        Bind::Text(&node.host),
+                        Bind::Text(&port),
+                        Bind::Text(&node.address),
+                        Bind::Int(mark_us),
+                        Bind::Int(mark_us),
+                        Bind::Text(cluster),
+                        Bind::Int(worker),
+                        Bind::Text(&claim.token),
+                        Bind::Int(mark_us),
+                        e_table,
+                        e_cluster,
+                        e_id,
+                    ],
+                )
+                .await
+                .map_err(backend_error(OP))?;
+            if taken == 0 {
+                let [e_table, e_cluster, e_id] = self.base.guard_binds(&token);
+                let inserted = self
+                    .base
+                    .exec_rows(
+                        &self.base.sql.lease_register_insert,
+                        &[
+                            Bind::Text(cluster),
+                            Bind::Int(worker),
+                            Bind::Text(&node.host),
+                            Bind::Text(&port),
+                            Bind::Text(&node.address),
+                            Bind::Int(NODE_TYPE_ACTUAL),
+                            Bind::Text(&token),
+                            Bind::Int(self.base.ttl_us()),
+                            Bind::Int(mark_us),
+                            e_table,
+                            e_cluster,
+                            e_id,
+                        ],
+                    )
+                    .await;
+                match inserted {
+                    Ok(1) => {}
+                    // The row is there: held by another token, or a higher
+                    // mark is stored.
+                    Err(e) if is_unique_violation(&e) => {
+                        return Err(self.base.lease_lost(
+                            claim,
+                            "register again: the new epoch shows the worker held by another \
+                             node, or a higher mark than this holding's stored",
+                        ));
+                    }
+                    // The epoch moved again meanwhile: an answer a retry changes.
+                    Ok(_) => {
+                        return Err(RegistryError::backend(
+                            REGISTRY,
+                            OP,
+                            "the registry's epoch changed again during the registration",
+                        ));
+                    }
+                    Err(e) => return Err(backend_error(OP)(e)),
+                }
+            }
+            tracing::info!(
+                worker = claim.worker,
+                epoch = %epoch.id,
+                "registered the worker again in the sql registry's new epoch"
+            );
+            Ok(Claim {
+                worker: claim.worker,
+                stored_mark: Some(timestamp_from_us(mark_us)?),
+                lease: Some(self.base.lease_from(before)),
+                token,
+            })
+        };
+        self.base.timed(OP, register).await
     }
 
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {

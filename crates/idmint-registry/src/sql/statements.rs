@@ -125,6 +125,16 @@ pub(super) struct Statements {
     pub(super) lease_in_use: String,
     pub(super) lease_holder: String,
     pub(super) lease_renew: String,
+    /// A holder registering again in a new epoch (see
+    /// `WorkerRegistry::register_again`): takes the row if it is free or
+    /// still the old token's and its mark is not above the holder's, raising
+    /// the mark (binds: new token, ttl, host, port, address, mark, mark,
+    /// cluster, worker, old token, mark, the holder's epoch condition).
+    pub(super) lease_register: String,
+    /// The same, when the row is gone (the database lost it): creates it
+    /// with the holder's mark (binds: cluster, worker, host, port, address,
+    /// type, token, ttl, mark, the holder's epoch condition).
+    pub(super) lease_register_insert: String,
     pub(super) lease_persist: String,
     /// A clean stop's record: the mark set to what the holder issued (binds:
     /// mark, reported, cluster, worker, token, the epoch condition's).
@@ -518,6 +528,19 @@ impl Statements {
                  WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now} \
                  AND {holder}"
             )),
+            // Not held by the epoch's hold: the holder this hold waits for.
+            lease_register: s(format!(
+                "UPDATE {t} SET TOKEN = ?, LEASE_EXPIRES = {expires_in}, HOST_NAME = ?, PORT = ?, \
+                 ADDRESS = ?, {raise_mark}, MODIFIED = {wall} \
+                 WHERE CLUSTER = ? AND WORKER = ? AND ({free} OR TOKEN = ?) \
+                 AND (MARK_US IS NULL OR MARK_US <= ?) AND {holder}"
+            )),
+            lease_register_insert: s(format!(
+                "INSERT INTO {t} (CLUSTER, WORKER, HOST_NAME, PORT, ADDRESS, TYPE, LAUNCH_DATE, \
+                 MODIFIED, CREATED, TOKEN, LEASE_EXPIRES, MARK_US) \
+                 SELECT ?, ?, ?, ?, ?, ?, {today}, {wall}, {wall}, ?, {expires_in}, ?{dual} \
+                 WHERE {holder}"
+            )),
             lease_persist: s(format!(
                 "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, MODIFIED = {wall} \
                  WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now} \
@@ -667,6 +690,8 @@ mod tests {
         assert_eq!(count(&s.lease_insert), 8 + 3);
         assert_eq!(count(&s.lease_holder), 2);
         assert_eq!(count(&s.lease_renew), 4 + 3);
+        assert_eq!(count(&s.lease_register), 11 + 3);
+        assert_eq!(count(&s.lease_register_insert), 9 + 3);
         assert_eq!(count(&s.lease_persist), 6 + 3);
         assert_eq!(count(&s.lease_peers), 2);
         assert_eq!(count(&s.lease_release), 3);
@@ -683,6 +708,8 @@ mod tests {
         }
         for fenced in [
             &s.lease_renew,
+            &s.lease_register,
+            &s.lease_register_insert,
             &s.lease_persist,
             &s.disposable_renew,
             &s.disposable_persist,

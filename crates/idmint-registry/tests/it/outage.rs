@@ -598,11 +598,12 @@ async fn sql_admin(url: &str, sql: &str) {
 /// issues on the primary only, and the replica is promoted on the same port
 /// (a new timeline, and neither the claim nor the marks). Without the epoch
 /// a newcomer would be handed worker 0 at once and issue the holder's IDs.
-/// Here the newcomer's start waits out the hold, the holder fences at its
-/// next renewal and raises the floor, and worker 0, free again in the
-/// promoted database, goes to one of them (whichever claims first once the
-/// hold is over); no ID is issued twice, and each worker's IDs keep
-/// increasing across its holders.
+/// Here the newcomer's start waits out the hold, the holder finds the new
+/// epoch at its next renewal and raises the floor, and worker 0 either
+/// stays the holder's (registered again, when its 1 s lease outlived the
+/// promotion) or, free again in the promoted database, goes to one of them
+/// (whichever claims first once the hold is over); no ID is issued twice,
+/// and each worker's IDs keep increasing across its holders.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_promoted_replica_holds_claims_and_fences_holders() {
     let Some(pg) = PrivateService::start(Service::Postgres) else {
@@ -665,10 +666,13 @@ async fn postgres_promoted_replica_holds_claims_and_fences_holders() {
         timeline.parse::<u32>().unwrap() + 1,
         "{before} → {after}"
     );
-    // The promoted database lost the claim: no worker is held there (nothing
-    // is claimed before the hold is over).
+    // The promoted database lost the claim: no worker is held there under a
+    // token of an earlier epoch (nothing is claimed before the hold is
+    // over; a holder whose lease outlived the promotion may have
+    // registered its worker again, in the new epoch).
     let held_sql = "SELECT COUNT(*) FROM idmint_worker WHERE CLUSTER = 'forgets' \
-                    AND TOKEN IS NOT NULL";
+                    AND TOKEN IS NOT NULL AND TOKEN NOT LIKE (SELECT EPOCH_ID || '/%' \
+                    FROM idmint_registry_epoch WHERE CLUSTER = 'forgets')";
     let db = idmint_sql::Database::connect(&idmint_sql::ConnectOptions::new(url.clone()))
         .await
         .unwrap();
@@ -751,6 +755,133 @@ async fn postgres_promoted_replica_holds_claims_and_fences_holders() {
         new.len()
     );
     newcomer.shutdown().await;
+    holder.shutdown().await;
+}
+
+/// The longest stretch between two IDs a holder issued, within `log`.
+fn longest_gap(log: &[Attempt]) -> Duration {
+    let issued: Vec<Instant> = log
+        .iter()
+        .filter(|a| a.result.is_ok())
+        .map(|a| a.at)
+        .collect();
+    issued
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or(Duration::ZERO)
+}
+
+/// Issue 32, item 4: a promotion of a lagging replica that takes less than
+/// the lease costs a live holder the promotion, not the hold. The holder
+/// (lease 10 s, window 1 s: a hold of 11 s) finds the new epoch at its next
+/// renewal or mark, registers its worker again with its highest mark, and
+/// goes on with the same generator; a newcomer's claim is still held (the
+/// hold keeps everyone else off the workers a live holder may register
+/// again), and no ID is issued twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_promotion_keeps_a_live_holder_issuing() {
+    let Some(pg) = PrivateService::start(Service::Postgres) else {
+        return;
+    };
+    let url = pg.address().to_owned();
+    let config = || {
+        SqlConfig::new(SqlMode::Lease)
+            .with_cluster("keeps")
+            .with_lease_ttl(Duration::from_secs(10))
+            .with_mark_window(Duration::from_secs(1))
+            .with_timeout(Duration::from_secs(1))
+    };
+    // The cluster's epoch and worker 0's row exist before the copy.
+    let first = SqlRegistry::connect(&url, config()).await.unwrap();
+    let claim = first.claim(&identity(9), 4).await.unwrap();
+    first.release(&claim).await.unwrap();
+    first.close().await;
+    tokio::task::block_in_place(|| pg.replicate());
+
+    let keeper = KeeperConfig::new()
+        .with_window(Duration::from_secs(1))
+        .with_check_interval(Duration::from_millis(50))
+        .with_report_interval(Duration::from_millis(500))
+        .with_call_timeout(Duration::from_secs(1));
+    let holder = WorkerKeeper::start(
+        Arc::new(SqlRegistry::connect(&url, config()).await.unwrap()),
+        identity(1),
+        GeneratorSettings::new(LAYOUT),
+        keeper,
+    )
+    .await
+    .unwrap();
+    let held = holder.handle().clone();
+    let worker = held.worker();
+    let ids = Issuer::start(held.clone());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let persisted = held.status().persisted_mark.expect("a persisted mark");
+
+    let promoting = Instant::now();
+    tokio::task::block_in_place(|| pg.promote());
+    let promoted_in = promoting.elapsed();
+    // The promoted database lacks the claim and the marks; the holder finds
+    // the new epoch at its next renewal or mark and registers again: its
+    // row holds a token again, with a mark at or above everything it
+    // persisted before the promotion. Well within the hold.
+    let row = format!(
+        "SELECT MARK_US FROM idmint_worker WHERE CLUSTER = 'keeps' AND WORKER = {worker} \
+         AND TOKEN IS NOT NULL"
+    );
+    let db = idmint_sql::Database::connect(&idmint_sql::ConnectOptions::new(url.clone()))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        let mark: Option<i64> = idmint_sql::on_pool!(db.pool(), p => {
+            sqlx::query_scalar(&row).fetch_optional(p).await
+        })
+        .unwrap_or(None)
+        .flatten();
+        if mark.is_some_and(|m| m >= persisted.as_microsecond()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "worker {worker} not registered again within 8 s of the promotion: mark {mark:?}, \
+             the holder persisted {persisted}; {:?}",
+            held.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    db.close().await;
+    let registered_after = promoting.elapsed();
+    // Anyone else's claim is still held.
+    let newcomer = SqlRegistry::connect(&url, config()).await.unwrap();
+    let err = newcomer.claim(&identity(2), 4).await.unwrap_err();
+    assert_eq!(err.code(), "registry_held", "{err}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let log = ids.finish();
+    let gap = longest_gap(&log);
+    let status = held.status();
+    eprintln!(
+        "postgres promotion with a live holder: promoted in {promoted_in:?}; registered again \
+         {registered_after:?} after the promotion began; the longest gap between IDs {gap:?} \
+         (a hold is 11 s); generation {}",
+        status.generation
+    );
+    assert_eq!(held.worker(), worker, "the holder kept its worker");
+    assert_eq!(status.generation, 1, "no new claim: {status:?}");
+    assert_eq!(status.lease, LeaseState::Held, "{status:?}");
+    assert!(
+        gap < promoted_in + Duration::from_secs(3),
+        "a gap of {gap:?} for a promotion of {promoted_in:?}"
+    );
+    let issued: Vec<u64> = log
+        .iter()
+        .filter_map(|a| a.result.as_ref().ok().copied())
+        .collect();
+    assert!(
+        issued.windows(2).all(|w| w[0] < w[1]),
+        "the holder's IDs went back or repeated"
+    );
+    newcomer.close().await;
     holder.shutdown().await;
 }
 
@@ -884,6 +1015,7 @@ async fn promoted_through_a_host_list(service: Service) {
     tokio::task::block_in_place(|| db.action(promote));
     let promoted_in = promoting.elapsed();
     let promoted = Instant::now();
+    let promoted_at = jiff::Timestamp::now();
 
     // A node connecting now, through the same URL, reaches the new primary
     // and finds the change of server, as through a one-host URL.
@@ -913,13 +1045,21 @@ async fn promoted_through_a_host_list(service: Service) {
     let waited = promoted.elapsed();
     assert!(waited >= Duration::from_millis(500), "no hold: {waited:?}");
     let newcomer_ids = Issuer::start(newcomer.handle().clone());
-    // The holder fences, waits out the hold and claims again on the new
-    // primary, through the pool it had before the promotion.
+    // The holder goes on on the new primary, through the pool it had before
+    // the promotion: it registers its worker again in the new epoch (its
+    // lease still valid when it finds the change), or fences and claims
+    // again after the hold (its 1 s lease ran out first). Either way it
+    // persists marks there: later than any it persisted before.
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !(held.status().is_ready() && held.status().generation > 1) {
+    let on_new_primary = |s: &WorkerStatus| {
+        s.is_ready()
+            && s.persisted_mark
+                .is_some_and(|m| m > promoted_at + jiff::SignedDuration::from_secs(1))
+    };
+    while !on_new_primary(&held.status()) {
         assert!(
             Instant::now() < deadline,
-            "the holder did not claim again on the new primary: {:?}",
+            "the holder did not go on on the new primary: {:?}",
             held.status()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -958,8 +1098,13 @@ async fn promoted_through_a_host_list(service: Service) {
     eprintln!(
         "{} promotion through a host list: the script took {promoted_in:?}; the identity went \
          {before} → {after}; the newcomer waited {waited:?}; the holder's longest pause was \
-         {gap:?} (lease TTL 1 s + window 500 ms); {} + {} IDs, none twice",
+         {gap:?} (lease TTL 1 s + window 500 ms), {}; {} + {} IDs, none twice",
         db.name(),
+        if held.status().generation == 1 {
+            "its worker registered again"
+        } else {
+            "claimed again after the hold"
+        },
         old.len(),
         new.len()
     );

@@ -10,11 +10,18 @@
 //!   wait out the hold, and every later holder starts above the lost mark,
 //!   so no worker is issued twice and no ID again. Each prints what the
 //!   failover cost (kill to promotion, kill to serving again).
+//! - A holder whose lease outlives the failover registers its worker again
+//!   in the new epoch and keeps issuing: the failover costs it about its own
+//!   length, not the hold (issue 32). The rules of that registration are
+//!   checked on the machine's Redis too (`a_holder_registers_again_only_…`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use idmint_core::Layout;
+use idmint_registry::keeper::{GeneratorSettings, KeeperConfig, WorkerHandle, WorkerKeeper};
 use idmint_registry::redis::{
     ClusterTarget, RedisConfig, RedisRegistry, RedisTarget, SentinelTarget,
 };
@@ -335,4 +342,274 @@ async fn a_cluster_master_failover_that_lost_writes_is_detected_as_a_promotion()
          after it (a hold of lease TTL 2 s + window 500 ms)",
         cost.promoted, cost.serving
     );
+}
+
+/// Issue 32: the rules of [`WorkerRegistry::register_again`] on the real
+/// Redis of this machine, its forgetting played by deleting the cluster's
+/// epoch key, a lease and a mark (what a failover to a replica that lacked
+/// them does): refused within the claim's own epoch; granted in a new epoch
+/// to the holder, keeping its worker, raising the mark to the holder's,
+/// while every other claim is held; refused while another token holds the
+/// worker or a higher mark is stored.
+#[tokio::test]
+async fn a_holder_registers_again_only_in_a_new_epoch_and_only_its_own_worker() {
+    let Some(_redis) = crate::redis::backend("register-again") else {
+        return;
+    };
+    let url = format!(
+        "redis://{}/",
+        std::env::var("IDMINT_TEST_REDIS_ADDR").unwrap_or_else(|_| "127.0.0.1:6379".to_owned())
+    );
+    let prefix = format!("idmint-test:{{{}}}:", unique_name("register-again"));
+    let config = RedisConfig::new()
+        .with_prefix(prefix.clone())
+        .with_lease_ttl(Duration::from_secs(5))
+        .with_mark_window(Duration::from_millis(500));
+    let holder = RedisRegistry::connect(&url, config.clone()).await.unwrap();
+    let raw = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = raw.get_multiplexed_async_connection().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let claim = loop {
+        match holder.claim(&identity(1), 4).await {
+            Ok(claim) => break claim,
+            Err(RegistryError::Held { retry_after, .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(retry_after + Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("claim: {e}"),
+        }
+    };
+    let w = claim.worker;
+    let now = jiff::Timestamp::now;
+    let mark = now() + jiff::SignedDuration::from_secs(2);
+    holder.persist_mark(&claim, mark, now()).await.unwrap();
+
+    // Within its epoch, a lost lease stays lost.
+    let err = holder
+        .register_again(&identity(1), &claim, mark)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{err}");
+    assert!(err.to_string().contains("within its epoch"), "{err}");
+
+    // Redis forgets: the epoch, the lease and the mark (rolled back).
+    let key = |k: &str| format!("{prefix}{k}");
+    let forget = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        let keys = [key("epoch"), key(&format!("worker:{w}"))];
+        let mark_key = key(&format!("mark:{w}"));
+        async move {
+            let _: () = redis::cmd("DEL")
+                .arg(&keys)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let _: () = redis::cmd("SET")
+                .arg(mark_key)
+                .arg(1_000)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    };
+    forget(&mut conn).await;
+    let err = holder.renew(&claim).await.unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{err}");
+    assert!(err.to_string().contains("epoch changed"), "{err}");
+    let other = RedisRegistry::connect(&url, config.clone()).await.unwrap();
+    let err = other.claim_worker(&identity(2), w, 4).await.unwrap_err();
+    assert_eq!(err.code(), "registry_held", "{err}");
+
+    // The holder registers again: the same worker, a new lease in the new
+    // epoch, the mark raised back to what it persisted.
+    let again = holder
+        .register_again(&identity(1), &claim, mark)
+        .await
+        .unwrap();
+    assert_eq!(again.worker, w);
+    assert_ne!(again.token, claim.token);
+    assert!(again.stored_mark.is_some_and(|m| m
+        >= mark.round(jiff::Unit::Millisecond).unwrap() - jiff::SignedDuration::from_millis(1)));
+    let stored = holder.stored_mark(w).await.unwrap().unwrap();
+    assert!(
+        stored.as_millisecond() >= mark.as_millisecond(),
+        "{stored} < {mark}"
+    );
+    holder.renew(&again).await.unwrap().expect("held");
+    holder.persist_mark(&again, mark, now()).await.unwrap();
+    // Registering the new claim again in its own epoch: refused.
+    let err = holder
+        .register_again(&identity(1), &again, mark)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("within its epoch"), "{err}");
+
+    // Forgotten again, and meanwhile another node's lease on the worker:
+    // refused, naming it.
+    forget(&mut conn).await;
+    let _: () = redis::cmd("SET")
+        .arg(key(&format!("worker:{w}")))
+        .arg("node-9@10.0.0.9:7009/1/e/ff")
+        .arg("PX")
+        .arg(5_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = holder.renew(&again).await.unwrap_err();
+    assert!(err.to_string().contains("epoch changed"), "{err}");
+    let err = holder
+        .register_again(&identity(1), &again, mark)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{err}");
+    assert!(err.to_string().contains("node-9"), "{err}");
+
+    // The lease gone, but a higher mark stored (another holding wrote it):
+    // refused.
+    let _: () = redis::cmd("DEL")
+        .arg(key(&format!("worker:{w}")))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let higher = (mark + jiff::SignedDuration::from_secs(60)).as_millisecond();
+    let _: () = redis::cmd("SET")
+        .arg(key(&format!("mark:{w}")))
+        .arg(higher)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = holder
+        .register_again(&identity(1), &again, mark)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{err}");
+    assert!(err.to_string().contains("another holding"), "{err}");
+
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        let _: () = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+/// IDs a handle issues on a thread of its own until stopped: when each came.
+fn issue_on(
+    handle: WorkerHandle,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Vec<(Instant, u64)>> {
+    std::thread::spawn(move || {
+        let mut issued = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(id) = handle.next_id() {
+                issued.push((Instant::now(), id.get()));
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        issued
+    })
+}
+
+/// Issue 32, item 4: a Sentinel failover to a replica that lost writes,
+/// under a running keeper whose lease (10 s) outlives it. The holder finds
+/// the new epoch (the promoted server) at its next renewal or mark,
+/// registers its worker again with its highest mark, and goes on with the
+/// same generator: the failover costs it about its own length plus a
+/// second, not the lease TTL + window (11 s) a fence and a re-claim cost.
+/// Other claims are held meanwhile, and the holder's IDs only increase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_keeps_its_worker_through_a_sentinel_failover() {
+    let Some(d) = SentinelDeployment::start() else {
+        return;
+    };
+    let target = sentinel_target(&d);
+    let primed = primed(&target, "keeps").await;
+    let config = RedisConfig::new()
+        .with_prefix(primed.prefix.clone())
+        .with_lease_ttl(Duration::from_secs(10))
+        .with_mark_window(Duration::from_secs(1))
+        .with_timeout(Duration::from_millis(500));
+    let keeper = KeeperConfig::new()
+        .with_window(Duration::from_secs(1))
+        .with_check_interval(Duration::from_millis(50))
+        .with_report_interval(Duration::from_millis(500))
+        .with_call_timeout(Duration::from_secs(1));
+    let guard = WorkerKeeper::start(
+        Arc::new(RedisRegistry::open(&target, config.clone()).await.unwrap()),
+        identity(1),
+        GeneratorSettings::new(Layout::TWITTER),
+        keeper,
+    )
+    .await
+    .unwrap();
+    let held = guard.handle().clone();
+    let worker = held.worker();
+    let stop = Arc::new(AtomicBool::new(false));
+    let issuing = issue_on(held.clone(), stop.clone());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let replicas = d.replicas();
+    let killed = Instant::now();
+    let killed_at = jiff::Timestamp::now();
+    tokio::task::block_in_place(|| {
+        assert_eq!(d.lag_replicas(), replicas);
+        let old = d.kill_primary();
+        replicas.iter().for_each(|&p| d.resume(p));
+        let new = d.wait_failover(old);
+        assert!(replicas.contains(&new), "{new} is not one of {replicas:?}");
+    });
+    let promoted = killed.elapsed();
+    // The holder persists marks on the new primary again: later than any
+    // it persisted before the kill.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let going_on = |s: &idmint_registry::keeper::WorkerStatus| {
+        s.is_ready()
+            && s.persisted_mark
+                .is_some_and(|m| m > killed_at + jiff::SignedDuration::from_secs(2))
+    };
+    while !going_on(&held.status()) {
+        assert!(
+            Instant::now() < deadline,
+            "the holder did not go on after the failover: {:?}",
+            held.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let serving = killed.elapsed();
+    // Everyone else is held: the hold keeps them off the workers a live
+    // holder may still register again.
+    let newcomer = RedisRegistry::open(&target, config).await.unwrap();
+    let err = newcomer.claim(&identity(2), 4).await.unwrap_err();
+    assert_eq!(err.code(), "registry_held", "{err}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let issued = issuing.join().unwrap();
+    let gap = issued
+        .windows(2)
+        .map(|w| w[1].0 - w[0].0)
+        .max()
+        .unwrap_or(Duration::MAX);
+    let status = held.status();
+    eprintln!(
+        "redis sentinel failover with a live holder: promoted {promoted:?} after the SIGKILL; \
+         the holder persisting again {serving:?} after it; its longest gap between IDs {gap:?} \
+         (a hold is 11 s); generation {}",
+        status.generation
+    );
+    assert_eq!(held.worker(), worker, "the holder kept its worker");
+    assert_eq!(status.generation, 1, "no new claim: {status:?}");
+    assert!(
+        gap < promoted + Duration::from_secs(3),
+        "a gap of {gap:?} for a failover of {promoted:?}"
+    );
+    assert!(
+        issued.windows(2).all(|w| w[0].1 < w[1].1),
+        "the holder's IDs went back or repeated"
+    );
+    guard.shutdown().await;
 }

@@ -289,6 +289,10 @@ fn add(total: &mut Stats, s: &Stats) {
         a.lease_lost += b.lease_lost;
         a.clean_stops += b.clean_stops;
         a.claims_after_clean_stop += b.claims_after_clean_stop;
+        a.failovers += b.failovers;
+        a.held += b.held;
+        a.registered_again += b.registered_again;
+        a.register_refused += b.register_refused;
     };
     sum(&mut total.workers, &s.workers);
     sum(&mut total.oracle, &s.oracle);
@@ -319,6 +323,9 @@ fn exercised(t: &Stats) {
             t.workers.claims_after_clean_stop,
         ),
         ("lost oracle leases", t.oracle.lease_lost),
+        ("failovers to a stale replica", t.workers.failovers),
+        ("claims held by a new epoch", t.workers.held),
+        ("holders registered again", t.workers.registered_again),
     ] {
         if n == 0 {
             missing.push(what);
@@ -333,6 +340,7 @@ fn exercised(t: &Stats) {
         "link down",
         "blackhole",
         "restart behind",
+        "failover to a stale replica",
     ] {
         if !t.faults.contains_key(kind) {
             missing.push(kind);
@@ -417,6 +425,24 @@ fn the_checker_catches_a_worker_registry_that_does_not_fence() {
     let (seed, v) = caught(Flaw::Unfenced, Target::Workers)
         .expect("a seed of 1..=48 caught an unfenced worker registry");
     eprintln!("unfenced workers: seed {seed}: {v}");
+    assert!(v.worker.is_some(), "seed {seed}: {v}");
+    assert!(
+        v.message.contains("interleave") || v.message.contains("twice"),
+        "{v}"
+    );
+}
+
+/// Issue 32: after a failover to a stale replica, live holders register
+/// their workers again and issue on; only the hold keeps every other node
+/// off the workers not registered again yet. A registry that lets claims
+/// through during the hold hands such a worker out from the rolled-back
+/// marks while its holder still issues: the checker sees two holdings of
+/// one worker interleave.
+#[test]
+fn the_checker_catches_claims_that_do_not_wait_for_registration_again() {
+    let (seed, v) = caught(Flaw::NoHold, Target::Workers)
+        .expect("a seed of 1..=48 caught claims that ignore a new epoch's hold");
+    eprintln!("no hold: seed {seed}: {v}");
     assert!(v.worker.is_some(), "seed {seed}: {v}");
     assert!(
         v.message.contains("interleave") || v.message.contains("twice"),

@@ -266,3 +266,66 @@ fn serve_zookeeper_forever_issues_through_a_zookeeper_outage() {
         )
     });
 }
+
+/// Issue 32, item 4, through `idmint serve`: a node on the SQL `lease`
+/// registry (lease 10 s, window 1 s: a hold of 11 s) keeps serving through a
+/// promotion of a lagging PostgreSQL replica (copied after the node started,
+/// so it lacks the node's last marks). The node finds the new epoch at its
+/// next renewal or mark and registers its worker again: the same worker, no
+/// new claim (generation 1), and a gap of about the promotion's own time, not
+/// the hold; every ID unique.
+#[test]
+fn serve_sql_lease_keeps_its_worker_through_a_postgres_promotion() {
+    let Some(pg) = PrivateService::start(Service::Postgres) else {
+        return;
+    };
+    let config = format!(
+        "[snowflake]\nregistry = \"sql\"\nlayout = \"leaf\"\nwindow = \"1s\"\n\
+         [snowflake.sql]\nurl = \"{}\"\nmode = \"lease\"\nlease_ttl = \"10s\"\n",
+        pg.address()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let node = Served::start(&dir.path().join("data"), Some(&config), &[]);
+    let c = client();
+    let status = |c: &reqwest::blocking::Client| -> serde_json::Value {
+        let (_, body) = get(c, &node.url("/v1/status"));
+        serde_json::from_str(&body).unwrap()
+    };
+    let worker = status(&c)["worker"]["id"].clone();
+    pg.replicate();
+    let before = load(&c, std::slice::from_ref(&node), Duration::from_millis(1500));
+    assert_eq!(before[0].0, 0, "failed before the promotion");
+
+    let promoting = std::thread::scope(|scope| {
+        let promotion = scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(500));
+            let started = Instant::now();
+            pg.promote();
+            started.elapsed()
+        });
+        let during = load(&c, std::slice::from_ref(&node), Duration::from_secs(8));
+        (promotion.join().unwrap(), during)
+    });
+    let (promoted_in, during) = promoting;
+    let s = status(&c);
+    eprintln!(
+        "postgres promotion under idmint serve: promoted in {promoted_in:?}; {} requests \
+         refused, the longest gap between IDs {:?} (a hold is 11 s); worker {} generation {}",
+        during[0].0, during[0].1, s["worker"]["id"], s["worker"]["generation"]
+    );
+    assert_eq!(s["worker"]["id"], worker, "the node kept its worker: {s}");
+    assert_eq!(s["worker"]["generation"], 1, "no new claim: {s}");
+    assert!(
+        during[0].1 < promoted_in + Duration::from_secs(3),
+        "a gap of {:?} for a promotion of {promoted_in:?}",
+        during[0].1
+    );
+    let (status_code, body) = get(&c, &node.url("/v1/ids/orders?count=100"));
+    assert_eq!(status_code, 200, "{body}");
+    let ids = crate::integers(&body);
+    assert_eq!(
+        ids.iter().collect::<HashSet<_>>().len(),
+        ids.len(),
+        "{body}"
+    );
+}

@@ -285,17 +285,36 @@ fn lease_lost_then_back(service: Service, registry: impl Fn(&str) -> String) {
     }
     std::thread::sleep(Duration::from_millis(300));
 
-    // Back: the node recovers by itself.
+    // Back: the node recovers by itself, within about a second of the
+    // coordinator answering again (issue 32: a node that can't reach it
+    // asks again about every 0.5 s, and a lost lease is claimed again
+    // within a check interval).
     let restarting = Instant::now();
     coordinator.restart();
+    let back = Instant::now();
     let ready_again = poll_until(
         &c,
         &server.url("/readyz"),
         StatusCode::OK,
         Duration::from_secs(30),
     );
+    let resumed = ready_again.at.saturating_duration_since(back);
     let metrics = fetch(&c, &server.url("/metrics")).body;
     assert!(metrics.contains("\nidmint_ready 1\n"), "{name}: {metrics}");
+    // Generous, for a loaded 2-core machine: the goal is 1 s. The private
+    // Redis runs without persistence and comes back empty: a new epoch,
+    // whose hold (lease TTL 2 s + window 1 s) a node whose lease ran out
+    // meanwhile waits out before it claims again (it can't register again:
+    // docs/design.md, "When the coordinator forgets").
+    let hold = if matches!(service, Service::Redis) {
+        Duration::from_secs(3)
+    } else {
+        Duration::ZERO
+    };
+    assert!(
+        resumed < hold + Duration::from_secs(3),
+        "{name}: ready again {resumed:?} after it answered again"
+    );
     let ok_before = load.count(StatusCode::OK);
     load.wait_for(StatusCode::OK, ok_before + 20, Duration::from_secs(15));
     assert!(resp(&resp_addr, &["INCR", "sf"]).starts_with(':'));
@@ -352,7 +371,10 @@ fn lease_lost_then_back(service: Service, registry: impl Fn(&str) -> String) {
             .iter()
             .filter(|a| a.status == StatusCode::OK)
             .count();
-    assert!(!lost.is_empty(), "{name}: {log}");
+    // A node that asks again soon enough may renew before its lease's
+    // fence (a short outage): then its store was failing, and it says so.
+    let failing = lines_with(&log, "worker store failing").len();
+    assert!(!lost.is_empty() || failing > 0, "{name}: {log}");
     // The keeper retries (and says so) a few times a second while down;
     // a line per refused request would be hundreds a second.
     let outage = (ready_again.at - stopping).as_secs_f64();
@@ -366,8 +388,8 @@ fn lease_lost_then_back(service: Service, registry: impl Fn(&str) -> String) {
     let lost = lost.len();
     eprintln!(
         "{name} outage: IDs for {:?} after the stop began, refused {:?} after it; \
-         {refused} refusals; ready again {:?} after the restart began; {} IDs; \
-         log lines: {lost} lost, {held} held, {} in all",
+         {refused} refusals; ready again {:?} after the restart began, {resumed:?} after \
+         the {name} answered again; {} IDs; log lines: {lost} lost, {held} held, {} in all",
         last_served - stopping,
         first_refusal - stopping,
         ready_again.at - restarting,

@@ -153,6 +153,8 @@ struct World {
     checker: Checker,
     stats: Stats,
     nodes: Vec<Node>,
+    /// When the worker registry next fails over to a stale replica.
+    next_failover: u64,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -191,6 +193,7 @@ pub fn run(cfg: SimConfig) -> Outcome {
         trace.clone(),
     ));
     let layout = layout_for(cfg.nodes);
+    let next_failover = ns(rng.uniform(Duration::ZERO, cfg.fault_every * 2));
     let nodes = (0..cfg.nodes)
         .map(|i| new_node(&mut rng, &cfg, i))
         .collect();
@@ -204,6 +207,7 @@ pub fn run(cfg: SimConfig) -> Outcome {
         stats: Stats::default(),
         trace: trace.clone(),
         nodes,
+        next_failover,
         cfg,
     };
     let violation = world.run();
@@ -364,6 +368,9 @@ impl World {
         let end = ns(self.cfg.duration);
         while self.now < end {
             self.now += step;
+            if self.next_failover <= self.now {
+                self.fail_over();
+            }
             for i in 0..self.nodes.len() {
                 self.events(i);
             }
@@ -380,6 +387,24 @@ impl World {
             }
         }
         None
+    }
+
+    /// The worker registry fails over to a stale replica: it rolls back to
+    /// a prefix of its history, up to 30 s old, and begins a new epoch
+    /// (`SimRegistry::fail_over_to_stale_replica`). As often as one node's
+    /// faults, for the whole registry.
+    fn fail_over(&mut self) {
+        let gap = self.rng.uniform(Duration::ZERO, self.cfg.fault_every * 2);
+        self.next_failover = self.now + ns(gap).max(1);
+        let pick = self.rng.next_u64();
+        let lag = self.workers.fail_over_to_stale_replica(self.now, pick);
+        self.count("failover to a stale replica");
+        // Told as node 0's event: the trace is per node, and every node's
+        // next call meets it.
+        self.fault(
+            0,
+            format!("the worker registry fails over to a replica {lag:?} behind (a new epoch)"),
+        );
     }
 
     fn fault(&mut self, i: usize, what: String) {

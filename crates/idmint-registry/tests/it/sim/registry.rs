@@ -29,7 +29,17 @@
 //! - a **lost answer** (done at the registry, then the connection drops: the
 //!   caller sees an error for something that happened);
 //! - per node, set by the driver: the **link down** (every call refused at
-//!   once) or **blackholed** (every call hangs).
+//!   once) or **blackholed** (every call hangs);
+//! - set by the driver, for the whole registry: a **failover to a stale
+//!   replica** ([`SimRegistry::fail_over_to_stale_replica`]): the store rolls
+//!   back to a prefix of its history (one of the snapshots it takes every
+//!   second, up to 30 s old) and a new epoch begins, as Redis's or SQL's
+//!   epoch check begins one on a promoted replica. Claims are then held
+//!   (`Held`) for the lease TTL plus the mark window; a renewal or mark in
+//!   an older epoch is `LeaseLost` and first raises the epoch's floor (every
+//!   claim's mark) to the highest mark the caller's process ever sent, as
+//!   the real registries do; a holder may register again
+//!   ([`WorkerRegistry::register_again`]) under that method's rules.
 //!
 //! [`Flaw`] breaks one rule of the contract on purpose, for the tests that
 //! prove the checker catches a broken registry.
@@ -66,6 +76,10 @@ pub enum Flaw {
     /// `renew` and `persist_mark` don't check the token: a stale holder
     /// renews over the new one and goes on.
     Unfenced,
+    /// After a failover to a stale replica, claims are not held and the
+    /// floor is not applied: a worker whose live holder has not registered
+    /// again yet is handed out from the rolled-back marks.
+    NoHold,
 }
 
 /// Which registry a [`Flaw`] breaks.
@@ -100,11 +114,12 @@ impl Flaw {
         Some((Flaw::parse(name)?, target))
     }
 
-    pub const ALL: [Flaw; 4] = [
+    pub const ALL: [Flaw; 5] = [
         Flaw::ShareLiveWorkers,
         Flaw::ForgetMarks,
         Flaw::EarlyExpiry,
         Flaw::Unfenced,
+        Flaw::NoHold,
     ];
 
     pub fn name(self) -> &'static str {
@@ -113,6 +128,7 @@ impl Flaw {
             Flaw::ForgetMarks => "forget-marks",
             Flaw::EarlyExpiry => "early-expiry",
             Flaw::Unfenced => "unfenced",
+            Flaw::NoHold => "no-hold",
         }
     }
 
@@ -170,6 +186,15 @@ pub struct Injected {
     pub clean_stops: u64,
     /// Claims whose stored mark was a clean stop's record.
     pub claims_after_clean_stop: u64,
+    /// Failovers to a stale replica (new epochs).
+    pub failovers: u64,
+    /// Claims refused while a new epoch held them.
+    pub held: u64,
+    /// Holders that registered again in a new epoch.
+    pub registered_again: u64,
+    /// Registrations again refused (the worker held by another, a higher
+    /// mark stored, or the claim of the current epoch).
+    pub register_refused: u64,
 }
 
 #[derive(Debug)]
@@ -177,6 +202,8 @@ pub struct SimRegistry {
     /// `workers` or `oracle`: which namespace, in traces.
     pub name: &'static str,
     ttl: Duration,
+    /// The keepers' mark window: a new epoch holds claims for `ttl` plus it.
+    window: Duration,
     flaw: Option<Flaw>,
     seed: u64,
     faults: CallFaults,
@@ -195,8 +222,72 @@ struct State {
     reports: BTreeMap<u32, Timestamp>,
     /// Holdings that ended (released, or expired and taken over), for `fleet`.
     ended: BTreeMap<u32, (NodeIdentity, u64)>,
+    /// Every claim's stored mark is raised to it (a new epoch's floor).
+    floor: Option<Timestamp>,
+    /// The epoch: a failover to a stale replica begins a new one. Every
+    /// token names the epoch it was granted in.
+    epoch: u64,
+    /// Claims are held until this true time (a new epoch's hold).
+    hold_until: u64,
+    /// What the store held, once a second, oldest first: the prefixes of
+    /// its history a stale replica may have.
+    history: std::collections::VecDeque<(u64, Stored)>,
     tokens: u64,
     injected: Injected,
+}
+
+/// What a replica copies: everything the store holds, but the epoch's
+/// counters (a new epoch is begun on it by the failover).
+#[derive(Debug, Clone)]
+struct Stored {
+    holders: BTreeMap<u32, Holding>,
+    marks: BTreeMap<u32, Timestamp>,
+    clean: std::collections::BTreeSet<u32>,
+    reports: BTreeMap<u32, Timestamp>,
+    ended: BTreeMap<u32, (NodeIdentity, u64)>,
+    floor: Option<Timestamp>,
+}
+
+/// How often the store is copied, and how far back a stale replica may be.
+const SNAPSHOT_EVERY: u64 = 1_000_000_000;
+const MAX_LAG: usize = 30;
+
+impl State {
+    fn stored(&self) -> Stored {
+        Stored {
+            holders: self.holders.clone(),
+            marks: self.marks.clone(),
+            clean: self.clean.clone(),
+            reports: self.reports.clone(),
+            ended: self.ended.clone(),
+            floor: self.floor,
+        }
+    }
+
+    /// Copies the store when a second has passed since the last copy.
+    fn snapshot(&mut self) {
+        if self
+            .history
+            .back()
+            .is_some_and(|(at, _)| self.now < at + SNAPSHOT_EVERY)
+        {
+            return;
+        }
+        let copy = self.stored();
+        self.history.push_back((self.now, copy));
+        while self.history.len() > MAX_LAG {
+            self.history.pop_front();
+        }
+    }
+}
+
+/// The epoch a token was granted in (`<name>-<epoch>-<n>`).
+fn token_epoch(token: &str) -> u64 {
+    token
+        .split('-')
+        .nth(1)
+        .and_then(|e| e.parse().ok())
+        .unwrap_or(u64::MAX)
 }
 
 #[derive(Debug, Clone)]
@@ -219,6 +310,8 @@ impl SimRegistry {
         SimRegistry {
             name,
             ttl,
+            // The keepers' default window, which every simulated node runs.
+            window: Duration::from_secs(3),
             flaw,
             seed,
             faults,
@@ -229,6 +322,57 @@ impl SimRegistry {
 
     pub fn injected(&self) -> Injected {
         self.state.lock().unwrap().injected
+    }
+
+    /// A failover to a stale replica at true time `now`: the store rolls
+    /// back to the copy `pick` chooses among those of the last [`MAX_LAG`]
+    /// seconds, and a new epoch begins, its claims held for the lease TTL
+    /// plus the window (what the real registries' epoch check does on a
+    /// promoted replica). Returns how far back it went.
+    pub fn fail_over_to_stale_replica(&self, now: u64, pick: u64) -> Duration {
+        let mut s = self.state.lock().unwrap();
+        s.now = s.now.max(now);
+        let at = if s.history.is_empty() {
+            s.now
+        } else {
+            let i = below(pick, s.history.len() as u64) as usize;
+            let (at, copy) = s.history[i].clone();
+            s.holders = copy.holders;
+            s.marks = copy.marks;
+            s.clean = copy.clean;
+            s.reports = copy.reports;
+            s.ended = copy.ended;
+            s.floor = copy.floor;
+            // Nothing after the copy happened on this replica.
+            s.history.truncate(i + 1);
+            at
+        };
+        s.epoch += 1;
+        let hold = u64::try_from((self.ttl + self.window).as_nanos()).expect("fits");
+        s.hold_until = s.now + hold;
+        s.injected.failovers += 1;
+        Duration::from_nanos(s.now - at)
+    }
+
+    fn held(&self, s: &mut State) -> Result<(), RegistryError> {
+        if s.now < s.hold_until && self.flaw != Some(Flaw::NoHold) {
+            s.injected.held += 1;
+            return Err(RegistryError::Held {
+                registry: KIND,
+                retry_after: Duration::from_nanos(s.hold_until - s.now),
+                reason: "the registry failed over to a stale replica".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A claim's stored mark: the worker's, raised to the epoch's floor.
+    fn stored_mark(&self, s: &State, worker: u32) -> Option<Timestamp> {
+        match self.flaw {
+            Some(Flaw::ForgetMarks) => None,
+            Some(Flaw::NoHold) => s.marks.get(&worker).copied(),
+            _ => s.marks.get(&worker).copied().max(s.floor),
+        }
     }
 
     fn lease_ns(&self) -> u64 {
@@ -251,7 +395,7 @@ impl SimRegistry {
             s.ended.insert(worker, (old.node, old.expires));
         }
         s.tokens += 1;
-        let token = format!("{}-{}", self.name, s.tokens);
+        let token = format!("{}-{}-{}", self.name, s.epoch, s.tokens);
         s.holders.insert(
             worker,
             Holding {
@@ -260,10 +404,7 @@ impl SimRegistry {
                 expires: s.now + self.lease_ns(),
             },
         );
-        let stored_mark = match self.flaw {
-            Some(Flaw::ForgetMarks) => None,
-            _ => s.marks.get(&worker).copied(),
-        };
+        let stored_mark = self.stored_mark(s, worker);
         if s.clean.contains(&worker) {
             s.injected.claims_after_clean_stop += 1;
         }
@@ -279,8 +420,25 @@ impl SimRegistry {
         s.holders.get(&worker).is_none_or(|h| h.expires <= s.now)
     }
 
-    /// The fence: `claim` is the live holding of its worker.
-    fn check(&self, s: &mut State, claim: &Claim) -> Result<(), RegistryError> {
+    /// The fence: `claim` is the live holding of its worker, in this epoch.
+    /// A claim of an earlier epoch first raises the floor to `highest`, the
+    /// highest mark the caller's process ever sent (as the real registries
+    /// raise it when a holder finds its epoch gone).
+    fn check(
+        &self,
+        s: &mut State,
+        claim: &Claim,
+        highest: Option<Timestamp>,
+    ) -> Result<(), RegistryError> {
+        if token_epoch(&claim.token) != s.epoch {
+            s.floor = s.floor.max(highest);
+            s.injected.lease_lost += 1;
+            return Err(RegistryError::LeaseLost {
+                registry: KIND,
+                worker: claim.worker,
+                reason: "the registry's epoch changed".to_owned(),
+            });
+        }
         let why = match s.holders.get(&claim.worker) {
             Some(h) if h.token == claim.token && h.expires > s.now => return Ok(()),
             Some(h) if h.token == claim.token => "the lease ran out",
@@ -309,6 +467,7 @@ impl SimRegistry {
                 message: "worker range 0..0 has no worker IDs to claim".to_owned(),
             });
         }
+        self.held(s)?;
         // Half the claims scan from a random start, as the real backends
         // do; the other half take the free worker whose last holder stopped
         // most recently: any free worker may be granted, and that one is
@@ -357,6 +516,7 @@ impl SimRegistry {
                 message: format!("worker {worker} is out of range 0..{range}"),
             });
         }
+        self.held(s)?;
         if !Self::is_free(s, worker) && self.flaw != Some(Flaw::ShareLiveWorkers) {
             return Err(RegistryError::WorkerTaken {
                 registry: KIND,
@@ -375,6 +535,7 @@ impl SimRegistry {
         node: &NodeIdentity,
         claim: &Claim,
         sent: Instant,
+        highest: Option<Timestamp>,
     ) -> Result<Option<Lease>, RegistryError> {
         if self.flaw == Some(Flaw::Unfenced) {
             // Renews by worker alone: whoever holds it now is overwritten.
@@ -389,10 +550,51 @@ impl SimRegistry {
             );
             return Ok(Some(self.lease(sent)));
         }
-        self.check(s, claim)?;
+        self.check(s, claim, highest)?;
         let expires = s.now + self.lease_ns();
         s.holders.get_mut(&claim.worker).expect("checked").expires = expires;
         Ok(Some(self.lease(sent)))
+    }
+
+    /// [`WorkerRegistry::register_again`]'s rules: a claim of an earlier
+    /// epoch, its worker free or still its own, no higher mark stored.
+    fn register_again(
+        &self,
+        s: &mut State,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+        sent: Instant,
+    ) -> Result<Claim, RegistryError> {
+        let refuse = |s: &mut State, why: String| {
+            s.injected.register_refused += 1;
+            Err(RegistryError::LeaseLost {
+                registry: KIND,
+                worker: claim.worker,
+                reason: format!("register again: {why}"),
+            })
+        };
+        if token_epoch(&claim.token) == s.epoch {
+            return refuse(s, "the lease was lost within its epoch".to_owned());
+        }
+        if let Some(h) = s.holders.get(&claim.worker)
+            && h.token != claim.token
+            && h.expires > s.now
+        {
+            let why = format!("the new epoch shows the worker held by {}", h.node);
+            return refuse(s, why);
+        }
+        let stored = s.marks.get(&claim.worker).copied();
+        if stored.is_some_and(|m| m > mark) {
+            return refuse(s, format!("a higher mark is stored ({stored:?})"));
+        }
+        let mut again = self.hold(s, claim.worker, node, sent);
+        again.stored_mark = Some(mark);
+        let m = s.marks.entry(claim.worker).or_insert(mark);
+        *m = (*m).max(mark);
+        s.clean.remove(&claim.worker);
+        s.injected.registered_again += 1;
+        Ok(again)
     }
 
     fn persist_mark(
@@ -401,9 +603,10 @@ impl SimRegistry {
         claim: &Claim,
         mark: Timestamp,
         reported: Timestamp,
+        highest: Option<Timestamp>,
     ) -> Result<(), RegistryError> {
         if self.flaw != Some(Flaw::Unfenced) {
-            self.check(s, claim)?;
+            self.check(s, claim, highest)?;
         }
         let m = s.marks.entry(claim.worker).or_insert(mark);
         *m = (*m).max(mark);
@@ -418,8 +621,9 @@ impl SimRegistry {
         claim: &Claim,
         high: Timestamp,
         reported: Timestamp,
+        highest: Option<Timestamp>,
     ) -> Result<(), RegistryError> {
-        self.check(s, claim)?;
+        self.check(s, claim, highest)?;
         s.marks.insert(claim.worker, high);
         s.clean.insert(claim.worker);
         s.injected.clean_stops += 1;
@@ -478,6 +682,9 @@ impl SimRegistry {
 #[derive(Debug)]
 pub struct SimLink {
     reg: Arc<SimRegistry>,
+    /// The highest mark this process ever sent (persisted, recorded or
+    /// registered), as the real registries track it for the floor.
+    highest: Mutex<Option<Timestamp>>,
     node: usize,
     incarnation: u32,
     identity: NodeIdentity,
@@ -501,6 +708,7 @@ impl SimLink {
     ) -> SimLink {
         SimLink {
             reg,
+            highest: Mutex::new(None),
             node,
             incarnation,
             identity,
@@ -520,6 +728,16 @@ impl SimLink {
                 outcome,
             },
         );
+    }
+
+    /// Notes a mark about to be sent: the highest raises a new epoch's floor.
+    fn note(&self, mark: Timestamp) {
+        let mut h = self.highest.lock().unwrap();
+        *h = (*h).max(Some(mark));
+    }
+
+    fn highest(&self) -> Option<Timestamp> {
+        *self.highest.lock().unwrap()
     }
 
     fn count(&self, f: impl FnOnce(&mut Injected)) {
@@ -581,6 +799,7 @@ impl SimLink {
         let (at, result) = {
             let mut s = r.state.lock().unwrap();
             s.now = s.now.max(self.time.global_of(NodeTime::now()));
+            s.snapshot();
             let at = s.now;
             (at, op(r, &mut s, sent))
         };
@@ -698,10 +917,26 @@ impl WorkerRegistry for SimLink {
 
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>, RegistryError> {
         let node = &self.identity;
+        let highest = self.highest();
         self.call(
             "renew",
             Some(claim.worker),
-            Box::new(move |r, s, sent| r.renew(s, node, claim, sent)),
+            Box::new(move |r, s, sent| r.renew(s, node, claim, sent, highest)),
+        )
+        .await
+    }
+
+    async fn register_again(
+        &self,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+    ) -> Result<Claim, RegistryError> {
+        self.note(mark);
+        self.call(
+            "register again",
+            Some(claim.worker),
+            Box::new(move |r, s, sent| r.register_again(s, node, claim, mark, sent)),
         )
         .await
     }
@@ -712,11 +947,13 @@ impl WorkerRegistry for SimLink {
         mark: Timestamp,
         reported: Timestamp,
     ) -> Result<(), RegistryError> {
+        self.note(mark);
+        let highest = self.highest();
         self.call(
             "persist",
             Some(claim.worker),
             Box::new(move |r, s, _| {
-                r.persist_mark(s, claim, mark, reported)
+                r.persist_mark(s, claim, mark, reported, highest)
                     .map(|()| Persisted(mark))
             }),
         )
@@ -730,11 +967,12 @@ impl WorkerRegistry for SimLink {
         high: Timestamp,
         reported: Timestamp,
     ) -> Result<(), RegistryError> {
+        let highest = self.highest();
         self.call(
             "clean stop",
             Some(claim.worker),
             Box::new(move |r, s, _| {
-                r.record_clean_stop(s, claim, high, reported)
+                r.record_clean_stop(s, claim, high, reported, highest)
                     .map(|()| Persisted(high))
             }),
         )

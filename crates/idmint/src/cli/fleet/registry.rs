@@ -169,6 +169,16 @@ impl WorkerRegistry for Tracked {
         self.count(true, self.inner.renew(claim).await)
     }
 
+    async fn register_again(
+        &self,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+    ) -> Result<Claim, RegistryError> {
+        self.check("register again")?;
+        self.count(true, self.inner.register_again(node, claim, mark).await)
+    }
+
     async fn persist_mark(
         &self,
         claim: &Claim,
