@@ -8,12 +8,38 @@
 //   const id = g.nextId()                       // a bigint
 //   console.log(new Layout('twitter').decode(id).time)
 //
-// The addon (idmint.node, built by `npm run build`) does the work; this file
-// adds the error class and the close at exit. See README.md.
+// The addon (idmint.node, built by `npm run build`, or the prebuilt one of
+// the platform package) does the work; this file adds the error class and
+// the close at exit. See README.md.
 'use strict'
 
 const { isMainThread } = require('node:worker_threads')
-const native = require('./idmint.node')
+const native = loadAddon()
+
+// The addon: ./idmint.node when built in place (`npm run build`, a
+// checkout), else the platform package npm installed beside this one from
+// its optionalDependencies (napi-rs's per-platform layout, as the
+// @node-rs packages ship: @idmint/linux-x64-gnu holds the prebuilt
+// linux-x64-gnu addon).
+function loadAddon() {
+  try {
+    return require('./idmint.node')
+  } catch (e) {
+    if (e.code !== 'MODULE_NOT_FOUND') throw e
+  }
+  const libc = process.report?.getReport?.().header?.glibcVersionRuntime ? 'gnu' : 'musl'
+  const name = `@idmint/${process.platform}-${process.arch}-${libc}`
+  try {
+    return require(name)
+  } catch (e) {
+    if (e.code !== 'MODULE_NOT_FOUND') throw e
+    throw new Error(
+      `idmint: no addon for ${process.platform}-${process.arch}-${libc}: neither ./idmint.node ` +
+        `(built from a checkout) nor the package ${name} (installed with idmint where it exists; ` +
+        `prebuilt for linux-x64-gnu only) was found`,
+    )
+  }
+}
 
 /**
  * An idmint failure: `.code` is idmint's stable error code (`clock_behind`,
