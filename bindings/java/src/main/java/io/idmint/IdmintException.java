@@ -154,8 +154,11 @@ public final class IdmintException extends RuntimeException {
     public static final String FORKED = "forked";
     // END error codes
 
+    /** idmint's stable error code, one of the constants above. */
     private final String code;
+    /** What went wrong, naming the offending value; the message after the code. */
     private final String detail;
+    /** Nanoseconds before a retry may succeed; negative when retrying can't help. */
     private final long retryAfterNanos;
 
     /**
@@ -174,12 +177,22 @@ public final class IdmintException extends RuntimeException {
         this.retryAfterNanos = retryAfterNanos;
     }
 
-    /** The stable, machine-readable code, e.g. {@code "mark_reached"}. */
+    /**
+     * The stable, machine-readable code.
+     *
+     * @return one of the constants of this class, e.g. {@link #MARK_REACHED}
+     *     ({@code "mark_reached"}): the code the server sends for the same failure
+     */
     public String code() {
         return code;
     }
 
-    /** What went wrong, without the code. */
+    /**
+     * What went wrong, without the code.
+     *
+     * @return a short text naming the offending value (never key material); for
+     *     people and logs, not to match on: it may change between releases
+     */
     public String detail() {
         return detail;
     }
@@ -188,6 +201,10 @@ public final class IdmintException extends RuntimeException {
      * How long to wait before the same call may succeed (the server's
      * {@code Retry-After}); empty when retrying can't help (bad input, a
      * closed generator).
+     *
+     * @return the wait the failure names, e.g. for {@code mark_reached} while the
+     *     lease is held, {@code unavailable}, {@code store_timeout}; empty for the
+     *     rest
      */
     public Optional<Duration> retryAfter() {
         return retryAfterNanos < 0 ? Optional.empty() : Optional.of(Duration.ofNanos(retryAfterNanos));

@@ -31,6 +31,9 @@ public final class Layout {
      * {@code baidu}, {@code sonyflake}, {@code discord}, {@code instagram},
      * {@code js53}, {@code tso}), a preset with fields changed, or every field.
      *
+     * @param text the text form, as the CLI's {@code --layout} and the config's
+     *     {@code snowflake.layout} take it
+     * @return the layout
      * @throws IdmintException {@code invalid_layout_text} or {@code invalid_layout},
      *     naming the part at fault
      */
@@ -39,8 +42,12 @@ public final class Layout {
     }
 
     /**
-     * Takes {@code id} apart.
+     * Takes {@code id} apart (what {@code idmint decode} prints).
      *
+     * @param id an ID of this layout
+     * @return its parts: the start of its tick (to the millisecond), the tick,
+     *     datacenter, worker, rollback counter and sequence (0 for a field the
+     *     layout lacks)
      * @throws IdmintException {@code invalid_id} when {@code id} has bits set
      *     above the layout's fields
      */
@@ -54,8 +61,15 @@ public final class Layout {
     }
 
     /**
-     * Puts an ID together from the tick {@code time} falls in and the parts.
+     * Puts an ID together from the tick {@code time} falls in and the parts,
+     * with rollback counter 0.
      *
+     * @param time any instant in the tick (see {@link #tickAt(Instant)})
+     * @param datacenter the datacenter part of the node field (0 for a layout
+     *     without one)
+     * @param worker the worker part of the node field
+     * @param sequence the sequence within the tick
+     * @return the ID, never negative
      * @throws IdmintException {@code node_out_of_range} for a part that does
      *     not fit its field, {@code clock_before_epoch} or
      *     {@code layout_exhausted} for a time the layout can't hold
@@ -67,6 +81,13 @@ public final class Layout {
     /**
      * Puts an ID together from its parts.
      *
+     * @param tick time units since the layout's epoch
+     * @param datacenter the datacenter part of the node field (0 for a layout
+     *     without one)
+     * @param worker the worker part of the node field
+     * @param rollback the rollback counter (0 for a layout without rollback bits)
+     * @param sequence the sequence within the tick
+     * @return the ID, never negative
      * @throws IdmintException {@code node_out_of_range} for a part that does
      *     not fit its field, {@code layout_exhausted} for a tick past the time field
      */
@@ -88,6 +109,8 @@ public final class Layout {
     /**
      * The tick {@code time} falls in (for {@link #compose(long, int, int, int, int)}).
      *
+     * @param time an instant at or after the layout's epoch
+     * @return time units since the epoch, rounded down
      * @throws IdmintException {@code clock_before_epoch} before the epoch,
      *     {@code layout_exhausted} at or after {@link #runsOutAt()}
      */
@@ -106,7 +129,13 @@ public final class Layout {
         }
     }
 
-    /** The first instant the layout can't hold; empty when that is past the year 9999. */
+    /**
+     * When the layout's time field runs out: a generator on it throws
+     * {@code layout_exhausted} from then on.
+     *
+     * @return the first instant the layout can't hold (2024-11-20 for uid-generator's
+     *     default {@code baidu}); empty when that is past the year 9999
+     */
     public Optional<Instant> runsOutAt() {
         try {
             long ms = Native.layoutRunsOutAt(ref.handle);
@@ -116,7 +145,12 @@ public final class Layout {
         }
     }
 
-    /** The preset's name ({@code twitter}, ...), or empty for a custom layout. */
+    /**
+     * The preset this layout is.
+     *
+     * @return the preset's name ({@code twitter}, ...) when every field is the
+     *     preset's; empty for a custom layout or a preset with fields changed
+     */
     public Optional<String> preset() {
         try {
             return Optional.ofNullable(Native.layoutPreset(ref.handle));
@@ -125,7 +159,12 @@ public final class Layout {
         }
     }
 
-    /** IDs per second one worker can make (4,096,000 for {@code twitter}). */
+    /**
+     * The layout's cap on one worker.
+     *
+     * @return IDs per second one worker can make: sequence values per tick times
+     *     ticks per second (4,096,000 for {@code twitter})
+     */
     public double idsPerSecondPerWorker() {
         try {
             return Native.layoutIdsPerSecondPerWorker(ref.handle);
@@ -134,7 +173,12 @@ public final class Layout {
         }
     }
 
-    /** Worker IDs the node field holds (1,024 for {@code twitter}). */
+    /**
+     * How many worker IDs the layout has.
+     *
+     * @return the number of values of the whole node field, datacenter and worker
+     *     bits together (1,024 for {@code twitter})
+     */
     public long workers() {
         try {
             return Native.layoutWorkers(ref.handle);
@@ -143,7 +187,12 @@ public final class Layout {
         }
     }
 
-    /** The full text form, which {@link #parse} reads back. */
+    /**
+     * The full text form.
+     *
+     * @return every field spelled out, which {@link #parse} reads back as an
+     *     equal layout
+     */
     @Override
     public String toString() {
         return text;

@@ -23,6 +23,12 @@ public final class PublicIds {
     /**
      * A builder for the key ring {@code key}: one key in hex, or
      * {@code "0:<hex> 1:<hex>"} for a ring with key IDs.
+     *
+     * @param key the ring, as the config's {@code obfuscation.key}: entries of
+     *     32 or 64 hex digits, each optionally prefixed by its key ID; checked by
+     *     {@link Builder#build()}
+     * @return a new builder with the defaults: 63 bits, no key-ID bits, the last
+     *     key active, {@code dec}
      */
     public static Builder builder(String key) {
         return new Builder(Objects.requireNonNull(key, "key"));
@@ -32,14 +38,24 @@ public final class PublicIds {
      * From the {@code [obfuscation]} section of the config at {@code config} (and
      * {@code IDMINT_OBFUSCATION_KEY}).
      *
+     * @param config the path of an {@code idmint serve} config file (TOML); the
+     *     whole file is checked as the server checks it
+     * @return public IDs that agree with a server on the same config
      * @throws IdmintException {@code invalid_config} naming the setting (never
-     *     quoting a key)
+     *     quoting a key), also when the section has no key
      */
     public static PublicIds fromConfig(Path config) {
         return new PublicIds(Native.publicIdsFromConfig(Objects.requireNonNull(config, "config").toString()));
     }
 
-    /** The public ID of {@code id}. @throws IdmintException {@code invalid_id} */
+    /**
+     * The public ID of {@code id}.
+     *
+     * @param id an ID, 0 to 2^63 - 1 and no wider than {@link #bits()}
+     * @return its public ID, {@link #bits()} wide (read it as unsigned with 64)
+     * @throws IdmintException {@code invalid_id} for a negative ID or one wider
+     *     than the public IDs
+     */
     public long obfuscate(long id) {
         try {
             return Native.publicIdsObfuscate(ref.handle, id);
@@ -48,7 +64,14 @@ public final class PublicIds {
         }
     }
 
-    /** The ID behind a public ID. @throws IdmintException {@code invalid_public_id}, {@code unknown_key_id} */
+    /**
+     * The ID behind a public ID.
+     *
+     * @param publicId a public ID made with these settings (as unsigned with 64 bits)
+     * @return the ID {@link #obfuscate(long)} made it from
+     * @throws IdmintException {@code invalid_public_id} for a value wider than
+     *     {@link #bits()}, {@code unknown_key_id} for a key ID with no key in the ring
+     */
     public long reveal(long publicId) {
         try {
             return Native.publicIdsReveal(ref.handle, publicId);
@@ -57,7 +80,14 @@ public final class PublicIds {
         }
     }
 
-    /** A public ID in the text form. */
+    /**
+     * A public ID in the text form.
+     *
+     * @param publicId a public ID (as unsigned with 64 bits)
+     * @return its text in {@link #format()}: decimal digits, Crockford base32
+     *     (upper case) or Sqids
+     * @throws IdmintException {@code encode_failed} when Sqids can't write it
+     */
     public String encode(long publicId) {
         try {
             return Native.publicIdsEncode(ref.handle, publicId);
@@ -66,7 +96,13 @@ public final class PublicIds {
         }
     }
 
-    /** The public ID a text reads as. @throws IdmintException {@code invalid_public_id} */
+    /**
+     * The public ID a text reads as.
+     *
+     * @param text a public ID's text in {@link #format()} (base32 in either case)
+     * @return the public ID
+     * @throws IdmintException {@code invalid_public_id} naming the text
+     */
     public long decode(String text) {
         Objects.requireNonNull(text, "text");
         try {
@@ -76,7 +112,14 @@ public final class PublicIds {
         }
     }
 
-    /** The public ID of {@code id}, as text. */
+    /**
+     * The public ID of {@code id}, as text: {@link #obfuscate(long)} then
+     * {@link #encode(long)}.
+     *
+     * @param id an ID, 0 to 2^63 - 1
+     * @return the public ID's text
+     * @throws IdmintException as {@link #obfuscate(long)} and {@link #encode(long)}
+     */
     public String obfuscateText(long id) {
         try {
             return Native.publicIdsObfuscateText(ref.handle, id);
@@ -85,7 +128,14 @@ public final class PublicIds {
         }
     }
 
-    /** The ID behind a public ID's text. */
+    /**
+     * The ID behind a public ID's text: {@link #decode(String)} then
+     * {@link #reveal(long)}.
+     *
+     * @param text a public ID's text
+     * @return the ID
+     * @throws IdmintException as {@link #decode(String)} and {@link #reveal(long)}
+     */
     public long revealText(String text) {
         Objects.requireNonNull(text, "text");
         try {
@@ -95,7 +145,11 @@ public final class PublicIds {
         }
     }
 
-    /** {@code dec}, {@code base32} or {@code sqids}. */
+    /**
+     * The text form.
+     *
+     * @return {@code dec}, {@code base32} or {@code sqids}
+     */
     public String format() {
         try {
             return Native.publicIdsFormat(ref.handle);
@@ -104,7 +158,11 @@ public final class PublicIds {
         }
     }
 
-    /** The width of public IDs in bits. */
+    /**
+     * The width of public IDs.
+     *
+     * @return bits, 32 to 64 (63 by default)
+     */
     public int bits() {
         try {
             return Native.publicIdsBits(ref.handle);
@@ -125,25 +183,54 @@ public final class PublicIds {
             this.key = key;
         }
 
-        /** The width of public IDs (default 63). */
+        /**
+         * The width of public IDs (default 63).
+         *
+         * @param bits 32 to 64; with 64, public IDs fill the {@code long} and read
+         *     as unsigned
+         * @return this builder
+         * @throws IdmintException {@code invalid_config} outside 0 to 255 (the
+         *     config's type); {@link #build()} checks the rest
+         */
         public Builder bits(int bits) {
             this.bits = setting("bits", bits);
             return this;
         }
 
-        /** Bits of the public ID that name the key (default 0: one key). */
+        /**
+         * Bits of the public ID that name the key (default 0: one key).
+         *
+         * @param keyIdBits how many of the public ID's bits carry the key ID, so a
+         *     ring can rotate keys and still reveal old public IDs
+         * @return this builder
+         * @throws IdmintException {@code invalid_config} outside 0 to 255;
+         *     {@link #build()} checks the rest
+         */
         public Builder keyIdBits(int keyIdBits) {
             this.keyIdBits = setting("key_id_bits", keyIdBits);
             return this;
         }
 
-        /** The key ID new public IDs are made with (default: the last key listed). */
+        /**
+         * The key ID new public IDs are made with (default: the last key listed).
+         *
+         * @param activeKey a key ID of the ring
+         * @return this builder
+         * @throws IdmintException {@code invalid_config} outside 0 to 255;
+         *     {@link #build()} checks the rest
+         */
         public Builder activeKey(int activeKey) {
             this.activeKey = setting("active_key", activeKey);
             return this;
         }
 
-        /** {@code dec} (default), {@code base32} or {@code sqids}. */
+        /**
+         * The text form (default {@code dec}).
+         *
+         * @param format {@code dec}, {@code base32} or {@code sqids}; checked by
+         *     {@link #build()}
+         * @return this builder
+         */
         public Builder format(String format) {
             this.format = Objects.requireNonNull(format, "format");
             return this;
@@ -157,7 +244,16 @@ public final class PublicIds {
             return value;
         }
 
-        /** @throws IdmintException {@code invalid_config} naming the setting (never quoting a key) */
+        /**
+         * The public IDs.
+         *
+         * @return public IDs that agree with a server whose {@code [obfuscation]}
+         *     has the same settings
+         * @throws IdmintException {@code invalid_key} for a malformed ring (an
+         *     entry that is no 32 or 64 hex digits, a key ID that is no number),
+         *     {@code invalid_obfuscator} for settings that don't fit together or an
+         *     unknown format; never with the key in the message
+         */
         public PublicIds build() {
             return new PublicIds(Native.publicIdsNew(key, bits, keyIdBits, activeKey, format));
         }

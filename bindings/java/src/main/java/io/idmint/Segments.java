@@ -31,8 +31,12 @@ public final class Segments implements AutoCloseable {
     /**
      * Opens the config's store, creates the keys it declares, starts the preloader.
      *
-     * @throws IdmintException {@code invalid_config}; {@code store_error} or
-     *     {@code store_timeout} (with a retry hint) when the store can't be reached
+     * @param config the path of an {@code idmint serve} config file (TOML); the
+     *     whole file is checked as the server checks it, {@code [segment]} is used
+     * @return the allocator, its keys ready; {@link #close()} stops its thread
+     * @throws IdmintException {@code invalid_config} for a config the server would
+     *     refuse; {@code store_error} or {@code store_timeout} (with a retry hint)
+     *     when the store can't be reached
      */
     public static Segments fromConfig(Path config) {
         return new Segments(Native.segmentsFromConfig(Objects.requireNonNull(config, "config").toString(), false));
@@ -40,7 +44,16 @@ public final class Segments implements AutoCloseable {
 
     /**
      * As {@link #fromConfig(Path)}, keeping the server's floor file in the config's
-     * {@code server.data_dir} (one process per data directory).
+     * {@code server.data_dir} (one process per data directory): what this
+     * directory's process issued is never issued again, even by a store that
+     * forgot it.
+     *
+     * @param config the path of an {@code idmint serve} config file (TOML)
+     * @return the allocator, its keys ready
+     * @throws IdmintException as {@link #fromConfig(Path)}; {@code floor_file_error}
+     *     when another process holds the directory, {@code store_reset} or
+     *     {@code key_below_floor} when the store forgot what this directory's
+     *     process issued
      */
     public static Segments fromConfigWithFloors(Path config) {
         return new Segments(Native.segmentsFromConfig(Objects.requireNonNull(config, "config").toString(), true));
@@ -49,8 +62,15 @@ public final class Segments implements AutoCloseable {
     /**
      * The next ID of {@code key}.
      *
+     * @param key a key of the store (declared in {@code [segment.keys.<name>]} or
+     *     made there before)
+     * @return the key's next ID: greater than every ID of {@code key} this object
+     *     issued before; consecutive within a segment (IDs buffered by another
+     *     process, or left at a close, are skipped)
      * @throws IdmintException {@code key_not_found}, {@code invalid_key},
-     *     {@code closed}, {@code unavailable} or {@code store_error} (with a retry hint)
+     *     {@code closed}; {@code unavailable} (store down and buffers empty, with a
+     *     retry hint), {@code store_error}, {@code key_exhausted},
+     *     {@code store_went_backwards}
      */
     public long nextId(String key) {
         Objects.requireNonNull(key, "key");
@@ -64,8 +84,12 @@ public final class Segments implements AutoCloseable {
     /**
      * {@code n} IDs of {@code key} in increasing order.
      *
-     * @throws IdmintException {@code invalid_count} unless {@code n} is positive;
-     *     as {@link #nextId(String)}
+     * @param key a key of the store
+     * @param n how many IDs, 1 to {@link #maxCount()}
+     * @return a new array of {@code n} IDs of {@code key}, strictly increasing,
+     *     each greater than every ID of {@code key} issued here before
+     * @throws IdmintException {@code invalid_count} unless {@code n} is 1 to
+     *     {@link #maxCount()}; as {@link #nextId(String)}
      */
     public long[] nextIds(String key, int n) {
         Objects.requireNonNull(key, "key");
@@ -80,8 +104,10 @@ public final class Segments implements AutoCloseable {
     }
 
     /**
-     * The most IDs one {@link #nextIds(String, int)} call takes: the config's
-     * {@code server.max_count} (by default {@link #DEFAULT_MAX_COUNT}).
+     * The most IDs one {@link #nextIds(String, int)} call takes.
+     *
+     * @return the config's {@code server.max_count} (by default
+     *     {@link #DEFAULT_MAX_COUNT}); also after {@link #close()}
      */
     public long maxCount() {
         try {
