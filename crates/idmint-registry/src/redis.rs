@@ -1419,8 +1419,9 @@ fn call_error(operation: &'static str, e: CallError) -> RegistryError {
             operation,
             after,
         },
-        // Nothing listening, a broken connection, a replica still loading or
-        // a cluster between masters: a start waits on these.
+        // Nothing listening, a broken connection, a replica still loading, a
+        // cluster between masters, or sentinels that name no usable primary
+        // yet (a failover under way): a start waits on these.
         CallError::Redis(e)
             if e.is_io_error()
                 || e.is_connection_refusal()
@@ -1432,7 +1433,9 @@ fn call_error(operation: &'static str, e: CallError) -> RegistryError {
                             | redis::ServerErrorKind::TryAgain
                             | redis::ServerErrorKind::ClusterDown
                             | redis::ServerErrorKind::MasterDown
-                    )
+                            | redis::ServerErrorKind::ReadOnly
+                    ) | redis::ErrorKind::MasterNameNotFoundBySentinel
+                        | redis::ErrorKind::NoValidReplicasFoundBySentinel
                 ) =>
         {
             RegistryError::unavailable(KIND, operation, e)
