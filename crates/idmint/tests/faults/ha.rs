@@ -196,14 +196,12 @@ impl Fleet {
         })
     }
 
-    /// The worker IDs the nodes hold now (`None` for one not ready).
+    /// The worker IDs the nodes hold once ready again after the fault
+    /// (`None` for one not ready within 15 s).
     fn workers_now(&self) -> Vec<Option<u32>> {
         self.nodes
             .iter()
-            .map(|n| match n.readyz() {
-                Ok((200, body)) => body["worker"].as_u64().and_then(|w| u32::try_from(w).ok()),
-                _ => None,
-            })
+            .map(|n| n.wait_ready(Duration::from_secs(15)).ok())
             .collect()
     }
 }
