@@ -100,6 +100,21 @@ impl PrivateCluster {
         self.members.join(",")
     }
 
+    /// The directory the cluster lives in: the `DIR` its script takes, for
+    /// a command that acts on the cluster from another process
+    /// (`scripts/etcd-cluster kill leader DIR`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The script that runs the cluster (`scripts/etcd-cluster`,
+    /// `scripts/zookeeper-cluster`), absolute.
+    pub fn script_path(&self) -> PathBuf {
+        script_path(self.kind)
+            .canonicalize()
+            .unwrap_or_else(|_| script_path(self.kind))
+    }
+
     /// The leader's member number (1 to 3).
     pub fn leader(&self) -> usize {
         self.script(&["leader"]).parse().expect("a member number")

@@ -119,6 +119,14 @@ pub struct FleetArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     delay: Option<Duration>,
 
+    /// In-process: halfway through the steady state, run this shell command
+    /// (`scripts/etcd-cluster kill leader DIR`, say: a coordinator fault),
+    /// then have every node issue an ID every 100 ms until the steady state
+    /// ends: each node's longest time without one, how many nodes refused
+    /// at least once, and how many hold another worker ID afterwards.
+    #[arg(long, value_name = "COMMAND")]
+    steady_fault: Option<String>,
+
     /// Also write the figures as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -162,6 +170,11 @@ pub fn run(args: FleetArgs) -> Result<()> {
     };
     if args.nodes.contains(&0) {
         return Err(bad_input("--nodes: a fleet of 0 nodes measures nothing"));
+    }
+    if args.processes && args.steady_fault.is_some() {
+        return Err(bad_input(
+            "--steady-fault works with in-process nodes only (it probes each node's generator)",
+        ));
     }
     if args.processes && args.delay.is_some() {
         return Err(bad_input(
@@ -253,7 +266,13 @@ async fn run_in_process(
     // 2. Steady state.
     let calls_before = fleet.calls().read();
     let before = coordinator.sample().await;
-    steady_wait(args.steady, || fleet.calls().read().writes).await;
+    match &args.steady_fault {
+        None => steady_wait(args.steady, || fleet.calls().read().writes).await,
+        Some(command) => {
+            steady_wait(args.steady / 2, || fleet.calls().read().writes).await;
+            report.fault = Some(steady_fault(&mut fleet, command, args.steady / 2).await);
+        }
+    }
     let after = coordinator.sample().await;
     let calls = fleet.calls().read() - calls_before;
     let per_node_second = |count: u64| count as f64 / args.steady.as_secs_f64() / n as f64;
@@ -266,6 +285,9 @@ async fn run_in_process(
         nodes_memory_mib: None,
     });
     report.check("steady state", fleet.check());
+    if let Some(e) = report.fault.as_ref().and_then(|f| f.error.clone()) {
+        report.failures.push(format!("after the fault: {e}"));
+    }
 
     // 3. Nodes join one at a time, in a space with room for them.
     if args.joins > 0 {
@@ -408,6 +430,69 @@ async fn run_processes(
     let _ = std::fs::remove_dir_all(&dir);
     report.failures.extend(report.refusals());
     Ok(report)
+}
+
+/// Runs `command` (a coordinator fault) under the steady fleet, then
+/// probes every node for `rest`.
+async fn steady_fault(fleet: &mut InProcess, command: &str, rest: Duration) -> Fault {
+    let failed_before = fleet.calls().read().failed;
+    let began = Instant::now();
+    let owned = command.to_owned();
+    // The command runs beside the probes, which start before it acts.
+    let running = tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(owned)
+            .stdin(std::process::Stdio::null())
+            .output();
+        (out, began.elapsed())
+    });
+    let watched = fleet.watch(rest).await;
+    let (ran, took) = running
+        .await
+        .unwrap_or_else(|e| (Err(std::io::Error::other(e.to_string())), began.elapsed()));
+    let command_ms = ms(took);
+    let (status, output) = match ran {
+        Ok(out) => (
+            out.status.success(),
+            [&out.stdout, &out.stderr]
+                .iter()
+                .map(|b| String::from_utf8_lossy(b).trim().to_owned())
+                .filter(|t| !t.is_empty())
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+        Err(e) => (false, e.to_string()),
+    };
+    let failed_calls = fleet.calls().read().failed - failed_before;
+    match watched {
+        Ok(w) => Fault {
+            command: command.to_owned(),
+            command_ok: status,
+            command_output: output,
+            command_ms,
+            watched_s: w.watched.as_secs_f64(),
+            longest_gap_ms: ms(w.longest_gap),
+            longest_gap_p99_ms: ms(w.gap_p99),
+            nodes_refused: w.nodes_refused,
+            workers_changed: w.workers_changed,
+            failed_calls,
+            error: None,
+        },
+        Err(e) => Fault {
+            command: command.to_owned(),
+            command_ok: status,
+            command_output: output,
+            command_ms,
+            watched_s: 0.0,
+            longest_gap_ms: 0.0,
+            longest_gap_p99_ms: 0.0,
+            nodes_refused: 0,
+            workers_changed: 0,
+            failed_calls,
+            error: Some(format!("{e:#}")),
+        },
+    }
 }
 
 /// Waits out the steady state, with a live line of the write rate.
@@ -569,6 +654,30 @@ struct Steady {
     nodes_memory_mib: Option<f64>,
 }
 
+/// What a fault in the steady state cost (`--steady-fault`).
+#[derive(Debug, Serialize)]
+struct Fault {
+    command: String,
+    command_ok: bool,
+    command_output: String,
+    /// How long the command ran.
+    command_ms: f64,
+    /// How long the nodes were probed after it began.
+    watched_s: f64,
+    /// The longest time a node went without issuing (probed every 100 ms),
+    /// the longest over nodes and its 99th percentile.
+    longest_gap_ms: f64,
+    longest_gap_p99_ms: f64,
+    /// Nodes that refused at least one probe.
+    nodes_refused: usize,
+    /// Nodes holding another worker ID than before the fault.
+    workers_changed: usize,
+    /// Registry calls that failed or timed out from the fault to the end.
+    failed_calls: u64,
+    /// What broke a promise (a repeated ID).
+    error: Option<String>,
+}
+
 #[derive(Debug, Serialize)]
 struct Kill {
     killed: usize,
@@ -604,6 +713,7 @@ struct Report {
     connections: Option<usize>,
     start: Option<StartFigures>,
     steady: Option<Steady>,
+    fault: Option<Fault>,
     /// Nodes joining the running fleet one at a time.
     join: Option<StartFigures>,
     kill: Option<Kill>,
@@ -657,6 +767,7 @@ impl Report {
             connections: None,
             start: None,
             steady: None,
+            fault: None,
             join: None,
             kill: None,
             roll: None,
@@ -783,6 +894,28 @@ impl Report {
                     m / self.nodes as f64
                 );
             }
+        }
+        if let Some(f) = &self.fault {
+            let _ = writeln!(
+                out,
+                "  fault         `{}` ({}, {:.0} ms{}); over {:.1} s after it: longest gap {:.0} ms \
+                 (p99 over nodes {:.0} ms), {} nodes refused once or more, {} hold another \
+                 worker, {} failed registry calls",
+                f.command,
+                if f.command_ok { "ok" } else { "FAILED" },
+                f.command_ms,
+                if f.command_output.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", f.command_output)
+                },
+                f.watched_s,
+                f.longest_gap_ms,
+                f.longest_gap_p99_ms,
+                f.nodes_refused,
+                f.workers_changed,
+                f.failed_calls
+            );
         }
         if let Some(j) = &self.join {
             let _ = writeln!(out, "  join          one at a time: {}", j.text());

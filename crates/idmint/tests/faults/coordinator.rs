@@ -128,7 +128,7 @@ fn start(nodes: &mut [Node]) -> Result<()> {
 /// persistence off and reloads the saved file at start). idmint's Redis
 /// registry and store say they need a persistent Redis; a Redis that forgets
 /// leases and marks is outside the promise.
-fn shutdown_redis_saving(coordinator: &Coordinator) -> Result<()> {
+pub(crate) fn shutdown_redis_saving(coordinator: &Coordinator) -> Result<()> {
     let addr = coordinator
         .host_port()
         .ok_or_else(|| anyhow!("no address in {}", coordinator.address))?;

@@ -25,6 +25,7 @@ mod clock;
 mod coordinator;
 mod faketime;
 mod forgets;
+mod ha;
 mod harness;
 mod monotonic;
 mod process;
@@ -46,6 +47,7 @@ fn all_scenarios() -> Vec<Scenario> {
     all.extend(process::scenarios());
     all.extend(coordinator::scenarios());
     all.extend(forgets::scenarios());
+    all.extend(ha::scenarios());
     all.extend(clock::scenarios());
     all.extend(monotonic::scenarios());
     all.extend(segment_reset::scenarios());

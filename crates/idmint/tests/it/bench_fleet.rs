@@ -12,6 +12,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use idmint_testkit::cluster::{ClusterKind, PrivateCluster};
 use idmint_testkit::{MYSQL_URL, POSTGRES_URL, PrivateService, REDIS_URL, Service};
 use serde_json::Value;
 
@@ -151,6 +152,71 @@ fn bench_fleet_in_process_on_etcd_reads_etcds_own_counters_and_recovers() {
             "{requests} gRPC messages/s per node for {calls} registry calls: {report:#}"
         );
     }
+}
+
+/// `--steady-fault` on a 3-member etcd: its leader SIGKILLed halfway
+/// through the steady state (and revived), every node probed meanwhile. What
+/// fails the test is a broken promise (an ID twice, a refused start) or a
+/// fault that did not run; the gaps and the workers kept are figures,
+/// printed (BENCHMARKS.md has them at 1,000 nodes).
+#[test]
+fn bench_fleet_probes_every_node_through_an_etcd_leader_kill() {
+    let Some(cluster) = PrivateCluster::start(ClusterKind::Etcd) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let endpoints: Vec<String> = cluster
+        .members()
+        .iter()
+        .map(|e| format!("\"{e}\""))
+        .collect();
+    let registry = format!(
+        "registry = \"etcd\"\n[snowflake.etcd]\nendpoints = [{}]\nlease_ttl = \"{}s\"",
+        endpoints.join(", "),
+        LEASE_TTL.as_secs()
+    );
+    let config = write_config(dir.path(), LAYOUT, &registry);
+    let script = cluster.script_path().display().to_string();
+    let cluster_dir = cluster.dir().display().to_string();
+    let fault = format!(
+        "n=$({script} kill leader {cluster_dir}) && sleep 2 && {script} revive $n {cluster_dir} && echo member $n"
+    );
+    let name = format!("bench-fleet-fault-{}", std::process::id());
+    let reports = bench_fleet(
+        dir.path(),
+        &config,
+        &[
+            "--nodes",
+            "10",
+            "--steady",
+            "8s",
+            "--kill-percent",
+            "0",
+            "--roll-space",
+            "0",
+            "--steady-fault",
+            &fault,
+            "--cluster",
+            &name,
+        ],
+    );
+    let report = &reports[0];
+    assert!(
+        report["failures"].as_array().unwrap().is_empty(),
+        "{report:#}"
+    );
+    let f_ = &report["fault"];
+    assert_eq!(f_["command_ok"], true, "{report:#}");
+    assert!(
+        f_["command_output"].as_str().unwrap().contains("member"),
+        "{report:#}"
+    );
+    assert!(f(&f_["watched_s"]) >= 3.0, "{report:#}");
+    eprintln!(
+        "etcd leader killed under 10 nodes: longest gap {} ms, {} refused once or more, {} hold \
+         another worker, {} failed calls",
+        f_["longest_gap_ms"], f_["nodes_refused"], f_["workers_changed"], f_["failed_calls"]
+    );
 }
 
 #[test]

@@ -58,6 +58,21 @@ pub struct InProcess {
     issued: HashSet<u64>,
 }
 
+/// What [`InProcess::watch`] saw.
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// How long it probed.
+    pub watched: Duration,
+    /// The longest time a node went without issuing.
+    pub longest_gap: Duration,
+    /// The 99th percentile of the nodes' longest gaps.
+    pub gap_p99: Duration,
+    /// Nodes that refused at least one probe.
+    pub nodes_refused: usize,
+    /// Nodes holding another worker ID at the end than at the start.
+    pub workers_changed: usize,
+}
+
 /// What one check found.
 #[derive(Debug, Default)]
 pub struct Check {
@@ -279,6 +294,66 @@ impl InProcess {
             }
         }
         Ok(result)
+    }
+
+    /// Has every node issue an ID every 100 ms for `within` (a coordinator
+    /// fault under way): each node's longest time without one, counted from
+    /// the start, and whether it holds the same worker ID at the end. An ID
+    /// issued twice is an error, as in [`InProcess::check`].
+    pub async fn watch(&mut self, within: Duration) -> Result<Watch> {
+        let workers: Vec<u32> = self
+            .nodes
+            .iter()
+            .map(|n| n.guard.handle().worker())
+            .collect();
+        let began = Instant::now();
+        let mut last_ok = vec![began; self.nodes.len()];
+        let mut gaps = vec![Duration::ZERO; self.nodes.len()];
+        let mut refused = vec![false; self.nodes.len()];
+        while began.elapsed() < within {
+            for (i, node) in self.nodes.iter().enumerate() {
+                let handle = node.guard.handle();
+                match handle.next_id() {
+                    Ok(id) => {
+                        let now = Instant::now();
+                        gaps[i] = gaps[i].max(now - last_ok[i]);
+                        last_ok[i] = now;
+                        if !self.issued.insert(id.get()) {
+                            return Err(anyhow!(
+                                "node {i} (worker {}) issued {}, which was issued before",
+                                handle.worker(),
+                                id.get()
+                            ));
+                        }
+                    }
+                    Err(_) => refused[i] = true,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let end = Instant::now();
+        for (gap, last) in gaps.iter_mut().zip(&last_ok) {
+            *gap = (*gap).max(end - *last);
+        }
+        let workers_changed = self
+            .nodes
+            .iter()
+            .zip(&workers)
+            .filter(|(n, w)| n.guard.handle().worker() != **w)
+            .count();
+        let mut sorted = gaps.clone();
+        sorted.sort();
+        let p99 = sorted
+            .get((sorted.len() * 99 / 100).min(sorted.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default();
+        Ok(Watch {
+            watched: began.elapsed(),
+            longest_gap: sorted.last().copied().unwrap_or_default(),
+            gap_p99: p99,
+            nodes_refused: refused.iter().filter(|r| **r).count(),
+            workers_changed,
+        })
     }
 
     /// Stops the `count` newest nodes, as [`InProcess::stop_oldest`] does.
