@@ -1701,10 +1701,30 @@ fn backend(operation: &'static str, e: &etcd_client::Error) -> RegistryError {
 /// transport or I/O error (nothing listening, a broken connection), or
 /// gRPC's UNAVAILABLE (14: also `etcdserver: leader changed` and `no
 /// leader`) or ABORTED (10), by number as in [`is_deadline`].
+///
+/// A member that dies mid-call breaks the HTTP/2 connection under it, which
+/// tonic reports as UNKNOWN (2) or INTERNAL (13) with the transport's words
+/// (`transport error`, `connection reset`, `h2 protocol error`, ...): that
+/// is the connection, not etcd's answer, and passes too.
 fn unreachable(e: &etcd_client::Error) -> bool {
+    const BROKEN: &[&str] = &[
+        "transport error",
+        "connection reset",
+        "connection closed",
+        "broken pipe",
+        "h2 protocol error",
+        "error trying to connect",
+    ];
     match e {
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-        etcd_client::Error::GRpcStatus(s) => matches!(s.code() as i32, 10 | 14),
+        etcd_client::Error::GRpcStatus(s) => match s.code() as i32 {
+            10 | 14 => true,
+            2 | 13 => {
+                let message = s.message().to_ascii_lowercase();
+                BROKEN.iter().any(|words| message.contains(words))
+            }
+            _ => false,
+        },
         _ => false,
     }
 }

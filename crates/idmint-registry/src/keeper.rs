@@ -75,7 +75,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::error::{RegistryError, Result};
-use crate::registry::{Claim, Lease, NodeIdentity, WorkerRegistry};
+use crate::registry::{Claim, Lease, NodeIdentity, PeerReport, WorkerRegistry};
 use crate::util::bounded;
 
 /// How many call timeouts bound one claim ([`Ctx::claim`]): a look, a grant,
@@ -1080,6 +1080,41 @@ impl Ctx {
         }
     }
 
+    /// Compares `now` with the median of the peers' reports: a
+    /// [`RegistryError::ClockSkew`] when it is off by more than the threshold
+    /// (ahead, by a report interval more: a report is up to that old).
+    fn peer_clocks(&self, now: Timestamp, peers: &[PeerReport]) -> Result<()> {
+        if peers.is_empty() {
+            return Ok(());
+        }
+        // The median, not the mean: one live peer whose clock is hours
+        // off (a node on the raw wall clock after a step) would move a
+        // mean by hours / n and refuse every start in the fleet (the
+        // simulation, `tests/it/sim.rs`, found 300 nodes stuck so).
+        let mut reported: Vec<i128> = peers.iter().map(|p| p.reported.as_nanosecond()).collect();
+        reported.sort_unstable();
+        let mid = reported.len() / 2;
+        let median = if reported.len() % 2 == 1 {
+            reported[mid]
+        } else {
+            (reported[mid - 1] + reported[mid]) / 2
+        };
+        let offset_ns = now.as_nanosecond() - median;
+        let allowed = if offset_ns > 0 {
+            self.config.peer_skew + self.config.report_interval
+        } else {
+            self.config.peer_skew
+        };
+        if offset_ns.unsigned_abs() > allowed.as_nanos() {
+            return Err(RegistryError::ClockSkew {
+                offset_ms: i64::try_from(offset_ns / 1_000_000).unwrap_or(i64::MAX),
+                peers: peers.len(),
+                threshold: self.config.peer_skew,
+            });
+        }
+        Ok(())
+    }
+
     /// How far the mark may lead the generator's time: the window, and no more
     /// than the lease has left before its end minus the margin (on the monotonic
     /// clock). A generator that tracks its clock therefore reaches the mark, and
@@ -1136,36 +1171,36 @@ impl Ctx {
             }
         }
         let peers = self.call("peers", self.registry.peers(claim)).await?;
-        if !peers.is_empty() {
-            // The median, not the mean: one live peer whose clock is hours
-            // off (a node on the raw wall clock after a step) would move a
-            // mean by hours / n and refuse every start in the fleet (the
-            // simulation, `tests/it/sim.rs`, found 300 nodes stuck so).
-            let mut reported: Vec<i128> =
-                peers.iter().map(|p| p.reported.as_nanosecond()).collect();
-            reported.sort_unstable();
-            let mid = reported.len() / 2;
-            let median = if reported.len() % 2 == 1 {
-                reported[mid]
-            } else {
-                (reported[mid - 1] + reported[mid]) / 2
+        if let Err(skew) = self.peer_clocks(now, &peers) {
+            // Behind the peers, nothing excuses. Ahead of them may be
+            // reports the peers could not refresh (a coordinator that was
+            // away, so their clocks look as old as the outage): ask again a
+            // report interval later and weigh only the peers that reported
+            // meanwhile. None did: no evidence either way.
+            let RegistryError::ClockSkew { offset_ms, .. } = skew else {
+                return Err(skew);
             };
-            // A report is up to a report interval old (a peer reports
-            // that often), so a clock ahead of the median by that much
-            // more is still in step; behind it, nothing excuses.
-            let offset_ns = now.as_nanosecond() - median;
-            let allowed = if offset_ns > 0 {
-                self.config.peer_skew + self.config.report_interval
-            } else {
-                self.config.peer_skew
-            };
-            if offset_ns.unsigned_abs() > allowed.as_nanos() {
-                return Err(RegistryError::ClockSkew {
-                    offset_ms: i64::try_from(offset_ns / 1_000_000).unwrap_or(i64::MAX),
-                    peers: peers.len(),
-                    threshold: self.config.peer_skew,
-                });
+            if offset_ms < 0 {
+                return Err(skew);
             }
+            tracing::info!(
+                offset_ms,
+                peers = peers.len(),
+                "ahead of the peers' reports: waiting a report interval for fresh ones"
+            );
+            tokio::time::sleep(self.config.report_interval + Duration::from_millis(250)).await;
+            let again = self.call("peers", self.registry.peers(claim)).await?;
+            let fresh: Vec<PeerReport> = again
+                .into_iter()
+                .filter(|p| {
+                    peers
+                        .iter()
+                        .find(|q| q.worker == p.worker)
+                        .is_none_or(|q| p.reported > q.reported)
+                })
+                .collect();
+            now = self.settings.now();
+            self.peer_clocks(now, &fresh)?;
         }
         let base = floor.map_or(now, |f| f.max(now));
         let lead = self.lead(claim.lease.as_ref());

@@ -310,11 +310,69 @@ async fn the_peer_check_allows_for_the_age_of_reports() {
         .await
         .unwrap();
     guard.shutdown().await;
+    // A peer that goes on reporting, 11.5 s behind: refused with a 1 s
+    // interval (11.5 > 11), after the start waited for its fresh report.
     let reg = Arc::new(MemRegistry::default());
     reg.set_report(7, Timestamp::from_millisecond(T0_MS - 12_000).unwrap());
+    let reporting = {
+        let reg = Arc::clone(&reg);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            reg.set_report(7, Timestamp::from_millisecond(T0_MS - 11_500).unwrap());
+        })
+    };
     let config = KeeperConfig::new().with_report_interval(Duration::from_secs(1));
     let err = start(shared(&reg), settings(&c), config).await.unwrap_err();
     assert!(matches!(err, RegistryError::ClockSkew { .. }), "{err}");
+    reporting.await.unwrap();
+}
+
+/// Reports the peers could not refresh (their coordinator was away for
+/// longer than the threshold) make a node look ahead of them by the outage:
+/// a start waits a report interval for fresh ones and weighs only those. A
+/// start ahead of reports that stay stale goes on (the fault suite's
+/// `long-outage` rows refused every node started after a 60 s outage);
+/// behind the peers it is refused at once, stale or not.
+#[tokio::test(start_paused = true)]
+async fn stale_reports_do_not_refuse_a_start_ahead_of_them() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::default());
+    // Two peers whose last reports are 60 s old and stay so.
+    reg.set_report(7, Timestamp::from_millisecond(T0_MS - 60_000).unwrap());
+    reg.set_report(8, Timestamp::from_millisecond(T0_MS - 60_000).unwrap());
+    let began = tokio::time::Instant::now();
+    let guard = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap();
+    assert!(
+        began.elapsed() >= Duration::from_secs(3),
+        "it went on without waiting for fresh reports: {:?}",
+        began.elapsed()
+    );
+    guard.shutdown().await;
+
+    // One of them reports again, still 60 s behind: that fresh report
+    // counts, and the start is refused.
+    let reg = Arc::new(MemRegistry::default());
+    reg.set_report(7, Timestamp::from_millisecond(T0_MS - 60_000).unwrap());
+    reg.set_report(8, Timestamp::from_millisecond(T0_MS - 60_000).unwrap());
+    let reporting = {
+        let reg = Arc::clone(&reg);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            reg.set_report(8, Timestamp::from_millisecond(T0_MS - 59_000).unwrap());
+        })
+    };
+    let err = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap_err();
+    match &err {
+        RegistryError::ClockSkew {
+            offset_ms, peers, ..
+        } => assert_eq!((*offset_ms, *peers), (59_000, 1)),
+        other => panic!("{other}"),
+    }
+    reporting.await.unwrap();
 }
 
 /// A start whose first persist fails (a coordinator at its limit) keeps its
