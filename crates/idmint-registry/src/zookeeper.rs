@@ -350,7 +350,7 @@ impl ZooKeeperRegistry {
         };
         let session = Session {
             client: Mutex::new(client),
-            offline_reason,
+            offline_reason: Mutex::new(offline_reason),
             connect_string: connect_string.to_owned(),
             config,
         };
@@ -478,7 +478,9 @@ struct Session {
     /// `None` while offline (Forever with a cache, ZooKeeper down at connect) or
     /// after [`ZooKeeperRegistry::close_session`].
     client: Mutex<Option<zk::Client>>,
-    offline_reason: Option<String>,
+    /// Why the registry started offline, until a session opens
+    /// ([`Session::try_online`]).
+    offline_reason: Mutex<Option<String>>,
     connect_string: String,
     config: ZooKeeperConfig,
 }
@@ -502,7 +504,45 @@ impl Session {
     }
 
     fn is_offline(&self) -> bool {
-        self.offline_reason.is_some()
+        self.offline_reason().is_some()
+    }
+
+    fn offline_reason(&self) -> Option<String> {
+        self.offline_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// An offline registry (Forever with a cache, ZooKeeper down at connect)
+    /// tries to open a session: true once online. A node that started while
+    /// ZooKeeper was down, with no worker in its cache, so claims normally
+    /// once ZooKeeper is back, rather than never.
+    async fn try_online(&self) -> bool {
+        if !self.is_offline() {
+            return true;
+        }
+        match open_session(&self.connect_string, &self.config).await {
+            Ok(fresh) => {
+                *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(fresh);
+                *self
+                    .offline_reason
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = None;
+                tracing::info!("zookeeper reachable again: the forever registry is online");
+                true
+            }
+            Err(e) => {
+                let mut reason = self
+                    .offline_reason
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if reason.is_some() {
+                    *reason = Some(e.to_string());
+                }
+                false
+            }
+        }
     }
 
     async fn stored_mark(&self, worker: u32) -> Result<Option<Timestamp>> {
@@ -533,12 +573,13 @@ impl Session {
     /// Claims made on an ended session stay lost: their token names that
     /// session, and renewing or persisting them never opens a new one.
     async fn live_client(&self, operation: &'static str) -> Result<zk::Client> {
-        if let Some(reason) = &self.offline_reason {
-            return Err(RegistryError::Backend {
-                registry: KIND,
+        if !self.try_online().await {
+            let reason = self.offline_reason().unwrap_or_default();
+            return Err(RegistryError::unavailable(
+                KIND,
                 operation,
-                message: format!("zookeeper was unreachable at connect: {reason}"),
-            });
+                format!("zookeeper is unreachable: {reason}"),
+            ));
         }
         if let Some(client) = self.client().filter(|c| !c.state().is_terminated()) {
             return Ok(client);

@@ -65,7 +65,7 @@ impl Forever {
     }
 
     fn claim_from_cache(&self, address: &str) -> Result<Claim> {
-        let reason = self.session.offline_reason.clone().unwrap_or_default();
+        let reason = self.session.offline_reason().unwrap_or_default();
         match self.read_cache(address)? {
             Some(cached) => {
                 tracing::warn!(worker = cached.worker, mark = ?cached.mark, "zookeeper unreachable: worker ID from the local cache");
@@ -76,14 +76,16 @@ impl Forever {
                     token: format!("{OFFLINE}{address}"),
                 })
             }
-            None => Err(RegistryError::Backend {
-                registry: KIND,
-                operation: "claim",
-                message: format!(
-                    "zookeeper was unreachable at connect ({reason}) and the cache has no \
-                     worker for {address}"
+            // Nothing to serve from: wait for ZooKeeper (a start retries
+            // an unavailable registry, and each claim tries to go online).
+            None => Err(RegistryError::unavailable(
+                KIND,
+                "claim",
+                format!(
+                    "zookeeper is unreachable ({reason}) and the cache has no worker for \
+                     {address}"
                 ),
-            }),
+            )),
         }
     }
 
@@ -188,7 +190,7 @@ impl WorkerRegistry for Forever {
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
         let address = node_address(node);
-        if self.session.is_offline() {
+        if !self.session.try_online().await {
             return self.claim_from_cache(&address);
         }
         let client = self.session.live_client("claim").await?;

@@ -413,9 +413,11 @@ async fn forever_cache_starts_without_zookeeper_and_never_skips_the_clock_check(
         (cached.worker, cached.stored_mark),
         (claim.worker, Some(mark))
     );
-    // An identity the cache doesn't know can't start.
+    // An identity the cache doesn't know can't start yet: it waits for
+    // ZooKeeper (transient), and doesn't exit.
     let unknown = offline.claim(&ident(3), 1024).await.unwrap_err();
     assert!(unknown.to_string().contains("10.1.2.3:3"), "{unknown}");
+    assert!(unknown.is_transient(), "{unknown}");
 
     // The keeper refuses a clock an hour behind the cached mark.
     let c = clock();
@@ -463,4 +465,35 @@ async fn ephemeral_connect_to_a_closed_port_fails_typed_and_fast() {
         "{err}"
     );
     assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+/// A forever registry that started offline (ZooKeeper down at connect) goes
+/// online when ZooKeeper is back: a node with nothing cached, started during
+/// the outage, claims normally then instead of never (the fault suite's
+/// `long-outage[zookeeper,forever]` saw it exit at its claim wait).
+#[tokio::test]
+async fn an_offline_forever_registry_goes_online_when_zookeeper_returns() {
+    let Some(addr) = zk_addr() else {
+        return;
+    };
+    let upstream = addr.split(',').next().unwrap().to_owned();
+    let proxy = idmint_testkit::proxy::CutProxy::start(&upstream).unwrap();
+    proxy.cut();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(ZooKeeperMode::Forever, &unique_name("online"))
+        .with_cache_dir(dir.path())
+        .with_timeout(Duration::from_secs(1));
+    let reg = ZooKeeperRegistry::connect(&proxy.addr().to_string(), cfg)
+        .await
+        .unwrap();
+    assert!(reg.is_offline());
+    let waiting = reg.claim(&ident(4), 1024).await.unwrap_err();
+    assert!(waiting.is_transient(), "{waiting}");
+    proxy.restore();
+    let claim = reg.claim(&ident(4), 1024).await.unwrap();
+    assert!(!reg.is_offline());
+    assert!(!claim.token.starts_with("cache:"), "{}", claim.token);
+    reg.persist_mark(&claim, ms(T0_MS + 1_000), ms(T0_MS))
+        .await
+        .unwrap();
 }

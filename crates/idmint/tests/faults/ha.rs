@@ -355,62 +355,14 @@ fn outcome(
     let mut out = Checker::new(format!("{expected} ({seen})")).check(record);
     out.note(seen);
     if let Err(why) = &joined.result {
-        out.require(false, why.clone());
+        // A fourth node must wait through the fault and then serve: its
+        // log's last lines say why it didn't.
+        let log = d.log();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        out.require(false, format!("{why}; d's log ends: {}", tail.join(" | ")));
     }
-    known_defects(&mut out, joined, d);
     out
-}
-
-/// Starts during a fault that exit where they should wait, found by these
-/// scenarios (issue 32's goal: a node that starts during a fault waits and
-/// then serves): the text `d`'s refusal or log shows, and what is wrong.
-/// They are in the registries and the start, outside the suite; until they
-/// are fixed, a row shows `DEFECT: ...` instead of failing on them. Any other
-/// way of failing still fails, and once fixed, the row no longer says it.
-const START_DEFECTS: &[(&str, &str)] = &[
-    (
-        "MasterNameNotFoundBySentinel",
-        "d exited on a retryable answer: started as the sentinels failed over, it got \
-         `Master with given name not found in sentinel` and exited instead of waiting",
-    ),
-    (
-        "and the cache has no worker",
-        "d never served: started while ZooKeeper was down, its forever registry stayed \
-         offline after ZooKeeper came back, and it exited at claim_wait (`zookeeper was \
-         unreachable at connect ... the cache has no worker`)",
-    ),
-    (
-        "connect failed: grpc request error",
-        "d exited on a retryable answer: its etcd connect reached a member as it died \
-         (`transport error`, connection reset) and took that as final",
-    ),
-    (
-        "live peers' reported times",
-        "d exited: its peer clock check compared its clock with reports the peers could \
-         not refresh while the coordinator was away (`clock is off by` about the outage \
-         `from the median of live peers' reported times`)",
-    ),
-];
-
-/// Takes back `d`'s start failure when it is one of [`START_DEFECTS`], and
-/// says so in the row.
-fn known_defects(out: &mut Outcome, joined: &Joined, d: &Node) {
-    let Err(why) = &joined.result else {
-        return;
-    };
-    let log = d.log();
-    let Some((_, what)) = START_DEFECTS
-        .iter()
-        .find(|(pattern, _)| why.contains(pattern) || log.contains(pattern))
-    else {
-        return;
-    };
-    out.failures.retain(|f| f != why);
-    if out.expected.ends_with(')') {
-        out.expected.pop();
-        out.expected.push_str(&format!("; DEFECT: {what})"));
-    }
-    out.note(format!("DEFECT: {what}"));
 }
 
 /// Whether each of a, b, c holds the worker ID it held before.
