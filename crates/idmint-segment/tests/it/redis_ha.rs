@@ -26,7 +26,9 @@ use idmint_segment::redis::{
     RedisCounterConfig, RedisSegmentStore, RedisSnowflake, RedisSnowflakeConfig, RedisStoreConfig,
     RedisTarget, SentinelTarget,
 };
-use idmint_segment::{FloorFile, NewKey, SegmentAllocator, SegmentConfig, SegmentError};
+use idmint_segment::{
+    FloorFile, KeyInfo, NewKey, SegmentAllocator, SegmentConfig, SegmentError, SegmentStore,
+};
 use idmint_testkit::redis_ha::{ClusterDeployment, SentinelDeployment};
 
 fn sentinel_target(d: &SentinelDeployment) -> RedisTarget {
@@ -44,6 +46,24 @@ async fn open_after_failover(target: &RedisTarget) -> RedisConnection {
     loop {
         match RedisConnection::open(target, Duration::from_secs(1)).await {
             Ok(conn) => return conn,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no answer after the failover: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The key `order` as the promoted primary holds it, asked until it
+/// answers (bounded): the key was replicated before the replicas paused.
+async fn order_after_failover(store: &dyn SegmentStore) -> KeyInfo {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match store.describe("order").await {
+            Ok(row) => return row.expect("the key was replicated before the pause"),
             Err(e) => {
                 assert!(
                     Instant::now() < deadline,
@@ -219,19 +239,7 @@ async fn a_failover_that_lost_segments_reissues_nothing(
     tokio::task::block_in_place(fail_over);
     // The promoted primary lacks the segments leased while its replication
     // was stopped: the key went back (else this test proves nothing).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let row = loop {
-        match allocator.store().describe("order").await {
-            Ok(row) => break row.expect("the key was replicated before the pause"),
-            Err(e) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "no answer after the failover: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
+    let row = order_after_failover(allocator.store().as_ref()).await;
     assert!(
         row.max_id < highest,
         "the promoted primary has every segment (max_id {}, issued up to {highest})",
@@ -342,19 +350,7 @@ async fn a_failover_with_lagging_replicas_reissues_nothing(
     let highest = *issued.iter().max().unwrap();
 
     tokio::task::block_in_place(fail_over);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let row = loop {
-        match allocator.store().describe("order").await {
-            Ok(row) => break row.expect("the key was replicated before the pause"),
-            Err(e) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "no answer after the failover: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
+    let row = order_after_failover(allocator.store().as_ref()).await;
     assert!(
         row.max_id >= highest,
         "the promoted primary lacks a segment whose IDs were used (max_id {}, issued up to \
