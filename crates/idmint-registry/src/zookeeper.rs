@@ -27,7 +27,13 @@
 //! [`Claim::stored_mark`], so the keeper refuses a clock behind it exactly as it
 //! would online (Leaf catches its own clock-check failure and falls back to the
 //! cache; here nothing is caught). Offline, marks go to the cache only and the
-//! peers list is empty (no skew check against peers is possible).
+//! peers list is empty (no skew check against peers is possible). When
+//! ZooKeeper answers again (tried at most every 5 s, from the keeper's
+//! persist calls), the claim is registered there again
+//! ([`WorkerRegistry::register_again`]: the identity's node must still have
+//! the cached worker as its sequence, and a mark at or below the holder's),
+//! so ZooKeeper holds the marks from then on and a restart that lost its
+//! cache can't start from ZooKeeper's older mark.
 //!
 //! # `Ephemeral`: the ZooKeeper session is the lease (Twitter Snowflake)
 //!
@@ -461,6 +467,15 @@ impl WorkerRegistry for ZooKeeperRegistry {
 
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
         self.protocol().peers(claim).await
+    }
+
+    async fn register_again(
+        &self,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+    ) -> Result<Claim> {
+        self.protocol().register_again(node, claim, mark).await
     }
 
     async fn fleet(&self) -> Result<Vec<FleetMember>> {

@@ -19,6 +19,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use jiff::Timestamp;
@@ -50,18 +51,62 @@ pub(super) struct Forever {
     session: Session,
     /// Serializes cache read-modify-writes so the cached mark only rises.
     cache_lock: Mutex<()>,
+    /// When an offline session last tried to go online for a claim served
+    /// from the cache ([`Forever::offline_claim_back_online`]).
+    last_probe: Mutex<Option<std::time::Instant>>,
 }
+
+/// How often an offline registry holding a cached claim tries ZooKeeper.
+const ONLINE_PROBE_EVERY: Duration = Duration::from_secs(5);
+/// How long one such try may hold up the keeper's persist call.
+const ONLINE_PROBE_LIMIT: Duration = Duration::from_secs(1);
 
 impl Forever {
     pub(super) fn new(session: Session) -> Forever {
         Forever {
             session,
             cache_lock: Mutex::new(()),
+            last_probe: Mutex::new(None),
         }
     }
 
     pub(super) fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// A worker claimed from the cache while ZooKeeper was unreachable is
+    /// registered there again once it answers ([`Forever::register_again`],
+    /// which the keeper calls on the `LeaseLost` this returns), so ZooKeeper
+    /// holds the marks the node persisted offline: otherwise a restart that
+    /// lost its cache would start from ZooKeeper's older mark. Until then
+    /// the cache alone holds the mark (written before this is called).
+    ///
+    /// An offline session is probed at most every [`ONLINE_PROBE_EVERY`]
+    /// and for at most [`ONLINE_PROBE_LIMIT`]: the keeper waits for this
+    /// call, and ZooKeeper being away must not slow the marks it persists
+    /// locally.
+    async fn offline_claim_back_online(&self, claim: &Claim) -> Result<()> {
+        if self.session.is_offline() {
+            {
+                let mut last = self.last_probe.lock().unwrap_or_else(|e| e.into_inner());
+                let now = std::time::Instant::now();
+                if last.is_some_and(|at| now.duration_since(at) < ONLINE_PROBE_EVERY) {
+                    return Ok(());
+                }
+                *last = Some(now);
+            }
+            let probe = tokio::time::timeout(ONLINE_PROBE_LIMIT, self.session.try_online());
+            if !matches!(probe.await, Ok(true)) {
+                return Ok(());
+            }
+        }
+        Err(RegistryError::LeaseLost {
+            registry: KIND,
+            worker: claim.worker,
+            reason: "claimed from the local cache while zookeeper was unreachable; \
+                     zookeeper answers again, so the worker is registered there again"
+                .to_owned(),
+        })
     }
 
     fn claim_from_cache(&self, address: &str) -> Result<Claim> {
@@ -199,20 +244,7 @@ impl WorkerRegistry for Forever {
         let (path, worker, data) = self
             .session
             .call("claim", async {
-                let children = client
-                    .list_children(&dir)
-                    .await
-                    .map_err(|e| backend("list forever nodes", &e))?;
-                // The lowest sequence wins if a race once created two.
-                let mine = children
-                    .iter()
-                    .filter_map(|c| {
-                        let seq = c.strip_prefix(&prefix)?;
-                        Some((parse_seq(seq)?, c))
-                    })
-                    .min();
-                if let Some((seq, name)) = mine {
-                    let path = format!("{dir}/{name}");
+                if let Some((seq, path)) = find_mine(&client, &dir, &prefix).await? {
                     let (data, _) = client
                         .get_data(&path)
                         .await
@@ -289,32 +321,18 @@ impl WorkerRegistry for Forever {
             let client = self.session.live_client("record clean stop").await?;
             let path = claim.token.clone();
             self.session
-                .call("record clean stop", async {
-                    for _ in 0..CAS_ATTEMPTS {
-                        let (data, stat) = client
-                            .get_data(&path)
-                            .await
-                            .map_err(|e| backend("record clean stop", &e))?;
-                        let record = parse_record("record clean stop", claim.worker, &data)?;
-                        let data =
-                            render_forever(&address, record.host.as_deref(), reported, Some(high));
-                        match client
-                            .set_data(&path, data.as_bytes(), Some(stat.version))
-                            .await
-                        {
-                            Ok(_) => return Ok(()),
-                            Err(zk::Error::BadVersion) => continue,
-                            Err(e) => return Err(backend("record clean stop", &e)),
-                        }
-                    }
-                    Err(RegistryError::Backend {
-                        registry: KIND,
-                        operation: "record clean stop",
-                        message: format!(
-                            "{path} kept changing over {CAS_ATTEMPTS} compare-and-set attempts"
-                        ),
-                    })
-                })
+                .call(
+                    "record clean stop",
+                    set_node_mark(
+                        &client,
+                        "record clean stop",
+                        &path,
+                        &address,
+                        claim.worker,
+                        reported,
+                        |_| Ok(Some(high)),
+                    ),
+                )
                 .await?;
         }
         self.store_cache(&address, claim.worker, Some(high), Cached::Set)
@@ -333,37 +351,23 @@ impl WorkerRegistry for Forever {
             self.write_cache(&address, claim.worker, cached.max(Some(mark)))?;
         }
         if claim.token.starts_with(OFFLINE) {
-            return Ok(());
+            return self.offline_claim_back_online(claim).await;
         }
         let client = self.session.live_client("persist mark").await?;
         let path = claim.token.clone();
         self.session
-            .call("persist mark", async {
-                for _ in 0..CAS_ATTEMPTS {
-                    let (data, stat) = client
-                        .get_data(&path)
-                        .await
-                        .map_err(|e| backend("persist mark", &e))?;
-                    let record = parse_record("persist mark", claim.worker, &data)?;
-                    let new_mark = record.mark.max(Some(mark));
-                    let data = render_forever(&address, record.host.as_deref(), reported, new_mark);
-                    match client
-                        .set_data(&path, data.as_bytes(), Some(stat.version))
-                        .await
-                    {
-                        Ok(_) => return Ok(()),
-                        Err(zk::Error::BadVersion) => continue,
-                        Err(e) => return Err(backend("persist mark", &e)),
-                    }
-                }
-                Err(RegistryError::Backend {
-                    registry: KIND,
-                    operation: "persist mark",
-                    message: format!(
-                        "{path} kept changing over {CAS_ATTEMPTS} compare-and-set attempts"
-                    ),
-                })
-            })
+            .call(
+                "persist mark",
+                set_node_mark(
+                    &client,
+                    "persist mark",
+                    &path,
+                    &address,
+                    claim.worker,
+                    reported,
+                    |stored| Ok(stored.max(Some(mark))),
+                ),
+            )
             .await
     }
 
@@ -477,6 +481,75 @@ impl WorkerRegistry for Forever {
         // A forever worker ID belongs to its identity for good; the mark stays.
         Ok(())
     }
+
+    /// Registers on ZooKeeper a worker that was claimed from the cache while
+    /// it was unreachable: this identity's node must exist with the cached
+    /// worker ID as its sequence and a mark at or below `mark` (the highest
+    /// this holding persisted); its mark is then raised to `mark`, and the
+    /// claim's token becomes the node's path.
+    ///
+    /// Anything else is `LeaseLost`, and the keeper fences and claims anew:
+    /// a node missing or with another sequence means ZooKeeper no longer
+    /// records this identity's worker ID (restored from an older backup, or
+    /// cleared), so another identity may be given it; a higher mark means
+    /// another process wrote as this identity.
+    async fn register_again(
+        &self,
+        node: &NodeIdentity,
+        claim: &Claim,
+        mark: Timestamp,
+    ) -> Result<Claim> {
+        let address = node_address(node);
+        let lost = |reason: String| RegistryError::LeaseLost {
+            registry: KIND,
+            worker: claim.worker,
+            reason,
+        };
+        let client = self.session.live_client("register again").await?;
+        let dir = self.session.forever_dir();
+        let prefix = format!("{address}-");
+        let path = self
+            .session
+            .call("register again", async {
+                let (seq, path) = find_mine(&client, &dir, &prefix)
+                    .await?
+                    .ok_or_else(|| lost(format!("zookeeper has no node for {address}")))?;
+                if seq != i64::from(claim.worker) {
+                    return Err(lost(format!(
+                        "zookeeper gives {address} worker {seq}, the cache gave {}",
+                        claim.worker
+                    )));
+                }
+                set_node_mark(
+                    &client,
+                    "register again",
+                    &path,
+                    &address,
+                    claim.worker,
+                    Timestamp::now(),
+                    |stored| match stored {
+                        Some(stored) if stored > mark => Err(lost(format!(
+                            "zookeeper's mark {stored} is above this holding's {mark}"
+                        ))),
+                        _ => Ok(Some(mark)),
+                    },
+                )
+                .await?;
+                Ok(path)
+            })
+            .await?;
+        self.write_cache(&address, claim.worker, Some(mark))?;
+        tracing::info!(worker = claim.worker, %path, "worker claimed from the cache is registered on zookeeper again");
+        Ok(Claim {
+            worker: claim.worker,
+            stored_mark: Some(
+                Timestamp::from_millisecond(ceil_ms(mark))
+                    .expect("a mark rounded up to a millisecond"),
+            ),
+            lease: None,
+            token: path,
+        })
+    }
 }
 
 /// The `ip:port` identity a claim was made for (its node's name, or the
@@ -488,6 +561,56 @@ fn claim_address(claim: &Claim) -> String {
         .map(str::to_owned)
         .or_else(|| address_of_path(&claim.token))
         .unwrap_or_default()
+}
+
+/// This identity's node under `dir` (children named `{prefix}{seq}`), as
+/// `(seq, path)`: the lowest sequence wins if a race once created two.
+async fn find_mine(client: &zk::Client, dir: &str, prefix: &str) -> Result<Option<(i64, String)>> {
+    let children = client
+        .list_children(dir)
+        .await
+        .map_err(|e| backend("list forever nodes", &e))?;
+    Ok(children
+        .iter()
+        .filter_map(|c| Some((parse_seq(c.strip_prefix(prefix)?)?, c)))
+        .min()
+        .map(|(seq, name)| (seq, format!("{dir}/{name}"))))
+}
+
+/// Sets the mark in the node at `path` to what `decide` makes of the stored
+/// one, by a version-checked `setData` retried on a conflict (so a mark
+/// written meanwhile is seen by `decide`, never overwritten blind).
+async fn set_node_mark(
+    client: &zk::Client,
+    operation: &'static str,
+    path: &str,
+    address: &str,
+    worker: u32,
+    reported: Timestamp,
+    mut decide: impl FnMut(Option<Timestamp>) -> Result<Option<Timestamp>>,
+) -> Result<()> {
+    for _ in 0..CAS_ATTEMPTS {
+        let (data, stat) = client
+            .get_data(path)
+            .await
+            .map_err(|e| backend(operation, &e))?;
+        let record = parse_record(operation, worker, &data)?;
+        let mark = decide(record.mark)?;
+        let data = render_forever(address, record.host.as_deref(), reported, mark);
+        match client
+            .set_data(path, data.as_bytes(), Some(stat.version))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(zk::Error::BadVersion) => continue,
+            Err(e) => return Err(backend(operation, &e)),
+        }
+    }
+    Err(RegistryError::Backend {
+        registry: KIND,
+        operation,
+        message: format!("{path} kept changing over {CAS_ATTEMPTS} compare-and-set attempts"),
+    })
 }
 
 /// What the local cache file holds.

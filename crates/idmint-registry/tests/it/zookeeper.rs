@@ -497,3 +497,153 @@ async fn an_offline_forever_registry_goes_online_when_zookeeper_returns() {
         .await
         .unwrap();
 }
+
+/// A forever node that started from its cache while ZooKeeper was down
+/// writes its marks to ZooKeeper once it answers (it registers its worker
+/// there again), without a refused ID: a restart that then loses its cache
+/// starts above what it issued, not from ZooKeeper's older mark.
+// Two threads: the test issues IDs on its own thread, blocking, while the
+// keeper runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forever_node_started_offline_pushes_its_marks_when_zookeeper_returns() {
+    let Some(addr) = zk_addr() else {
+        return;
+    };
+    let cluster = unique_name("offline-push");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(ZooKeeperMode::Forever, &cluster)
+        .with_cache_dir(dir.path())
+        .with_timeout(Duration::from_secs(1));
+    // The identity's worker, known to ZooKeeper and the cache, with no mark yet.
+    let first = connect(&addr, cfg.clone())
+        .await
+        .claim(&ident(5), 1024)
+        .await
+        .unwrap();
+    let zookeeper_mark = || async {
+        // No cache: what ZooKeeper alone holds for the identity.
+        let reg = connect(&addr, config(ZooKeeperMode::Forever, &cluster)).await;
+        reg.claim(&ident(5), 1024).await.unwrap()
+    };
+    assert_eq!(zookeeper_mark().await.stored_mark, None);
+
+    let upstream = addr.split(',').next().unwrap().to_owned();
+    let proxy = idmint_testkit::proxy::CutProxy::start(&upstream).unwrap();
+    proxy.cut();
+    let offline = ZooKeeperRegistry::connect(&proxy.addr().to_string(), cfg)
+        .await
+        .unwrap();
+    assert!(offline.is_offline());
+    let keeper = KeeperConfig::new()
+        .with_window(Duration::from_secs(2))
+        .with_report_interval(Duration::from_millis(500));
+    let guard = WorkerKeeper::start(
+        Arc::new(offline),
+        ident(5),
+        GeneratorSettings::new(Layout::TWITTER),
+        keeper,
+    )
+    .await
+    .unwrap();
+    assert_eq!(guard.handle().worker(), first.worker);
+    let mut issued = 0u64;
+    let mut refused = Vec::new();
+    let mut issue_for = |d: Duration| {
+        let until = Instant::now() + d;
+        let mut last = 0;
+        while Instant::now() < until {
+            match guard.handle().next_id() {
+                Ok(id) => {
+                    issued += 1;
+                    last = id.get();
+                }
+                Err(e) => refused.push(e.to_string()),
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        last
+    };
+    issue_for(Duration::from_secs(1));
+
+    proxy.restore();
+    let restored = Timestamp::now();
+    // Within the probe interval (5 s) plus a report, ZooKeeper holds a mark
+    // above what was issued since it returned.
+    let mut pushed = None;
+    for _ in 0..20 {
+        let last = issue_for(Duration::from_millis(500));
+        let at = zookeeper_mark().await.stored_mark;
+        let issued_at: Timestamp = Layout::TWITTER.decode(last).unwrap().time;
+        if at.is_some_and(|m| m > restored && m >= issued_at) {
+            pushed = at;
+            break;
+        }
+    }
+    assert!(
+        pushed.is_some(),
+        "zookeeper never got the marks persisted offline"
+    );
+    assert_eq!(guard.handle().worker(), first.worker, "the worker was kept");
+    assert!(
+        refused.is_empty(),
+        "{} IDs refused (zookeeper back at {restored}): {:?}",
+        refused.len(),
+        &refused[..refused.len().min(3)]
+    );
+    assert!(issued > 1000, "{issued}");
+    guard.shutdown().await;
+}
+
+/// Registering a cached claim again on ZooKeeper is refused (`LeaseLost`:
+/// the keeper then fences and claims anew) when ZooKeeper gives the
+/// identity another worker, or holds a mark above the holder's; otherwise
+/// it raises the mark and the claim's token becomes the node's path.
+#[tokio::test]
+async fn a_cached_forever_claim_registers_again_only_as_zookeeper_records_it() {
+    let Some(addr) = zk_addr() else {
+        return;
+    };
+    let reg = connect(&addr, config(ZooKeeperMode::Forever, &unique_name("again"))).await;
+    let claim = reg.claim(&ident(6), 1024).await.unwrap();
+    let cached = |worker: u32| idmint_registry::Claim {
+        worker,
+        stored_mark: None,
+        lease: None,
+        token: "cache:10.1.2.3:6".to_owned(),
+    };
+    let lost = |r: &Result<idmint_registry::Claim, RegistryError>| {
+        matches!(r, Err(RegistryError::LeaseLost { .. }))
+    };
+    // Another worker than ZooKeeper gives the identity: refused.
+    let other = reg
+        .register_again(&ident(6), &cached(claim.worker + 1), ms(T0_MS + 1_000))
+        .await;
+    assert!(lost(&other), "{other:?}");
+    // Accepted: the mark is raised and the token is the node's path.
+    let again = reg
+        .register_again(&ident(6), &cached(claim.worker), ms(T0_MS + 1_000))
+        .await
+        .unwrap();
+    assert_eq!(again.worker, claim.worker);
+    assert_eq!(again.token, claim.token);
+    assert_eq!(again.stored_mark, Some(ms(T0_MS + 1_000)));
+    assert_eq!(
+        reg.claim(&ident(6), 1024).await.unwrap().stored_mark,
+        Some(ms(T0_MS + 1_000))
+    );
+    // ZooKeeper's mark above the holder's (another process wrote as this
+    // identity): refused, and the mark stays.
+    let behind = reg
+        .register_again(&ident(6), &cached(claim.worker), ms(T0_MS + 500))
+        .await;
+    assert!(lost(&behind), "{behind:?}");
+    assert_eq!(
+        reg.claim(&ident(6), 1024).await.unwrap().stored_mark,
+        Some(ms(T0_MS + 1_000))
+    );
+    // An identity ZooKeeper doesn't know (a restore from before its node): refused.
+    let unknown = reg
+        .register_again(&ident(9), &cached(claim.worker), ms(T0_MS + 1_000))
+        .await;
+    assert!(lost(&unknown), "{unknown:?}");
+}
