@@ -469,7 +469,7 @@ impl SegmentAllocator {
     /// Keeps this node's floors in `floors` (its data directory's
     /// [`FloorFile`]): every lease is asked for at or above the key's floor,
     /// and raises it, durably, before the segment's IDs are handed out. See
-    /// the [module docs](self).
+    /// [`SegmentAllocator`]'s docs.
     ///
     /// # Errors
     /// [`SegmentError::Config`] when the allocator was cloned already (set

@@ -15,7 +15,7 @@
 //!   [`REDIS_URL`]).
 //! - [`FORK_GUARD`]: serializes spawning child processes against tests that
 //!   drop `flock`ed files.
-//! - [`bench`]: what the benchmark harnesses share (run count, median, cost
+//! - [`bench`](mod@bench): what the benchmark harnesses share (run count, median, cost
 //!   per call on N threads).
 //! - [`proxy`]: a TCP proxy that cuts a client off from a service.
 //! - [`redis_ha`]: Redis behind Sentinel and a Redis Cluster, started by

@@ -4,7 +4,7 @@
 //! Redis Cluster, 3 masters and 3 replicas, `scripts/redis-cluster`). Each
 //! lives in a temporary directory and is stopped on drop; a test that needs
 //! one skips loudly when Redis is not installed (fails under `CI=true`, see
-//! [`require_service`](crate::require_service)).
+//! [`require_service`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -49,7 +49,7 @@ enum Command {
     ///
     /// With no arguments it runs on the embedded default: a `file` worker lease
     /// and a SQLite segment store in ./idmint-data, listening on 127.0.0.1:8080.
-    /// Every config key can be set by an IDMINT_<SECTION>__<KEY> variable.
+    /// Every config key can be set by an `IDMINT_<SECTION>__<KEY>` variable.
     Serve(serve::ServeArgs),
     /// Check a server config file without starting the server, or print the default config.
     ///

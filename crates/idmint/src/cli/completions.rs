@@ -20,7 +20,7 @@ pub struct CompletionsArgs {
 /// `idmint man`.
 #[derive(Debug, clap::Args)]
 pub struct ManArgs {
-    /// Where to write idmint.1 and idmint-<command>.1 (created if missing).
+    /// Where to write `idmint.1` and `idmint-<command>.1` (created if missing).
     dir: PathBuf,
 }
 
