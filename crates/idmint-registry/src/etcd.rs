@@ -208,6 +208,14 @@ const PEER_SAMPLE: u32 = 64;
 /// new leader was elected within a second or two: seen as a node's 2 s
 /// persist timing out on a live member, and a 1.9 s gap in its IDs. A
 /// healthy member answers a write in milliseconds.
+///
+/// A member that times out is not always away: on an overloaded cluster
+/// every member may take longer, and a one-second bound then fails every
+/// call that the call timeout would have let through (seen on a loaded CI
+/// machine: live members answering in 1 to 2 s for 6 s, and a node
+/// stopping at its mark). So once as many calls in a row as there are
+/// members timed out, calls get the whole call timeout until one answers
+/// ([`EtcdRegistry::bound`]).
 const MEMBER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Configuration of an [`EtcdRegistry`] (builder-lite: [`EtcdConfig::new`] plus
@@ -369,8 +377,8 @@ impl Default for EtcdConfig {
 /// ```
 pub struct EtcdRegistry {
     members: Members,
-    /// Each call's bound: the call timeout, or with several endpoints at
-    /// most [`MEMBER_TIMEOUT`].
+    /// Each call's bound while members answer: the call timeout, or with
+    /// several endpoints at most [`MEMBER_TIMEOUT`] ([`EtcdRegistry::bound`]).
     call_bound: Duration,
     endpoints: Vec<String>,
     config: EtcdConfig,
@@ -432,6 +440,9 @@ struct Members {
     endpoints: Vec<String>,
     options: ConnectOptions,
     pinned: AtomicUsize,
+    /// Calls in a row that timed out (reset by one that answered): as many
+    /// as there are members means the cluster is slow, not one member away.
+    timeouts_in_a_row: AtomicUsize,
     /// When each member last got a new client, in ms since `since` (0:
     /// never).
     renewed: Box<[AtomicU64]>,
@@ -488,7 +499,19 @@ impl Members {
     /// tries again soon (on the next member) instead of pacing its retries
     /// by the time the call took, as it does for a coordinator whose only
     /// member is too busy to answer.
-    fn noted<T>(&self, member: usize, result: Result<T>) -> Result<T> {
+    ///
+    /// It also counts the calls in a row that timed out, for
+    /// [`EtcdRegistry::bound`]: only an answer within [`MEMBER_TIMEOUT`]
+    /// (`took`) ends the count, so a slow cluster keeps the long bound.
+    fn noted<T>(&self, member: usize, took: Duration, result: Result<T>) -> Result<T> {
+        match &result {
+            Ok(_) if took < MEMBER_TIMEOUT => self.timeouts_in_a_row.store(0, Ordering::Relaxed),
+            Ok(_) => {}
+            Err(RegistryError::Timeout { .. }) => {
+                self.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {}
+        }
         let Err(error @ (RegistryError::Timeout { .. } | RegistryError::Unavailable { .. })) =
             &result
         else {
@@ -527,6 +550,27 @@ impl EtcdRegistry {
         self.members.client()
     }
 
+    /// Runs `call` on the pinned member and notes how it went
+    /// ([`Members::noted`]).
+    async fn pinned_call<T>(&self, call: impl Future<Output = Result<T>>) -> Result<T> {
+        let pinned = self.members.pinned();
+        let started = Instant::now();
+        let result = call.await;
+        self.members.noted(pinned, started.elapsed(), result)
+    }
+
+    /// The bound of the next call: [`EtcdRegistry::call_bound`], or the
+    /// whole call timeout once every member in turn timed out (see
+    /// [`MEMBER_TIMEOUT`]).
+    fn bound(&self) -> Duration {
+        let members = self.members.clients.len();
+        if members > 1 && self.members.timeouts_in_a_row.load(Ordering::Relaxed) >= members {
+            self.config.timeout
+        } else {
+            self.call_bound
+        }
+    }
+
     /// A failed call: [`RegistryError::Timeout`] when the channel's deadline
     /// (the call timeout) ran out, else as [`backend`].
     fn failed(&self, operation: &'static str, e: &etcd_client::Error) -> RegistryError {
@@ -534,7 +578,7 @@ impl EtcdRegistry {
             RegistryError::Timeout {
                 registry: KIND,
                 operation,
-                after: self.call_bound,
+                after: self.config.timeout,
             }
         } else {
             backend(operation, e)
@@ -573,9 +617,11 @@ impl EtcdRegistry {
         } else {
             config.timeout
         };
+        // The channel's deadline is the whole call timeout; each call is
+        // bounded by `bound()` on top, which is shorter while members answer.
         let options = ConnectOptions::new()
             .with_connect_timeout(config.connect_timeout)
-            .with_timeout(call_bound);
+            .with_timeout(config.timeout);
         let after = config.connect_timeout;
         let mut clients = Vec::with_capacity(endpoints.len());
         for endpoint in &endpoints {
@@ -657,6 +703,7 @@ impl EtcdRegistry {
             endpoints: endpoints.clone(),
             options,
             pinned: AtomicUsize::new(first),
+            timeouts_in_a_row: AtomicUsize::new(0),
             renewed: endpoints.iter().map(|_| AtomicU64::new(0)).collect(),
             since: Instant::now(),
         };
@@ -705,7 +752,7 @@ impl EtcdRegistry {
         operation: &'static str,
         fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
     ) -> Result<T> {
-        let after = self.call_bound;
+        let after = self.bound();
         bounded(KIND, operation, after, async {
             fut.await.map_err(|e| {
                 // The client's own deadline (the same timeout, set on the
@@ -1025,7 +1072,7 @@ impl EtcdRegistry {
     /// Revokes a lease, ignoring a lease that is already gone.
     async fn revoke(&self, operation: &'static str, lease_id: i64) -> Result<bool> {
         let mut client = self.client();
-        bounded(KIND, operation, self.call_bound, async {
+        bounded(KIND, operation, self.bound(), async {
             match client.lease_revoke(lease_id).await {
                 Ok(_) => Ok(true),
                 Err(e) if is_lease_not_found(&e) => Ok(false),
@@ -1237,7 +1284,7 @@ impl EtcdRegistry {
     async fn renew_on_pinned(&self, claim: &Claim) -> Result<Option<Lease>> {
         let (lease_id, _) = parse_token(claim)?;
         let ttl = claim.lease.map_or(self.config.lease_ttl, |l| l.ttl);
-        bounded(KIND, "renew", self.call_bound, async {
+        bounded(KIND, "renew", self.bound(), async {
             match self.keep_alive(lease_id, ttl).await {
                 Ok(lease) => Ok(lease),
                 Err(KeepAlive::Gone) => Err(self.lease_lost(
@@ -1381,7 +1428,7 @@ impl EtcdRegistry {
                 format!("mark of worker {worker} kept changing during {PERSIST_ATTEMPTS} attempts"),
             ))
         };
-        bounded(KIND, "persist mark", self.call_bound, attempt).await
+        bounded(KIND, "persist mark", self.bound(), attempt).await
     }
 
     /// One transaction: `if lease(workers/<id>) == ours and
@@ -1432,7 +1479,7 @@ impl EtcdRegistry {
                 Err(e) => Err(self.failed(OP, &e)),
             }
         };
-        bounded(KIND, OP, self.call_bound, attempt).await
+        bounded(KIND, OP, self.bound(), attempt).await
     }
 
     async fn peers_on_pinned(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
@@ -1599,7 +1646,7 @@ impl EtcdRegistry {
             Ok(rows.into_values().collect())
         };
         // The lease reads are spawned: dropping the set on a timeout aborts them.
-        bounded(KIND, OP, self.call_bound, read).await
+        bounded(KIND, OP, self.bound(), read).await
     }
 
     async fn release_on_pinned(&self, claim: &Claim) -> Result<()> {
@@ -1626,21 +1673,16 @@ impl WorkerRegistry for EtcdRegistry {
     }
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim> {
-        let pinned = self.members.pinned();
-        let result = self.claim_on_pinned(node, range).await;
-        self.members.noted(pinned, result)
+        self.pinned_call(self.claim_on_pinned(node, range)).await
     }
 
     async fn claim_worker(&self, node: &NodeIdentity, worker: u32, range: u32) -> Result<Claim> {
-        let pinned = self.members.pinned();
-        let result = self.claim_worker_on_pinned(node, worker, range).await;
-        self.members.noted(pinned, result)
+        self.pinned_call(self.claim_worker_on_pinned(node, worker, range))
+            .await
     }
 
     async fn renew(&self, claim: &Claim) -> Result<Option<Lease>> {
-        let pinned = self.members.pinned();
-        let result = self.renew_on_pinned(claim).await;
-        self.members.noted(pinned, result)
+        self.pinned_call(self.renew_on_pinned(claim)).await
     }
 
     async fn persist_mark(
@@ -1649,9 +1691,8 @@ impl WorkerRegistry for EtcdRegistry {
         mark: Timestamp,
         reported: Timestamp,
     ) -> Result<()> {
-        let pinned = self.members.pinned();
-        let result = self.persist_mark_on_pinned(claim, mark, reported).await;
-        self.members.noted(pinned, result)
+        self.pinned_call(self.persist_mark_on_pinned(claim, mark, reported))
+            .await
     }
 
     async fn record_clean_stop(
@@ -1660,29 +1701,20 @@ impl WorkerRegistry for EtcdRegistry {
         high: Timestamp,
         reported: Timestamp,
     ) -> Result<()> {
-        let pinned = self.members.pinned();
-        let result = self
-            .record_clean_stop_on_pinned(claim, high, reported)
-            .await;
-        self.members.noted(pinned, result)
+        self.pinned_call(self.record_clean_stop_on_pinned(claim, high, reported))
+            .await
     }
 
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
-        let pinned = self.members.pinned();
-        let result = self.peers_on_pinned(claim).await;
-        self.members.noted(pinned, result)
+        self.pinned_call(self.peers_on_pinned(claim)).await
     }
 
     async fn fleet(&self) -> Result<Vec<FleetMember>> {
-        let pinned = self.members.pinned();
-        let result = self.fleet_on_pinned().await;
-        self.members.noted(pinned, result)
+        self.pinned_call(self.fleet_on_pinned()).await
     }
 
     async fn release(&self, claim: &Claim) -> Result<()> {
-        let pinned = self.members.pinned();
-        let result = self.release_on_pinned(claim).await;
-        self.members.noted(pinned, result)
+        self.pinned_call(self.release_on_pinned(claim)).await
     }
 }
 

@@ -10,6 +10,10 @@
 //!   forwarded, and new ones are accepted and never forwarded, like a network
 //!   partition without resets; the client finds out only by its own timeouts.
 //!
+//! [`CutProxy::delay`] slows the service down instead: every answer (each
+//! chunk read from it) is held back for a while before it is forwarded, as
+//! from an overloaded server.
+//!
 //! [`CutProxy::restore`] lets new connections through again; connections
 //! that were open during a blackhole are closed then (their bytes in flight
 //! are gone, as after a real partition).
@@ -51,6 +55,8 @@ struct Shared {
     /// Both ends of every open connection, by connection number.
     open: Mutex<Vec<(u64, TcpStream, TcpStream)>>,
     accepted: AtomicU64,
+    /// How long each chunk from upstream is held back, in microseconds.
+    delay_us: AtomicU64,
 }
 
 impl CutProxy {
@@ -75,6 +81,7 @@ impl CutProxy {
             stopping: AtomicBool::new(false),
             open: Mutex::new(Vec::new()),
             accepted: AtomicU64::new(0),
+            delay_us: AtomicU64::new(0),
         });
         let for_thread = shared.clone();
         let acceptor = std::thread::Builder::new()
@@ -113,6 +120,14 @@ impl CutProxy {
     /// until [`CutProxy::restore`].
     pub fn blackhole(&self) {
         self.shared.state.store(BLACKHOLE, Ordering::SeqCst);
+    }
+
+    /// Holds back every chunk the service sends (answers) for `delay`
+    /// before forwarding it, on open and new connections; zero forwards at
+    /// once again. Requests go through at once.
+    pub fn delay(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.shared.delay_us.store(us, Ordering::SeqCst);
     }
 
     /// Forwards again. Connections open during a blackhole are closed now.
@@ -202,9 +217,9 @@ fn connect(inbound: TcpStream, number: u64, shared: &Arc<Shared>) {
         let shared = shared.clone();
         std::thread::Builder::new()
             .name("cut-proxy-pump".to_owned())
-            .spawn(move || pump(out2, in2, &shared, epoch))
+            .spawn(move || pump(out2, in2, &shared, epoch, true))
     };
-    pump(inbound, outbound, shared, epoch);
+    pump(inbound, outbound, shared, epoch, false);
     if let Ok(back) = back {
         let _ = back.join();
     }
@@ -216,8 +231,9 @@ fn connect(inbound: TcpStream, number: u64, shared: &Arc<Shared>) {
 }
 
 /// Copies `from` to `to` until either closes, holding bytes back while the
-/// proxy is a blackhole and dropping the connection when its epoch ends.
-fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, epoch: u64) {
+/// proxy is a blackhole (and, for the service's answers, `answers`, by the
+/// delay) and dropping the connection when its epoch ends.
+fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, epoch: u64, answers: bool) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -228,6 +244,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, epoch: u64) {
             && !shared.stopping.load(Ordering::SeqCst)
         {
             std::thread::sleep(Duration::from_millis(10));
+        }
+        let delay = shared.delay_us.load(Ordering::SeqCst);
+        if answers && delay > 0 {
+            std::thread::sleep(Duration::from_micros(delay));
         }
         if shared.epoch.load(Ordering::SeqCst) != epoch || to.write_all(&buf[..n]).is_err() {
             break;
@@ -275,6 +295,23 @@ mod tests {
         let mut buf = [0u8; 4];
         stream.read_exact(&mut buf).ok()?;
         Some(buf.to_vec())
+    }
+
+    #[test]
+    fn delay_holds_answers_back() {
+        let proxy = CutProxy::start(&echo_server().to_string()).unwrap();
+        let mut stream = connect(&proxy);
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        proxy.delay(Duration::from_millis(200));
+        let started = std::time::Instant::now();
+        assert_eq!(round_trip(&mut stream).as_deref(), Some(&b"ping"[..]));
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        proxy.delay(Duration::ZERO);
+        let started = std::time::Instant::now();
+        assert_eq!(round_trip(&mut stream).as_deref(), Some(&b"ping"[..]));
+        assert!(started.elapsed() < Duration::from_millis(200));
     }
 
     #[test]

@@ -384,3 +384,55 @@ async fn unreachable_etcd_is_a_typed_error_within_the_timeout() {
         .unwrap_err();
     assert_eq!(err.code(), "registry_config", "{err}");
 }
+
+/// Three endpoints that all answer slowly (over a second, under the call
+/// timeout): an overloaded cluster, not a member away. After one round of
+/// timed-out members, calls get the whole call timeout and succeed, and
+/// keep it while answers stay slow; before, the one-second member bound
+/// failed every call and the node stopped at its mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_cluster_gets_the_whole_call_timeout() {
+    let Some(b) = backend("slow-cluster") else {
+        return;
+    };
+    let upstream = b.endpoint.trim_start_matches("http://").to_owned();
+    let proxies: Vec<_> = (0..3)
+        .map(|_| idmint_testkit::proxy::CutProxy::start(&upstream).unwrap())
+        .collect();
+    let endpoints: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("http://{}", p.addr()))
+        .collect();
+    let config = EtcdConfig::new()
+        .with_prefix(b.prefix.clone())
+        .with_lease_ttl(Duration::from_secs(30))
+        .with_timeout(Duration::from_secs(8))
+        .with_connect_timeout(Duration::from_secs(20));
+    let reg = EtcdRegistry::connect(&endpoints, config).await.unwrap();
+    let node = identity(1);
+    let claim = reg.claim(&node, 1024).await.unwrap();
+    for p in &proxies {
+        p.delay(Duration::from_millis(1_300));
+    }
+    let mut failures = 0;
+    let mut persisted = 0;
+    let started = Instant::now();
+    while persisted < 3 && started.elapsed() < Duration::from_secs(60) {
+        let mark = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3);
+        match reg.persist_mark(&claim, mark, jiff::Timestamp::now()).await {
+            Ok(()) => persisted += 1,
+            Err(e) => {
+                assert!(e.is_transient(), "{e}");
+                failures += 1;
+            }
+        }
+    }
+    assert_eq!(persisted, 3, "{failures} calls failed in 60 s");
+    // One round of members timed out at most, then none: the long bound
+    // stays while the cluster is slow.
+    assert!(failures <= 3, "{failures} calls failed");
+    for p in &proxies {
+        p.delay(Duration::ZERO);
+    }
+    reg.release(&claim).await.unwrap();
+}
