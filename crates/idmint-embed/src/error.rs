@@ -282,4 +282,30 @@ mod tests {
             "Display is the code, then the message"
         );
     }
+
+    #[test]
+    fn bad_input_is_the_class_of_the_source() {
+        let core = |e: idmint_core::Error| Error::from(e).is_bad_input();
+        assert!(core(idmint_core::Error::InvalidCount { count: 0, max: 9 }));
+        assert!(Error::config("x").is_bad_input());
+        assert!(!Error::closed("generator").is_bad_input());
+        let unavailable = Error::from(idmint_segment::SegmentError::Unavailable {
+            key: "k".to_owned(),
+            retry_after: Duration::from_millis(5),
+            reason: "down".to_owned(),
+        });
+        assert!(!unavailable.is_bad_input());
+    }
+
+    #[test]
+    fn a_panic_is_internal_with_its_message() {
+        let e = Error::panicked(&"boom");
+        assert_eq!(e.code(), "internal");
+        assert_eq!(
+            e.message(),
+            "idmint panicked (a bug: please report it): boom"
+        );
+        let e = Error::panicked(&7_u8);
+        assert!(e.message().ends_with("a panic without a message"), "{e}");
+    }
 }

@@ -123,3 +123,13 @@ impl From<idmint_core::Layout> for Layout {
         Layout(layout)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_twitter() {
+        assert_eq!(Layout::default(), Layout::parse("twitter").unwrap());
+    }
+}
