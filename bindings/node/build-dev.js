@@ -12,7 +12,7 @@ const { execFileSync } = require('node:child_process')
 const { copyFileSync } = require('node:fs')
 const { join } = require('node:path')
 
-const crate = 'idmint-node'
+const crate = 'idmint-nodejs'
 const cargo = process.env.CARGO || 'cargo'
 execFileSync(cargo, ['build', '-p', crate], { cwd: __dirname, stdio: 'inherit' })
 const metadata = JSON.parse(

@@ -74,18 +74,9 @@ impl IdmintError {
         IdmintError::new("invalid_argument", message, None)
     }
 
-    /// A panic caught at the boundary.
+    /// A panic caught at the boundary (`idmint_embed::Error::panicked`).
     fn panicked(payload: &(dyn Any + Send)) -> IdmintError {
-        let what = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".to_owned());
-        IdmintError::new(
-            "internal",
-            format!("idmint panicked (a bug: please report it): {what}"),
-            None,
-        )
+        idmint_embed::Error::panicked(payload).into()
     }
 }
 
@@ -594,18 +585,10 @@ pub unsafe extern "C" fn idmint_generator_new(
                 optional_text(o.sequence_start, "options.sequence_start")?,
             )
         };
-        let mut options = GeneratorOptions::new(Layout::parse(layout)?, o.worker)
+        let options = GeneratorOptions::new(Layout::parse(layout)?, o.worker)
             .with_datacenter(o.datacenter)
-            .with_wall_clock(o.wall_clock);
-        if let Some(p) = clock_behind {
-            options = options.with_clock_behind(p)?;
-        }
-        if let Some(p) = exhausted {
-            options = options.with_sequence_exhausted(p)?;
-        }
-        if let Some(p) = start {
-            options = options.with_sequence_start(p)?;
-        }
+            .with_wall_clock(o.wall_clock)
+            .with_policies(clock_behind, exhausted, start)?;
         *out = give(IdmintGenerator {
             inner: Generator::new(options)?,
         });
@@ -845,11 +828,7 @@ pub unsafe extern "C" fn idmint_segments_from_config(
     call(|| {
         // SAFETY: as the caller promised.
         let (path, out) = unsafe { (text(path, "path")?, self::out(out, "out")?) };
-        let inner = if floors {
-            Segments::from_config_with_floors(path)?
-        } else {
-            Segments::from_config(path)?
-        };
+        let inner = Segments::from_config_floors(path, floors)?;
         *out = give(IdmintSegments { inner });
         Ok(())
     })

@@ -557,7 +557,7 @@ impl Generator {
     #[napi(constructor, ts_args_type = "options?: GeneratorOptions")]
     pub fn new(env: Env, options: Option<Object>) -> napi::Result<Generator> {
         let env = &env;
-        let mut layout = idmint_embed::Layout::parse("twitter").or_throw(env)?;
+        let mut layout = idmint_embed::Layout::default();
         let mut worker = 0;
         let mut built = None::<GeneratorOptions>;
         if let Some(options) = &options {
@@ -601,15 +601,13 @@ impl Generator {
                 "datacenter",
                 "node_out_of_range",
             )?);
-            if let Some(p) = get_string(env, options, "clockBehind")? {
-                o = o.with_clock_behind(&p).or_throw(env)?;
-            }
-            if let Some(p) = get_string(env, options, "sequenceExhausted")? {
-                o = o.with_sequence_exhausted(&p).or_throw(env)?;
-            }
-            if let Some(p) = get_string(env, options, "sequenceStart")? {
-                o = o.with_sequence_start(&p).or_throw(env)?;
-            }
+            o = o
+                .with_policies(
+                    get_string(env, options, "clockBehind")?.as_deref(),
+                    get_string(env, options, "sequenceExhausted")?.as_deref(),
+                    get_string(env, options, "sequenceStart")?.as_deref(),
+                )
+                .or_throw(env)?;
             if let Some(w) = get(options, "wallClock")? {
                 o = o.with_wall_clock(w.coerce_to_bool()?);
             }
@@ -827,7 +825,9 @@ impl Segments {
     #[napi(factory, ts_args_type = "path: string, options?: { floors?: boolean }")]
     pub fn from_config(env: Env, path: String, options: Option<Object>) -> napi::Result<Segments> {
         let floors = floors_option(&env, options.as_ref())?;
-        Ok(Segments::wrap(open_segments(&path, floors).or_throw(&env)?))
+        Ok(Segments::wrap(
+            idmint_embed::Segments::from_config_floors(&path, floors).or_throw(&env)?,
+        ))
     }
 
     /// As `fromConfig`, opening the store on libuv's thread pool: a promise.
@@ -908,14 +908,6 @@ fn floors_option(env: &Env, options: Option<&Object>) -> napi::Result<bool> {
     })
 }
 
-fn open_segments(path: &str, floors: bool) -> Result<idmint_embed::Segments, idmint_embed::Error> {
-    if floors {
-        idmint_embed::Segments::from_config_with_floors(path)
-    } else {
-        idmint_embed::Segments::from_config(path)
-    }
-}
-
 /// `Segments.fromConfigAsync`: opening the store, on a thread of libuv's
 /// pool.
 pub struct OpenSegments {
@@ -930,7 +922,10 @@ impl Task for OpenSegments {
 
     fn compute(&mut self) -> napi::Result<()> {
         let path = self.path.to_string_lossy().into_owned();
-        self.made = Some(open_segments(&path, self.floors));
+        self.made = Some(idmint_embed::Segments::from_config_floors(
+            &path,
+            self.floors,
+        ));
         Ok(())
     }
 

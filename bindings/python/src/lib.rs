@@ -298,24 +298,17 @@ impl Generator {
         wall_clock: bool,
     ) -> PyResult<Generator> {
         let layout = match layout {
-            None => idmint_embed::Layout::parse("twitter").or_raise(py)?,
+            None => idmint_embed::Layout::default(),
             Some(l) => match l.cast::<Layout>() {
                 Ok(l) => l.get().inner,
                 Err(_) => idmint_embed::Layout::parse(&l.extract::<String>()?).or_raise(py)?,
             },
         };
-        let mut options = GeneratorOptions::new(layout, worker)
+        let options = GeneratorOptions::new(layout, worker)
             .with_datacenter(datacenter)
-            .with_wall_clock(wall_clock);
-        if let Some(p) = clock_behind {
-            options = options.with_clock_behind(p).or_raise(py)?;
-        }
-        if let Some(p) = sequence_exhausted {
-            options = options.with_sequence_exhausted(p).or_raise(py)?;
-        }
-        if let Some(p) = sequence_start {
-            options = options.with_sequence_start(p).or_raise(py)?;
-        }
+            .with_wall_clock(wall_clock)
+            .with_policies(clock_behind, sequence_exhausted, sequence_start)
+            .or_raise(py)?;
         Ok(Generator::wrap(
             idmint_embed::Generator::new(options).or_raise(py)?,
         ))
@@ -430,13 +423,7 @@ impl Segments {
         path: std::path::PathBuf,
         floors: bool,
     ) -> PyResult<Bound<'_, Segments>> {
-        let made = py.detach(|| {
-            if floors {
-                idmint_embed::Segments::from_config_with_floors(&path)
-            } else {
-                idmint_embed::Segments::from_config(&path)
-            }
-        });
+        let made = py.detach(|| idmint_embed::Segments::from_config_floors(&path, floors));
         let inner = made.or_raise(py)?;
         track(Bound::new(py, Segments { inner })?)
     }

@@ -5,22 +5,20 @@
 use std::fmt;
 use std::time::Duration;
 
+use idmint_node::{ConfigError, ErrorClass, IssueError, NodeError};
 use idmint_registry::RegistryError;
-use idmint_server::ConfigError;
-use idmint_server::ServerError;
-use idmint_server::embed::Refusal;
 
 use crate::workers::Conflict;
 
 /// Every stable error code a binding can report, in the server's order
-/// (`idmint_server::ERROR_CODES`, grouped as docs/api.md's tables are),
+/// (`idmint_node::ERROR_CODES`, grouped as docs/api.md's tables are),
 /// then the two only an in-process generator has: `closed` (a call after
 /// `close()`) and `forked` (a generator used in a forked child). Each
 /// binding's constants (Python `ErrorCode`, Node `ErrorCode`, Java
 /// `IdmintException` constants, Go `Code…`) are generated from it, and
 /// `crates/idmint-embed/tests/it/error_codes.rs` fails when one differs.
 pub fn error_codes() -> impl Iterator<Item = &'static str> {
-    idmint_server::ERROR_CODES
+    idmint_node::ERROR_CODES
         .iter()
         .chain(&["closed", "forked"])
         .copied()
@@ -44,6 +42,9 @@ pub struct Error {
     kind: Kind,
     message: String,
     retry_after: Option<Duration>,
+    /// The class of the error it came from: the caller's input or
+    /// configuration is at fault.
+    bad_input: bool,
 }
 
 /// Where an error came from; the code is read from it.
@@ -62,7 +63,8 @@ enum Kind {
     /// A generator whose IDs would repeat a live one's in this process:
     /// the registry's `worker_taken`, for one process.
     InUse,
-    /// The runtime's threads could not be started.
+    /// The runtime's threads could not be started, or a binding caught a
+    /// panic (`internal`).
     Runtime,
 }
 
@@ -90,24 +92,11 @@ impl Error {
         self.retry_after
     }
 
-    /// True when the caller's input or configuration is at fault.
+    /// True when the caller's input or configuration is at fault: the
+    /// class of the error this one came from (`IssueError`'s, the
+    /// registry's), never a list of codes.
     pub fn is_bad_input(&self) -> bool {
-        matches!(self.kind, Kind::Config)
-            || matches!(
-                self.code(),
-                "invalid_layout"
-                    | "invalid_layout_text"
-                    | "invalid_text"
-                    | "node_out_of_range"
-                    | "invalid_count"
-                    | "invalid_id"
-                    | "invalid_key"
-                    | "invalid_obfuscator"
-                    | "invalid_public_id"
-                    | "unknown_key_id"
-                    | "registry_config"
-                    | "invalid_spec"
-            )
+        self.bad_input
     }
 
     pub(crate) fn config(message: impl Into<String>) -> Error {
@@ -115,6 +104,7 @@ impl Error {
             kind: Kind::Config,
             message: message.into(),
             retry_after: None,
+            bad_input: true,
         }
     }
 
@@ -123,6 +113,7 @@ impl Error {
             kind: Kind::Closed,
             message: format!("this {what} was closed: make a new one"),
             retry_after: None,
+            bad_input: false,
         }
     }
 
@@ -136,6 +127,7 @@ impl Error {
                  shared registry (it claims anew in each child)"
             ),
             retry_after: None,
+            bad_input: false,
         }
     }
 
@@ -144,6 +136,24 @@ impl Error {
             kind: Kind::InUse,
             message: conflict.to_string(),
             retry_after: None,
+            bad_input: false,
+        }
+    }
+
+    /// A panic a binding caught at its boundary (`catch_unwind`'s payload):
+    /// `internal`, with the panic's message; the one wording every binding
+    /// reports a bug of idmint's in.
+    pub fn panicked(payload: &(dyn std::any::Any + Send)) -> Error {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        Error {
+            kind: Kind::Runtime,
+            message: format!("idmint panicked (a bug: please report it): {what}"),
+            retry_after: None,
+            bad_input: false,
         }
     }
 
@@ -152,6 +162,7 @@ impl Error {
             kind: Kind::Runtime,
             message: format!("cannot start idmint's runtime threads: {e}"),
             retry_after: None,
+            bad_input: false,
         }
     }
 }
@@ -164,12 +175,13 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-impl From<Refusal> for Error {
-    fn from(r: Refusal) -> Error {
+impl From<IssueError> for Error {
+    fn from(r: IssueError) -> Error {
         Error {
             kind: Kind::Refused(r.code),
             message: r.message,
             retry_after: r.retry_after,
+            bad_input: r.class == ErrorClass::BadInput,
         }
     }
 }
@@ -177,14 +189,14 @@ impl From<Refusal> for Error {
 impl From<idmint_core::Error> for Error {
     /// The core's code, with the server's retry hint.
     fn from(e: idmint_core::Error) -> Error {
-        Refusal::from(e).into()
+        IssueError::from(e).into()
     }
 }
 
 impl From<idmint_segment::SegmentError> for Error {
     /// The allocator's code, with the server's retry hints.
     fn from(e: idmint_segment::SegmentError) -> Error {
-        Refusal::from(e).into()
+        IssueError::from(e).into()
     }
 }
 
@@ -202,10 +214,16 @@ impl From<RegistryError> for Error {
             | RegistryError::LeaseLost { .. } => Some(Duration::from_secs(1)),
             _ => None,
         };
+        let bad_input = match &e {
+            RegistryError::Config { .. } => true,
+            RegistryError::Core(core) => core.is_bad_input(),
+            _ => false,
+        };
         Error {
             kind: Kind::Registry(e.code()),
             message: e.to_string(),
             retry_after,
+            bad_input,
         }
     }
 }
@@ -216,21 +234,23 @@ impl From<ConfigError> for Error {
     }
 }
 
-impl From<ServerError> for Error {
+impl From<NodeError> for Error {
     /// A backend that failed to open: the segment store's or the registry's
-    /// code (a config at fault is `invalid_config`).
-    fn from(e: ServerError) -> Error {
-        if e.is_config() {
+    /// code (a config at fault, or a data directory that can't be made, is
+    /// `invalid_config`).
+    fn from(e: NodeError) -> Error {
+        if e.is_config() || matches!(e, NodeError::DataDir { .. }) {
             return Error::config(e.to_string());
         }
         let message = e.to_string();
         let mut error = match e {
-            ServerError::Segment { source, .. } => Error::from(source),
-            ServerError::Registry { source, .. } => Error::from(source),
+            NodeError::Segment { source, .. } => Error::from(source),
+            NodeError::Registry { source, .. } => Error::from(source),
             _ => Error {
                 kind: Kind::Refused("internal"),
                 message: String::new(),
                 retry_after: None,
+                bad_input: false,
             },
         };
         // The step's own words (`segment store (opening segment.url …): …`).
@@ -261,5 +281,31 @@ mod tests {
             "invalid_config: x",
             "Display is the code, then the message"
         );
+    }
+
+    #[test]
+    fn bad_input_is_the_class_of_the_source() {
+        let core = |e: idmint_core::Error| Error::from(e).is_bad_input();
+        assert!(core(idmint_core::Error::InvalidCount { count: 0, max: 9 }));
+        assert!(Error::config("x").is_bad_input());
+        assert!(!Error::closed("generator").is_bad_input());
+        let unavailable = Error::from(idmint_segment::SegmentError::Unavailable {
+            key: "k".to_owned(),
+            retry_after: Duration::from_millis(5),
+            reason: "down".to_owned(),
+        });
+        assert!(!unavailable.is_bad_input());
+    }
+
+    #[test]
+    fn a_panic_is_internal_with_its_message() {
+        let e = Error::panicked(&"boom");
+        assert_eq!(e.code(), "internal");
+        assert_eq!(
+            e.message(),
+            "idmint panicked (a bug: please report it): boom"
+        );
+        let e = Error::panicked(&7_u8);
+        assert!(e.message().ends_with("a panic without a message"), "{e}");
     }
 }

@@ -9,14 +9,12 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 use idmint_core::clock::{MonotonicClock, WallClock};
 use idmint_core::{Clock, ClockBehind, IdBatch, SequenceExhausted, SequenceStart, Snowflake};
+use idmint_node::config::{Config, RegistryKind, ZooKeeperModeName};
+use idmint_node::open::{generator_settings, keeper_config, open_registry};
+use idmint_node::{IdClock, IssueError, MarkWait};
 use idmint_registry::{
     KeeperGuard, LeaseState, NodeIdentity, RegistryError, WorkerHandle, WorkerKeeper,
 };
-use idmint_server::config::{RegistryKind, ZooKeeperModeName};
-use idmint_server::embed::{
-    MARK_POLL, MARK_WAIT, Refusal, generator_settings, id_clock, keeper_config, open_registry,
-};
-use idmint_server::{Config, Server};
 use jiff::Timestamp;
 
 use crate::error::Error;
@@ -98,6 +96,32 @@ impl GeneratorOptions {
     pub fn with_sequence_start(mut self, start: &str) -> Result<GeneratorOptions, Error> {
         self.sequence_start = start.parse()?;
         Ok(self)
+    }
+
+    /// The three policies as a binding's options give them, each `None`
+    /// keeping the core's default: [`GeneratorOptions::with_clock_behind`],
+    /// [`GeneratorOptions::with_sequence_exhausted`] and
+    /// [`GeneratorOptions::with_sequence_start`].
+    ///
+    /// # Errors
+    /// `invalid_text` naming the first text that doesn't read.
+    pub fn with_policies(
+        self,
+        clock_behind: Option<&str>,
+        sequence_exhausted: Option<&str>,
+        sequence_start: Option<&str>,
+    ) -> Result<GeneratorOptions, Error> {
+        let mut options = self;
+        if let Some(p) = clock_behind {
+            options = options.with_clock_behind(p)?;
+        }
+        if let Some(p) = sequence_exhausted {
+            options = options.with_sequence_exhausted(p)?;
+        }
+        if let Some(p) = sequence_start {
+            options = options.with_sequence_start(p)?;
+        }
+        Ok(options)
     }
 
     /// The raw wall clock instead of the default (the wall clock read once,
@@ -324,8 +348,7 @@ impl Generator {
     /// `worker_taken` when the worker ID claimed would make IDs that a live
     /// generator of this process makes (the claim is released).
     pub fn from_config(path: impl AsRef<Path>) -> Result<Generator, Error> {
-        let config = load_config(Some(path.as_ref()))?;
-        Generator::from_loaded(config)
+        Generator::from_checked(load_config(Some(path.as_ref()))?)
     }
 
     /// As [`Generator::from_config`], from a config already loaded (checked
@@ -334,7 +357,12 @@ impl Generator {
     /// # Errors
     /// As [`Generator::from_config`].
     pub fn from_loaded(config: Config) -> Result<Generator, Error> {
-        Server::check(&config)?;
+        idmint_node::check(&config)?;
+        Generator::from_checked(config)
+    }
+
+    /// From a config [`idmint_node::check`] passed.
+    fn from_checked(config: Config) -> Result<Generator, Error> {
         check_embeddable(&config)?;
         let layout = Layout::from(config.layout()?);
         let live = claim(&config, layout)?;
@@ -620,7 +648,7 @@ impl Leased {
                 if status.lease == LeaseState::Held {
                     Ok(None)
                 } else {
-                    Err(Refusal::paused(&e, &status).into())
+                    Err(IssueError::paused(&e, &status).into())
                 }
             }
             Err(e) => Err(e.into()),
@@ -637,26 +665,23 @@ impl Leased {
         }
     }
 
-    /// What the server does when a call meets the mark: while the lease is
-    /// held, the keeper (nudged by the failed call) is persisting further,
-    /// so look again every 2 ms for up to 250 ms; then, or at once without
-    /// the lease, refuse with the lease's state.
+    /// What the server does when a call meets the mark
+    /// ([`MarkWait`]), asleep on this thread.
     #[cold]
     fn wait_for_mark<T>(
         &self,
         mut e: idmint_core::Error,
         mut again: impl FnMut() -> idmint_core::Result<T>,
     ) -> Result<T, Error> {
-        let deadline = Instant::now() + MARK_WAIT;
-        while Instant::now() < deadline && self.handle.status().lease == LeaseState::Held {
-            std::thread::sleep(MARK_POLL);
+        let mut wait = MarkWait::new();
+        loop {
+            std::thread::sleep(wait.pause(&e, &self.handle)?);
             match again() {
                 Ok(v) => return Ok(v),
                 Err(next @ idmint_core::Error::MarkReached { .. }) => e = next,
                 Err(other) => return Err(other.into()),
             }
         }
-        Err(Refusal::paused(&e, &self.handle.status()).into())
     }
 }
 
@@ -669,12 +694,9 @@ fn max_wait(layout: Layout, clock_behind: ClockBehind) -> Duration {
 }
 
 /// Loads a config as `idmint serve` does: `path`, then the `IDMINT_…`
-/// environment variables, then the server's checks.
+/// environment variables, then the server's checks (once).
 pub(crate) fn load_config(path: Option<&Path>) -> Result<Config, Error> {
-    let env: Vec<(String, String)> = std::env::vars().collect();
-    let config = Config::load(path, env.clone())?;
-    Server::check(&config).map_err(|e| Error::from(e.located(path, env)))?;
-    Ok(config)
+    Ok(idmint_node::load_checked(path)?)
 }
 
 /// Refuses what a config can do in a server but not in an embedded process.
@@ -690,24 +712,12 @@ fn check_embeddable(config: &Config) -> Result<(), Error> {
     Ok(())
 }
 
-/// Who this process claims as: the host name, the address
-/// (`snowflake.advertise_address`, else the host name), and the process ID in
-/// the port field (its low 16 bits: registries store a port number), so each
-/// process on a host is a node of its own in the registry's listing.
+/// Who this process claims as (`idmint_node::process_identity`): the host
+/// name, the address (`snowflake.advertise_address`, else the host name),
+/// and the process ID in the port field, so each process on a host is a
+/// node of its own in the registry's listing.
 pub fn node_identity(config: &Config) -> NodeIdentity {
-    let host = hostname::get()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "localhost".to_owned());
-    NodeIdentity {
-        address: config
-            .snowflake
-            .advertise_address
-            .clone()
-            .unwrap_or_else(|| host.clone()),
-        host,
-        port: (std::process::id() & 0xffff) as u16,
-    }
+    idmint_node::process_identity(config)
 }
 
 /// Creates `server.data_dir`, for what lives there and doesn't create it
@@ -715,13 +725,7 @@ pub fn node_identity(config: &Config) -> NodeIdentity {
 /// file, static, host and k8s registries and the floor file create it when
 /// they open; a config that needs none of these creates no directory.)
 pub(crate) fn create_data_dir(config: &Config) -> Result<(), Error> {
-    let dir = &config.server.data_dir;
-    std::fs::create_dir_all(dir).map_err(|e| {
-        Error::config(format!(
-            "config key server.data_dir: cannot create {}: {e}",
-            dir.display()
-        ))
-    })
+    Ok(idmint_node::create_data_dir(config)?)
 }
 
 /// Opens the registry and claims a worker through a keeper on a new
@@ -731,7 +735,8 @@ pub(crate) fn create_data_dir(config: &Config) -> Result<(), Error> {
 /// make it.
 fn claim(config: &Config, layout: Layout) -> Result<Live, Error> {
     let runtime = Runtime::start()?;
-    let settings = generator_settings(config, *layout.core()).with_clock(id_clock(config));
+    let settings = generator_settings(config, *layout.core())
+        .with_clock(IdClock::new(config.snowflake.clock).shared());
     let node = node_identity(config);
     let (registry, started) = runtime.block_on(async {
         let registry = Arc::new(CheckedRegistry::new(

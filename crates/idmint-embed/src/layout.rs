@@ -32,6 +32,13 @@ use crate::error::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout(idmint_core::Layout);
 
+impl Default for Layout {
+    /// Twitter's layout (`twitter`), every binding's default.
+    fn default() -> Layout {
+        Layout(idmint_core::Layout::TWITTER)
+    }
+}
+
 impl Layout {
     /// Reads a layout's text form: a preset name (`twitter`, `leaf`, `baidu`,
     /// `sonyflake`, `discord`, `instagram`, `js53`, `tso`), a preset with
@@ -114,5 +121,15 @@ impl fmt::Display for Layout {
 impl From<idmint_core::Layout> for Layout {
     fn from(layout: idmint_core::Layout) -> Layout {
         Layout(layout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_twitter() {
+        assert_eq!(Layout::default(), Layout::parse("twitter").unwrap());
     }
 }

@@ -10,7 +10,8 @@
 //! - [`Layout`]: the CLI and config text form, decode, compose, run-out.
 //! - [`Generator`]: snowflake IDs with a fixed worker ID, or one leased from
 //!   the registry an `idmint serve` config names, by the server's own code
-//!   (`idmint_server::embed`).
+//!   (`idmint-node`, the layer below the server; embed never depends on
+//!   `idmint-server`).
 //! - [`Segments`]: segment keys from the config's `[segment]` store.
 //! - [`PublicIds`]: obfuscate and reveal, decimal, base32 and Sqids text.
 //! - [`after_fork_in_child`]: what a binding calls in a forked child, so

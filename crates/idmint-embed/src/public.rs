@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use idmint_core::{Id, Obfuscator, PublicId, PublicIdCodec, TextFormat};
-use idmint_server::config::{ObfuscationConfig, Secret};
+use idmint_node::config::{ObfuscationConfig, Secret};
 
 use crate::error::Error;
 use crate::generator::load_config;

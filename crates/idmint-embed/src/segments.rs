@@ -6,10 +6,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwapOption;
+use idmint_node::config::{Config, ServerConfig};
+use idmint_node::open::{open_segment_allocator, prepare_segments};
 use idmint_segment::{PreloaderGuard, SegmentAllocator};
-use idmint_server::config::ServerConfig;
-use idmint_server::embed::{open_segment_allocator, prepare_segments};
-use idmint_server::{Config, Server};
 
 use crate::error::Error;
 use crate::fork::ProcessBound;
@@ -91,7 +90,7 @@ impl Segments {
     /// store's codes when it can't be opened (`store_error`,
     /// `store_timeout`, ...).
     pub fn from_config(path: impl AsRef<Path>) -> Result<Segments, Error> {
-        Segments::open(load_config(Some(path.as_ref()))?, false)
+        Segments::from_checked(load_config(Some(path.as_ref()))?, false)
     }
 
     /// As [`Segments::from_config`], with the server's floor file in
@@ -102,7 +101,17 @@ impl Segments {
     /// holds the directory, `store_reset` or `key_below_floor` when the store
     /// forgot what this directory's process issued.
     pub fn from_config_with_floors(path: impl AsRef<Path>) -> Result<Segments, Error> {
-        Segments::open(load_config(Some(path.as_ref()))?, true)
+        Segments::from_checked(load_config(Some(path.as_ref()))?, true)
+    }
+
+    /// [`Segments::from_config`], or with `floors`
+    /// [`Segments::from_config_with_floors`]: the one choice every binding's
+    /// `floors` option makes.
+    ///
+    /// # Errors
+    /// As [`Segments::from_config`].
+    pub fn from_config_floors(path: impl AsRef<Path>, floors: bool) -> Result<Segments, Error> {
+        Segments::from_checked(load_config(Some(path.as_ref()))?, floors)
     }
 
     /// As [`Segments::from_config`] (`floors` as
@@ -112,7 +121,12 @@ impl Segments {
     /// # Errors
     /// As [`Segments::from_config`].
     pub fn open(config: Config, floors: bool) -> Result<Segments, Error> {
-        Server::check(&config)?;
+        idmint_node::check(&config)?;
+        Segments::from_checked(config, floors)
+    }
+
+    /// From a config [`idmint_node::check`] passed.
+    fn from_checked(config: Config, floors: bool) -> Result<Segments, Error> {
         let live = open(&config, floors)?;
         Ok(Segments {
             config: Box::new(config),

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use idmint_redis::{RedisConnection, RedisTarget, ServerFacts, Topology};
 
-use crate::backends::redis_registry_config;
-use crate::config::{Config, RegistryKind};
+use idmint_node::config::{Config, RegistryKind};
+use idmint_node::open::redis_registry_config;
 
 /// How long each server gets to answer.
 const BOUND: Duration = Duration::from_secs(2);

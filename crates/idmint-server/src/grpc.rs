@@ -62,7 +62,6 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::{Code, Request, Response, Status};
 
-use crate::error::{ErrorClass, IssueError};
 use crate::issue::{self, Issued};
 use crate::keys::KeySpec;
 use crate::listen::{Bound, ConnectionLimits, stopped};
@@ -71,6 +70,7 @@ use crate::monotonic::Reserve;
 use crate::state::AppState;
 use crate::tls::{self, MaybeTls, Surface, Tls};
 use crate::tokens::constant_time_eq;
+use idmint_node::{ErrorClass, IssueError};
 use proto::id_service_server::{IdService, IdServiceServer};
 use proto::{
     DecodeRequest, DecodeResponse, GetIdsRequest, GetIdsResponse, ReserveRequest, ReserveResponse,

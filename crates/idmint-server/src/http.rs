@@ -65,8 +65,6 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::config::Strategy;
-use crate::error::{ErrorClass, IssueError};
 use crate::issue::{Issued, issue, make_uuids, route_spec, text_of, uuid_text};
 use crate::metrics::latency::LatencyLayer;
 use crate::metrics::scrape::Readings;
@@ -74,6 +72,8 @@ use crate::monotonic::Monotonic;
 use crate::state::AppState;
 use crate::status;
 use crate::tokens::constant_time_eq;
+use idmint_node::config::Strategy;
+use idmint_node::{ErrorClass, IssueError};
 
 mod admin;
 mod conn;

@@ -12,18 +12,16 @@
 //! through [`AppState::count_issued`], so this module imports no metrics.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use idmint_core::uuid::UuidGenerator;
 use idmint_core::{Id, IdBatch, PublicId, TextFormat};
-use idmint_registry::LeaseState;
 use smallvec::{SmallVec, smallvec};
 
-use crate::config::Strategy;
-use crate::error::{ErrorClass, IssueError, MARK_POLL, MARK_WAIT};
 use crate::keys::{KeySource, KeySpec};
 use crate::ready::note_clock_failure;
 use crate::state::AppState;
+use idmint_node::config::Strategy;
+use idmint_node::{ErrorClass, IssueError, MarkWait};
 
 /// The spec of `key` on a route that names its `strategy` (Leaf's
 /// `/api/{snowflake,segment}/get/{key}`, Tinyid's segment routes): a name
@@ -99,8 +97,7 @@ pub(crate) fn parse_count(text: &str, max: u64) -> Result<u64, IssueError> {
 /// means the keeper is persisting the next window: waited out briefly (the
 /// keeper was nudged) before answering unavailable.
 async fn snowflakes(state: &Arc<AppState>, n: u64) -> Result<Ints, IssueError> {
-    // Read the clock only once the mark holds a call back, not per ID.
-    let mut deadline = None;
+    let mut wait = MarkWait::new();
     loop {
         let result: idmint_core::Result<Ints> = if n == 1 {
             state.worker.next_id().map(|id| smallvec![id.get()])
@@ -114,14 +111,8 @@ async fn snowflakes(state: &Arc<AppState>, n: u64) -> Result<Ints, IssueError> {
                 .map_err(|e| IssueError::internal(e.to_string()))?
         };
         match result {
-            Err(idmint_core::Error::MarkReached { .. })
-                if Instant::now() < *deadline.get_or_insert_with(|| Instant::now() + MARK_WAIT)
-                    && state.worker.status().lease == LeaseState::Held =>
-            {
-                tokio::time::sleep(MARK_POLL).await;
-            }
             Err(e @ idmint_core::Error::MarkReached { .. }) => {
-                return Err(IssueError::paused(&e, &state.worker.status()));
+                tokio::time::sleep(wait.pause(&e, &state.worker)?).await;
             }
             Err(e) => {
                 note_clock_failure(state, &e);

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
 
-use crate::config::{Strategy, UndeclaredKeys};
-use crate::error::{ErrorClass, IssueError};
+use idmint_node::config::{Strategy, UndeclaredKeys};
+use idmint_node::{ErrorClass, IssueError};
 
 /// A map by key name, with a fast hasher: every request looks a key up in a
 /// few of these, and SipHash was a sixth of a RESP `INCR`'s instructions.

@@ -28,26 +28,25 @@
 //! With `[tls]`, every listener speaks TLS from one certificate (`tls.rs`),
 //! reloaded through [`TlsReload`] and when its files change.
 //!
-//! The start-up steps are in `start.rs`; the backends they open (registry,
-//! segment store) and the counting wrappers around them in `backends.rs`;
+//! The start-up steps are in `start.rs`; the key table and the counting
+//! wrappers around the backends `idmint-node` opens in `backends.rs`;
 //! the sockets and connection limits every listener shares in `listen.rs`;
-//! the state every surface shares (`AppState`) in `state.rs`, with the ID
-//! clock (`clock.rs`), readiness (`ready.rs`) and token checks (`tokens.rs`)
+//! the state every surface shares (`AppState`) in `state.rs`, with
+//! readiness (`ready.rs`) and token checks (`tokens.rs`)
 //! beside it; the metrics recorder in `metrics.rs` and the parts that feed it
 //! in `metrics/`. Imports point one way: surfaces → issuing → state → the
 //! parts it holds; nothing below imports what is above it.
 //!
-//! [`embed`] is the small API `idmint-embed` (the in-process layer of the
-//! language bindings) opens backends and reports failures with, so that an
-//! embedded generator is opened and refuses exactly as this server does.
+//! The node underneath (the config, opening the registry, the segment store
+//! and the oracle, the start's checks, the issue errors and their codes) is
+//! `idmint-node`, which `idmint-embed` (the in-process layer of the language
+//! bindings) shares: an embedded generator is opened and refuses exactly as
+//! this server does, without compiling any of this crate.
 
 #![deny(missing_docs)]
 
 mod backends;
-mod clock;
-pub mod config;
 mod durability;
-pub mod embed;
 mod error;
 mod fleet;
 pub mod grpc;
@@ -68,12 +67,10 @@ mod status;
 mod tls;
 mod tokens;
 
-pub use backends::open_segment_store;
-pub use config::{Config, ConfigError};
 pub use durability::{
     DurabilityWarning, TopologyReport, cluster_topologies, coordinator_warnings, redis_topologies,
 };
-pub use error::{ERROR_CODES, ServerError};
+pub use error::ServerError;
 pub use sql_topology::{SqlTopology, sql_topology};
 pub use start::{Server, run};
 pub use tls::{TlsError, TlsReload, check_files as check_tls_files};

@@ -61,7 +61,7 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
-use crate::config::Strategy;
+use idmint_node::config::Strategy;
 
 mod grpc;
 pub(crate) mod latency;

@@ -34,12 +34,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::config::Secret;
-use crate::error::IssueError;
 use crate::metrics::scrape::OracleReadings;
 use crate::proto::ReserveRequest;
 use crate::proto::id_service_client::IdServiceClient;
 use crate::tls::Tls;
+use idmint_node::IssueError;
+use idmint_node::config::Secret;
 
 /// How long a reservation on the leader waits for the keeper to persist the
 /// next window before answering unavailable.

@@ -586,7 +586,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let config = crate::config::Config::load(Some(&path), []).unwrap();
+        let config = idmint_node::config::Config::load(Some(&path), []).unwrap();
         let server = crate::start::Server::start(config).await.unwrap();
         let resp = server.resp_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

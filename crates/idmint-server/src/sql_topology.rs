@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use idmint_sql::{ConnectOptions, HostReport, HostRole, Replication};
 
-use crate::config::{Config, RegistryKind};
+use idmint_node::config::{Config, RegistryKind};
 
 /// How long each host gets to answer.
 const BOUND: Duration = Duration::from_secs(2);

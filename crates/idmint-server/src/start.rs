@@ -8,25 +8,16 @@ use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use idmint_core::uuid::UuidGenerator;
-use idmint_core::{Layout, PublicIdCodec, Snowflake};
-use idmint_registry::fixed::{HostRegistry, K8sRegistry};
+use idmint_core::{Layout, PublicIdCodec};
 use idmint_registry::{
     Campaign, CampaignConfig, CampaignGuard, KeeperGuard, LeaseState, NodeIdentity, RegistryError,
-    WorkerHandle, WorkerKeeper, check_given_worker,
+    WorkerHandle, WorkerKeeper,
 };
-use idmint_segment::{PreloaderGuard, SegmentAllocator, SegmentError};
+use idmint_segment::{PreloaderGuard, SegmentAllocator};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::backends::{
-    CountingRegistry, StoreSettings, etcd_config, generator_settings, keeper_config, key_table,
-    leader_etcd_config, leader_redis_config, leader_sql_config, leader_zookeeper_config,
-    open_leader_registry, open_registry_observed, open_segments, oracle_keeper_config,
-    oracle_settings, prepare_segments, redis_registry_config, segment_config, sql_registry_config,
-    store_settings, zookeeper_config,
-};
-use crate::clock::IdClock;
-use crate::config::{Config, ConfigError, RegistryKind};
+use crate::backends::{CountingRegistry, key_table, open_segments};
 use crate::error::ServerError;
 use crate::fleet::FleetView;
 use crate::http::{StartProgress, answer_while_starting};
@@ -38,6 +29,13 @@ use crate::state::AppState;
 use crate::tls::{ForwardFiles, Surface, Tls, TlsReload, TlsWatcher};
 use crate::tokens::{TinyidTokens, TokenRefresher};
 use crate::{grpc, http, resp};
+use idmint_node::IdClock;
+use idmint_node::config::{Config, RegistryKind};
+use idmint_node::open::{
+    generator_settings, keeper_config, open_leader_registry, open_registry_observed,
+    oracle_keeper_config, oracle_settings, prepare_segments,
+};
+use idmint_node::{NodeError, advertised_address, create_data_dir, node_identity};
 
 /// A started server: listener bound, worker claimed, segment store open.
 /// Dropping it without [`Server::serve`] stops issuing and releases the claim
@@ -77,7 +75,7 @@ impl Server {
     /// # Errors
     /// [`ServerError`] naming the step and config key that failed.
     pub async fn start(config: Config) -> Result<Server, ServerError> {
-        Server::check(&config)?;
+        idmint_node::check(&config)?;
         let layout = config.layout()?;
         warn_if_running_out("snowflake.layout", &config.snowflake.layout, layout);
         if config.has_monotonic_keys() {
@@ -151,109 +149,6 @@ impl Server {
             tls_watcher,
             grace: config.server.shutdown_grace,
         })
-    }
-
-    /// Checks everything [`Server::start`] can check before any I/O:
-    /// [`Config::validate`], then what the worker registry, the keeper and
-    /// the segment store would refuse when opened, on the settings built by
-    /// the same functions `start` opens them with. `start` runs it first;
-    /// `idmint serve` and `idmint config check` run it before anything else,
-    /// so a config that passes the check fails at start only for what needs
-    /// the network, the data directory or the clock.
-    ///
-    /// Not checked here: what only a connection, the data directory or the
-    /// clock tells (a URL's host, credentials, the tables, a lock held by
-    /// another process, a clock behind the stored mark).
-    ///
-    /// # Errors
-    /// [`ConfigError::Invalid`] naming the key (or the section, for a
-    /// backend's setting) that is wrong.
-    pub fn check(config: &Config) -> Result<(), ConfigError> {
-        config.validate()?;
-        let invalid = |key: &str, message: String| ConfigError::Invalid {
-            key: key.to_owned(),
-            origin: crate::config::CHECKED.to_owned(),
-            message,
-        };
-        let registry = |key: &'static str| move |e: RegistryError| invalid(key, e.to_string());
-        let sf = &config.snowflake;
-        let kind = sf.registry;
-        let layout = config.layout()?;
-        let now = jiff::Timestamp::now();
-        check_not_run_out("snowflake.layout", &sf.layout, layout, now)?;
-        if config.has_monotonic_keys() {
-            check_not_run_out(
-                "monotonic.layout",
-                &config.monotonic.layout,
-                config.monotonic_layout()?,
-                now,
-            )?;
-        }
-        if let Some(dc) = sf.datacenter {
-            // The core's own check, as the keeper meets it when building the generator.
-            Snowflake::builder(layout)
-                .with_datacenter(dc)
-                .build()
-                .map_err(|e| invalid("snowflake.datacenter", e.to_string()))?;
-        }
-        if let Some(worker) = sf.worker {
-            // Config::validate allows a worker ID with these two only.
-            let range = generator_settings(config, layout).range();
-            check_given_worker(kind.name(), worker, range).map_err(registry("snowflake.worker"))?;
-        }
-        keeper_config(config)
-            .validate(kind.name())
-            .map_err(registry("snowflake.window"))?;
-        match kind {
-            RegistryKind::File | RegistryKind::Static => {}
-            RegistryKind::Host => {
-                // Without an address the host name is resolved: I/O, left to start.
-                if let Some(address) = sf.host.address {
-                    HostRegistry::from_ipv4(address).map_err(registry("snowflake.host.address"))?;
-                }
-            }
-            RegistryKind::K8s => {
-                if let Some(hostname) = &sf.k8s.hostname {
-                    K8sRegistry::from_hostname(hostname)
-                        .map_err(registry("snowflake.k8s.hostname"))?;
-                }
-            }
-            RegistryKind::Sql => sql_registry_config(config)
-                .validate()
-                .map_err(registry("snowflake.sql"))?,
-            RegistryKind::Redis => redis_registry_config(config)
-                .validate()
-                .map_err(registry("snowflake.redis"))?,
-            RegistryKind::Etcd => etcd_config(config)
-                .validate()
-                .map_err(registry("snowflake.etcd"))?,
-            RegistryKind::Zookeeper => zookeeper_config(config)
-                .validate()
-                .map_err(registry("snowflake.zookeeper"))?,
-        }
-        if config.has_monotonic_keys() {
-            let name = kind.name();
-            oracle_keeper_config(config)
-                .validate(name)
-                .map_err(registry("monotonic"))?;
-            match kind {
-                RegistryKind::Sql => leader_sql_config(config).validate(),
-                RegistryKind::Redis => leader_redis_config(config).validate(),
-                RegistryKind::Etcd => leader_etcd_config(config).validate(),
-                RegistryKind::Zookeeper => leader_zookeeper_config(config).validate(),
-                _ => Ok(()),
-            }
-            .map_err(registry("monotonic.lease_ttl"))?;
-        }
-        let segment = |key: &'static str| move |e: SegmentError| invalid(key, e.to_string());
-        segment_config(config).check().map_err(segment("segment"))?;
-        match store_settings(config) {
-            StoreSettings::Redis { config, .. } => {
-                config.validate().map_err(segment("segment.key_prefix"))?;
-            }
-            StoreSettings::Sql(config) => config.validate().map_err(segment("segment.table"))?,
-        }
-        Ok(())
     }
 
     /// The handle that makes the server read its TLS files again (what
@@ -389,28 +284,6 @@ fn load_tls(config: &Config) -> Result<Option<Arc<Tls>>, ServerError> {
 /// `IdmintLayoutRunningOut` fires at the same distance).
 const RUN_OUT_WARNING: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// Refuses a layout that has run out at `now`: every ID it could make would
-/// overflow its time bits (uid-generator's default layout ran out on
-/// 2024-11-20 and went on issuing negative IDs).
-fn check_not_run_out(
-    key: &str,
-    text: &str,
-    layout: Layout,
-    now: jiff::Timestamp,
-) -> Result<(), ConfigError> {
-    match layout.runs_out_at() {
-        Some(end) if end <= now => Err(ConfigError::Invalid {
-            key: key.to_owned(),
-            origin: crate::config::CHECKED.to_owned(),
-            message: format!(
-                "layout {text:?} ran out at {end}: it can't issue an ID; use a later epoch \
-                 or more time bits (`idmint layout` shows when a layout runs out)"
-            ),
-        }),
-        _ => Ok(()),
-    }
-}
-
 /// Logs a warning at start when the layout runs out within a year.
 fn warn_if_running_out(key: &str, text: &str, layout: Layout) {
     let now = jiff::Timestamp::now();
@@ -426,15 +299,6 @@ fn warn_if_running_out(key: &str, text: &str, layout: Layout) {
              node leaves /readyz; move to a later epoch or more time bits before then"
         );
     }
-}
-
-/// Creates `server.data_dir`.
-fn create_data_dir(config: &Config) -> Result<(), ServerError> {
-    let data_dir = &config.server.data_dir;
-    std::fs::create_dir_all(data_dir).map_err(|source| ServerError::DataDir {
-        path: data_dir.display().to_string(),
-        source,
-    })
 }
 
 /// The listeners, bound before anything is claimed: HTTP, and RESP and gRPC
@@ -505,7 +369,7 @@ async fn claim_worker(
     progress: &StartProgress,
 ) -> Result<Claimed, ServerError> {
     let kind = config.snowflake.registry;
-    let registry_error = |source| ServerError::Registry {
+    let registry_error = |source| NodeError::Registry {
         registry: kind.name(),
         source,
     };
@@ -562,7 +426,7 @@ async fn start_oracle(
         return Ok(None);
     }
     let kind = config.snowflake.registry;
-    let registry_error = |source| ServerError::Registry {
+    let registry_error = |source| NodeError::Registry {
         registry: kind.name(),
         source,
     };
@@ -639,7 +503,7 @@ async fn start_segments(config: &Config, metrics: &Arc<Metrics>) -> Result<Segme
             let rows = store
                 .tinyid_tokens()
                 .await
-                .map_err(|source| ServerError::Segment {
+                .map_err(|source| NodeError::Segment {
                     what: format!(
                         "reading Tinyid's tokens from {}",
                         idmint_segment::sql::tinyid::TOKEN_TABLE
@@ -760,29 +624,6 @@ fn layout_name(layout: &Layout) -> String {
     layout
         .preset_name()
         .map_or_else(|| layout.to_string(), str::to_owned)
-}
-
-fn node_identity(config: &Config, addr: SocketAddr) -> NodeIdentity {
-    let host = hostname::get()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "localhost".to_owned());
-    NodeIdentity {
-        address: advertised_address(config, addr, &host),
-        host,
-        port: addr.port(),
-    }
-}
-
-/// The address peers reach a listener bound at `addr` by:
-/// `snowflake.advertise_address` when set, else the listener's own IP, or
-/// the host name when it listens on every address.
-fn advertised_address(config: &Config, addr: SocketAddr, host: &str) -> String {
-    match &config.snowflake.advertise_address {
-        Some(a) => a.clone(),
-        None if addr.ip().is_unspecified() => host.to_owned(),
-        None => addr.ip().to_string(),
-    }
 }
 
 /// Owns the task that logs the worker lease's state changes (lost, expired,

@@ -15,8 +15,6 @@ use idmint_core::{ClockBehind, Layout, Obfuscator, PublicIdCodec, SequenceExhaus
 use idmint_registry::WorkerHandle;
 use idmint_segment::SegmentAllocator;
 
-use crate::clock::IdClock;
-use crate::config::{Secret, Strategy};
 use crate::fleet::FleetView;
 use crate::keys::{KeyMap, KeySpec, KeyTable};
 use crate::listen::ConnectionLimits;
@@ -24,6 +22,8 @@ use crate::metrics::{IssuedCounter, Metrics};
 use crate::monotonic::Monotonic;
 use crate::tls::Tls;
 use crate::tokens::{TinyidTokens, constant_time_eq};
+use idmint_node::IdClock;
+use idmint_node::config::{Secret, Strategy};
 
 /// Everything the surfaces (HTTP handlers, RESP connections) share.
 pub(crate) struct AppState {
@@ -88,7 +88,7 @@ impl AppState {
     pub(crate) fn decode_layout(&self, key: Option<&str>) -> (&idmint_core::Layout, &str) {
         let monotonic = key
             .and_then(|k| self.keys.peek(k))
-            .is_some_and(|spec| spec.strategy == crate::config::Strategy::Monotonic);
+            .is_some_and(|spec| spec.strategy == idmint_node::config::Strategy::Monotonic);
         match (&self.monotonic, monotonic) {
             (Some(m), true) => (&m.layout, m.layout_text.as_str()),
             _ => (&self.layout, self.layout_text.as_str()),

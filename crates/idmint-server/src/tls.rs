@@ -56,7 +56,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-use crate::config::TlsSection;
+use idmint_node::config::TlsSection;
 
 /// Why the TLS files can't be used, naming the config key and the file.
 #[derive(Debug, thiserror::Error)]
@@ -818,7 +818,7 @@ mod tests {
 
     #[test]
     fn the_tls_section_loads_from_file_and_env_with_defaults() {
-        use crate::config::Config;
+        use idmint_node::config::Config;
         assert!(Config::load(None, vars(&[])).unwrap().tls.is_none());
 
         let dir = tempfile::tempdir().unwrap();

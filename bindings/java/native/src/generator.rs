@@ -47,18 +47,14 @@ jni_export! {
     ) -> jlong {
         call(&mut env, |env| {
             let layout = Layout::parse(&layout.try_to_string(env)?)?;
-            let mut options = GeneratorOptions::new(layout, worker as u32)
+            let options = GeneratorOptions::new(layout, worker as u32)
                 .with_datacenter(datacenter as u32)
-                .with_wall_clock(wall_clock);
-            if let Some(p) = optional_string(env, &clock_behind)? {
-                options = options.with_clock_behind(&p)?;
-            }
-            if let Some(p) = optional_string(env, &sequence_exhausted)? {
-                options = options.with_sequence_exhausted(&p)?;
-            }
-            if let Some(p) = optional_string(env, &sequence_start)? {
-                options = options.with_sequence_start(&p)?;
-            }
+                .with_wall_clock(wall_clock)
+                .with_policies(
+                    optional_string(env, &clock_behind)?.as_deref(),
+                    optional_string(env, &sequence_exhausted)?.as_deref(),
+                    optional_string(env, &sequence_start)?.as_deref(),
+                )?;
             Ok(into_handle(Generator::new(options)?))
         })
     }

@@ -21,11 +21,7 @@ jni_export! {
     ) -> jlong {
         call(&mut env, |env| {
             let path = path.try_to_string(env)?;
-            let segments = if floors {
-                Segments::from_config_with_floors(path)?
-            } else {
-                Segments::from_config(path)?
-            };
+            let segments = Segments::from_config_floors(path, floors)?;
             Ok(into_handle(segments))
         })
     }

@@ -87,14 +87,9 @@ impl<T: Default> ErrorPolicy<T, Failure> for ThrowIdmint {
         _captures: &mut (),
         payload: Box<dyn std::any::Any + Send + 'static>,
     ) -> jni::errors::Result<T> {
-        let what = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".to_owned());
         if !env.exception_check() {
-            let message = format!("a bug in idmint's Java binding: {what}");
-            throw(env, "internal", &message, -1)?;
+            let e = idmint_embed::Error::panicked(payload.as_ref());
+            throw(env, e.code(), e.message(), -1)?;
         }
         Ok(T::default())
     }

@@ -14,11 +14,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{ApiError, ErrorBody, Shared, core_error, segment_error};
-use crate::config::{ADMIN_TOKEN_ENV, Strategy, UndeclaredKeys};
 use crate::fleet::Fleet;
 use crate::keys::{KeySource, KeySpec};
 use crate::state::AppState;
 use crate::tokens::constant_time_eq;
+use idmint_node::config::{ADMIN_TOKEN_ENV, Strategy, UndeclaredKeys};
 
 /// Checks the admin bearer token, comparing in constant time.
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {

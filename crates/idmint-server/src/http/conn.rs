@@ -43,10 +43,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::task::TaskTracker;
 
 use super::{AppState, single_text};
-use crate::config::Strategy;
 use crate::listen::ConnectionLimits;
 use crate::metrics::latency::record_latency;
 use crate::tls::{self, MaybeTls, Surface};
+use idmint_node::config::Strategy;
 
 /// The answer to a client speaking plain HTTP to the HTTPS port.
 const PLAIN_TEXT_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\

@@ -31,7 +31,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::openapi::{InfoBuilder, LicenseBuilder, OpenApi as Document, RefOr, ServerBuilder};
 use utoipa::{Modify, OpenApi};
 
-use crate::error::ERROR_CODES;
+use idmint_node::ERROR_CODES;
 
 /// The security scheme of the admin routes: `server.admin_token`.
 pub(crate) const ADMIN_TOKEN: &str = "admin_token";

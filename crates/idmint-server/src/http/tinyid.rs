@@ -64,12 +64,12 @@ use axum::routing::any;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::config::Strategy;
-use crate::error::{ErrorClass, IssueError};
 use crate::issue::{Issued, issue, route_spec};
 use crate::keys::{KeySource, KeySpec};
 use crate::state::AppState;
 use crate::tokens::constant_time_eq;
+use idmint_node::config::Strategy;
+use idmint_node::{ErrorClass, IssueError};
 
 /// Tinyid's `batch.size.max` as shipped: the most IDs one `nextId` hands
 /// out; a larger `batchSize` is clamped to it.

@@ -87,7 +87,7 @@ impl Drop for SamplerGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Strategy;
+    use idmint_node::config::Strategy;
 
     #[test]
     fn throughput_from_samples() {

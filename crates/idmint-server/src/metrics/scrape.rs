@@ -19,8 +19,8 @@ use super::{
     Metrics, ORACLE_IDS, ORACLE_LEADER_CHANGES, STATS_HELP, TLS_RELOAD_FAILURES, TLS_RELOADS, key,
     label, lock,
 };
-use crate::clock::IdClock;
 use crate::tls::Tls;
+use idmint_node::IdClock;
 
 /// What a scrape reads besides the recorder's own counters: borrowed from
 /// the server's parts for the one scrape.

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::frame;
 use super::{Connection, LastKey, shown};
-use crate::config::Strategy;
-use crate::error::{ErrorClass, IssueError};
 use crate::issue::{self, Issued};
 use crate::keys::KeySpec;
 use crate::state::AppState;
+use idmint_node::config::Strategy;
+use idmint_node::{ErrorClass, IssueError};
 
 /// Tries of an `INCRBY` run before answering unavailable: a retry takes the
 /// run from one segment unless another node leases in between again.

@@ -8,8 +8,8 @@ use super::commands::{self, Command, command};
 use super::frame;
 use super::ids::{checked_key, incr_by_count, incr_by_fits};
 use super::{Connection, FLUSH_AT, Flow, MAX_QUEUED_BYTES, shown, wrong_arity};
-use crate::error::IssueError;
 use crate::issue;
+use idmint_node::IssueError;
 
 impl Connection {
     /// A request while a transaction is open: `EXEC`, `DISCARD`, `QUIT` and

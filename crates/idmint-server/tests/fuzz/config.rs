@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use idmint_core::duration::format_duration;
 use idmint_core::{ClockBehind, SequenceExhausted, SequenceStart};
-use idmint_server::{Config, ConfigError, Server};
+use idmint_node::{Config, ConfigError};
+use idmint_server::Server;
 use idmint_testkit::fuzz::{arbitrary, cases, mutated, timed};
 use proptest::prelude::*;
 use proptest::sample::select;

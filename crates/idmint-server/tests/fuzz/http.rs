@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use idmint_core::uuid::Uuid;
 use idmint_core::{Id, IdParts, Layout};
-use idmint_server::{Config, Server};
+use idmint_node::Config;
+use idmint_server::Server;
 use idmint_testkit::fuzz::{arbitrary, cases, mutated, timed};
 use proptest::prelude::*;
 use proptest::sample::select;

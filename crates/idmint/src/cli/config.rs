@@ -28,8 +28,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use idmint_server::Config;
-use idmint_server::config::{RegistryKind, SqlModeName, ZooKeeperModeName};
+use idmint_node::Config;
+use idmint_node::config::{RegistryKind, SqlModeName, ZooKeeperModeName};
 
 use super::plan::{Plan, PlanInput, Reuse};
 use super::{bad_input, serve};

@@ -51,8 +51,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 use clap::Args;
-use idmint_server::Config;
-use idmint_server::config::{RegistryKind, Secret};
+use idmint_node::Config;
+use idmint_node::config::{RegistryKind, Secret};
 use serde::Serialize;
 
 use self::coordinator::{Coordinator, Usage, usage};
@@ -160,7 +160,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Runs `idmint bench fleet`.
 pub fn run(args: FleetArgs) -> Result<()> {
     let config = super::serve::checked_config(Some(&args.config), |_| {})?;
-    let Some(ttl) = idmint_server::embed::lease_ttl(&config) else {
+    let Some(ttl) = idmint_node::open::lease_ttl(&config) else {
         return Err(bad_input(format!(
             "{}: the {} registry holds worker IDs without a lease; a fleet needs a \
              shared registry (sql, redis, etcd or zookeeper)",
@@ -381,7 +381,7 @@ async fn run_processes(
     let mut report = Report::new(config, "processes", n, ttl, None);
     // A start may wait a full claim wait for a worker ID, then some.
     let within =
-        idmint_server::embed::keeper_config(config).max_claim_wait() + Duration::from_secs(30);
+        idmint_node::open::keeper_config(config).max_claim_wait() + Duration::from_secs(30);
 
     let progress = Progress::new("start", n as u64);
     let started = Instant::now();

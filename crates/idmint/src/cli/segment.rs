@@ -117,7 +117,7 @@ fn raise(args: RaiseArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     let raised = runtime.block_on(async {
-        let store = idmint_server::open_segment_store(&config)
+        let store = idmint_node::open::open_segment_store(&config)
             .await
             .map_err(|e| {
                 if e.is_config() {

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use idmint_server::{Config, Server, TlsReload};
+use idmint_node::Config;
+use idmint_server::{Server, TlsReload};
 
 use super::bad_input;
 
@@ -161,7 +162,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
 
 /// The config `serve` runs on: the defaults, `file`, the `IDMINT_…`
 /// environment, then `flags` (the command line's overrides), checked by
-/// [`Server::check`] (everything `start` checks before any I/O). `idmint
+/// [`idmint_node::check`] (everything `start` checks before any I/O). `idmint
 /// config check` loads through here too, so it accepts exactly what `serve`
 /// accepts.
 ///
@@ -175,7 +176,7 @@ pub(super) fn checked_config(
     let mut config =
         Config::load(file, std::env::vars()).map_err(|e| bad_input(format!("config: {e}")))?;
     flags(&mut config);
-    Server::check(&config)
+    idmint_node::check(&config)
         .map_err(|e| bad_input(format!("config: {}", e.located(file, std::env::vars()))))?;
     // The certificate and key files too: local reads, no network.
     if let Some(tls) = &config.tls {

@@ -12,8 +12,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use idmint_server::Config;
-use idmint_server::config::RegistryKind;
+use idmint_node::Config;
+use idmint_node::config::RegistryKind;
 use sqlx::Connection as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 

@@ -20,12 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
+use idmint_node::config::RegistryKind;
+use idmint_node::open::{generator_settings, keeper_config, open_registry};
+use idmint_node::{Config, IdClock};
 use idmint_registry::{
     GeneratorSettings, KeeperConfig, KeeperGuard, NodeIdentity, WorkerKeeper, WorkerRegistry,
 };
-use idmint_server::Config;
-use idmint_server::config::RegistryKind;
-use idmint_server::embed;
 use tokio::task::JoinSet;
 
 use super::proxy::DelayProxy;
@@ -102,14 +102,14 @@ impl InProcess {
         let mut clients = Vec::with_capacity(shared);
         for _ in 0..shared {
             clients.push(
-                embed::open_registry(config)
+                open_registry(config)
                     .await
                     .context("opening the registry")?,
             );
         }
         let layout = config.layout().context("snowflake.layout")?;
-        let settings =
-            embed::generator_settings(config, layout).with_clock(embed::id_clock(config));
+        let settings = generator_settings(config, layout)
+            .with_clock(IdClock::new(config.snowflake.clock).shared());
         let range = settings.range();
         Ok(InProcess {
             clients,
@@ -117,7 +117,7 @@ impl InProcess {
             calls: Arc::new(Calls::default()),
             space: Arc::new(AtomicU32::new(range)),
             settings,
-            keeper: embed::keeper_config(config),
+            keeper: keeper_config(config),
             run: std::process::id() ^ (jiff::Timestamp::now().as_millisecond() as u32),
             started: 0,
             nodes: VecDeque::new(),
@@ -385,7 +385,7 @@ async fn own_client(
         .await
         .context("starting the node's proxy")?;
     super::redirect(&mut config, proxy.addr());
-    let client = embed::open_registry(&config)
+    let client = open_registry(&config)
         .await
         .context("opening the node's registry client")?;
     Ok((client, proxy))

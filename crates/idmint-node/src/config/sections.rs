@@ -58,7 +58,8 @@ pub struct ServerConfig {
 }
 
 /// `server.undeclared_keys`: the strategy of names declared nowhere, or `refuse`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum UndeclaredKeys {
     /// Snowflake IDs (the default on idmint's own segment table).
@@ -680,7 +681,8 @@ impl SegmentKeyConfig {
 }
 
 /// How a key's IDs are made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// From this node's snowflake generator.

@@ -9,7 +9,7 @@ use crate::config::ClockSource;
 /// The clock snowflake IDs are made from (`snowflake.clock`), as the
 /// surfaces report it.
 #[derive(Debug, Clone)]
-pub(crate) enum IdClock {
+pub enum IdClock {
     /// The wall clock read once at start, advanced by the monotonic clock.
     Monotonic(Arc<MonotonicClock>),
     /// The raw wall clock.
@@ -18,7 +18,7 @@ pub(crate) enum IdClock {
 
 impl IdClock {
     /// The clock `source` names, anchored now.
-    pub(crate) fn new(source: ClockSource) -> IdClock {
+    pub fn new(source: ClockSource) -> IdClock {
         match source {
             ClockSource::Monotonic => IdClock::Monotonic(Arc::new(MonotonicClock::new())),
             ClockSource::Wall => IdClock::Wall(Arc::new(WallClock)),
@@ -26,7 +26,7 @@ impl IdClock {
     }
 
     /// The clock itself, for the generator (no dispatch on its hot path).
-    pub(crate) fn shared(&self) -> Arc<dyn Clock> {
+    pub fn shared(&self) -> Arc<dyn Clock> {
         match self {
             IdClock::Monotonic(c) => c.clone(),
             IdClock::Wall(c) => c.clone(),
@@ -34,7 +34,7 @@ impl IdClock {
     }
 
     /// Which clock this is.
-    pub(crate) fn source(&self) -> ClockSource {
+    pub fn source(&self) -> ClockSource {
         match self {
             IdClock::Monotonic(_) => ClockSource::Monotonic,
             IdClock::Wall(_) => ClockSource::Wall,
@@ -44,7 +44,7 @@ impl IdClock {
     /// The wall clock minus this clock, in nanoseconds: how far a wall-clock
     /// step (or slew) has moved the wall clock away from the time IDs carry.
     /// Always 0 for the wall clock, which IDs follow step for step.
-    pub(crate) fn drift(&self) -> i64 {
+    pub fn drift(&self) -> i64 {
         match self {
             IdClock::Monotonic(c) => c.drift(),
             IdClock::Wall(_) => 0,

@@ -8,7 +8,7 @@
 //! - the file's uncommented values are [`Config::default`], compared through
 //!   the loader and the serializer, so changing a default in code fails;
 //! - with its commented-out examples uncommented, the file loads and passes
-//!   [`Server::check`](crate::Server::check).
+//!   [`check`](crate::check).
 //!
 //! The file's convention: a commented-out example is `# ` followed by a TOML
 //! line (`key = value` or a `[table]` header); every such key line is marked
@@ -298,7 +298,7 @@ fn the_example_lists_every_key_in_struct_order() {
 #[test]
 fn the_example_with_its_examples_uncommented_loads_and_passes_the_checks() {
     let config = load(&uncommented_one_choice(&example(), None)).unwrap_or_else(|e| panic!("{e}"));
-    crate::Server::check(&config).unwrap_or_else(|e| panic!("{e}"));
+    crate::check(&config).unwrap_or_else(|e| panic!("{e}"));
     // Each alternative on its own loads and passes too; the segment's with
     // its URL left out, which they replace.
     let text = example();
@@ -318,7 +318,7 @@ fn the_example_with_its_examples_uncommented_loads_and_passes_the_checks() {
                 .join("\n");
         }
         let config = load(&one).unwrap_or_else(|e| panic!("{header}: {e}"));
-        crate::Server::check(&config).unwrap_or_else(|e| panic!("{header}: {e}"));
+        crate::check(&config).unwrap_or_else(|e| panic!("{header}: {e}"));
     }
     // The examples took effect (not commented out twice, say).
     assert_eq!(
