@@ -72,7 +72,7 @@ impl Cluster {
         } else {
             Command::new(pg_ctl)
         };
-        let status = cmd
+        let out = cmd
             .args([
                 "-D",
                 data.to_str().unwrap(),
@@ -81,9 +81,13 @@ impl Cluster {
                 "-w",
                 "stop",
             ])
-            .status()
+            .output()
             .unwrap();
-        assert!(status.success(), "pg_ctl stop -m immediate failed");
+        assert!(
+            out.status.success(),
+            "pg_ctl stop -m immediate failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         script(&["restart", self.dir.to_str().unwrap()]);
     }
 }
