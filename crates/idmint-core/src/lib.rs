@@ -55,4 +55,5 @@ pub use obfuscate::{
 pub use segment::{BufferPosition, BufferStatus, Reservation, SegmentBuffer, Take, TakeOne};
 pub use snowflake::{
     ClockBehind, SequenceExhausted, SequenceStart, Snowflake, SnowflakeBuilder, SnowflakeStats,
+    SnowflakeWords,
 };

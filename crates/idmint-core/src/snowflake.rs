@@ -89,6 +89,7 @@ pub struct SnowflakeBuilder {
     start_after: Option<Timestamp>,
     mark: Option<Timestamp>,
     seed: Option<u64>,
+    shared: Option<&'static SnowflakeWords>,
 }
 
 impl SnowflakeBuilder {
@@ -153,6 +154,23 @@ impl SnowflakeBuilder {
         self
     }
 
+    /// Keep the state in `words`, shared with every other generator built over
+    /// them (in other processes too, when `words` lies in shared memory):
+    /// together they are one generator, each with its own clock and policies.
+    ///
+    /// - Every generator over the same words must have the same layout, node
+    ///   and policies; the words don't record them.
+    /// - Building never moves the words back: the start mark is applied with
+    ///   `fetch_max`, and so is [`SnowflakeBuilder::with_mark`].
+    /// - The generator is always bounded: it issues nothing until a mark is
+    ///   set here or by [`Snowflake::advance_mark`] on any generator over the words.
+    /// - The `history` and `rollback-bits` clock policies are refused: their
+    ///   tables are per generator, so two generators could reuse one number.
+    pub fn with_shared_words(mut self, words: &'static SnowflakeWords) -> SnowflakeBuilder {
+        self.shared = Some(words);
+        self
+    }
+
     /// Checks the settings against the layout and makes the generator.
     ///
     /// Does no I/O and starts nothing in the background.
@@ -162,10 +180,22 @@ impl SnowflakeBuilder {
     /// [`Error::NodeOutOfRange`] for a datacenter or worker outside the layout,
     /// [`Error::InvalidConfig`] for a policy the layout can't support (rollback
     /// bits without rollback bits in the layout, a zero history window, a random
-    /// start above the sequence capacity), and [`Error::LayoutExhausted`] when
-    /// the start mark is past the layout's end.
+    /// start above the sequence capacity, a `history` or `rollback-bits` policy
+    /// over shared words), and [`Error::LayoutExhausted`] when the start mark
+    /// is past the layout's end.
     pub fn build(self) -> Result<Snowflake> {
         let layout = self.layout;
+        if self.shared.is_some()
+            && matches!(
+                self.clock_behind,
+                ClockBehind::History { .. } | ClockBehind::RollbackBits
+            )
+        {
+            return Err(Error::InvalidConfig(format!(
+                "the {} clock-behind policy can't run over shared words: its table is per generator",
+                self.clock_behind
+            )));
+        }
         let node = layout.checked_node(self.datacenter, self.worker)?;
         let unit = layout.unit();
         let ticks_in = |d: Duration| -> u64 {
@@ -251,9 +281,11 @@ impl SnowflakeBuilder {
                 .clock
                 .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
             policy: self.clock_behind,
-            state: CachePadded::new(AtomicU64::new(0)),
-            mark_end: CachePadded::new(AtomicU64::new(layout.ticks())),
-            bounded: self.mark.is_some(),
+            words: match self.shared {
+                Some(words) => Words::Shared(words),
+                None => Words::Owned(SnowflakeWords::new()),
+            },
+            bounded: self.mark.is_some() || self.shared.is_some(),
             history: (0..history_len).map(|_| AtomicU64::new(0)).collect(),
             rollback_max: Mutex::new(vec![0; 1 << rb_width]),
             counters: Counters::default(),
@@ -273,9 +305,19 @@ impl SnowflakeBuilder {
             }
             _ => generator.pack(0, 0, generator.start_seq(0)),
         };
-        generator.state = CachePadded::new(AtomicU64::new(initial));
-        if let Some(mark) = self.mark {
-            generator.mark_end = CachePadded::new(AtomicU64::new(generator.mark_end_for(mark)));
+        let end = match self.mark {
+            Some(mark) => generator.mark_end_for(mark),
+            None if self.shared.is_some() => 0,
+            None => layout.ticks(),
+        };
+        let words = generator.words();
+        if self.shared.is_some() {
+            // Other generators may be issuing from these words: only move on.
+            words.state.fetch_max(initial, Ordering::AcqRel);
+            words.mark_end.fetch_max(end, Ordering::AcqRel);
+        } else {
+            words.state.store(initial, Ordering::Release);
+            words.mark_end.store(end, Ordering::Release);
         }
         Ok(generator)
     }
@@ -345,10 +387,9 @@ pub struct Snowflake {
     seed: u64,
     clock: Arc<dyn Clock>,
     policy: ClockBehind,
-    state: CachePadded<AtomicU64>,
-    /// Ticks below this may be issued: the persisted mark's tick + 1, capped at
-    /// the layout's tick count (which it equals while no mark is set).
-    mark_end: CachePadded<AtomicU64>,
+    /// The state word and the mark end: this generator's own, or words in
+    /// memory shared with other generators ([`SnowflakeBuilder::with_shared_words`]).
+    words: Words,
     /// Whether a mark was set at build; unbounded generators ignore `advance_mark`.
     bounded: bool,
     /// `history` policy ring: entry = (tick + 1) << hist_width | next unspent sequence.
@@ -357,6 +398,56 @@ pub struct Snowflake {
     /// (0: never used). The lock serializes rollbacks only, never the hot path.
     rollback_max: Mutex<Vec<u64>>,
     counters: Counters,
+}
+
+/// The mutable state of a [`Snowflake`]: its state word and its mark end, as
+/// plain data (`#[repr(C)]`, two cache-padded `AtomicU64`s; all zero bytes are
+/// a valid value, the one [`SnowflakeWords::new`] makes).
+///
+/// A generator keeps its own by default. Words placed where several
+/// generators reach them (memory shared between processes, mapped at any
+/// address: they hold no pointer) make those generators one, through
+/// [`SnowflakeBuilder::with_shared_words`]. Zeroed words issue nothing: their
+/// mark end is 0 until a mark is set.
+#[repr(C)]
+#[derive(Debug)]
+pub struct SnowflakeWords {
+    /// `| last tick | rollback counter | next sequence |` (see the module docs).
+    state: CachePadded<AtomicU64>,
+    /// Ticks below this may be issued: the persisted mark's tick + 1, capped at
+    /// the layout's tick count (which it equals while an owned generator has
+    /// no mark).
+    mark_end: CachePadded<AtomicU64>,
+}
+
+impl Default for SnowflakeWords {
+    fn default() -> SnowflakeWords {
+        SnowflakeWords::new()
+    }
+}
+
+impl SnowflakeWords {
+    /// Zeroed words: no state, nothing may be issued.
+    pub fn new() -> SnowflakeWords {
+        SnowflakeWords {
+            state: CachePadded::new(AtomicU64::new(0)),
+            mark_end: CachePadded::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+/// Where a generator's words are: inline, or shared. One predictable branch
+/// per access.
+#[derive(Debug)]
+// Inline on purpose: the owned words stay inside the generator, as the two
+// fields were before the seam, with no pointer to follow on the hot path.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per generator; inline avoids an indirection"
+)]
+enum Words {
+    Owned(SnowflakeWords),
+    Shared(&'static SnowflakeWords),
 }
 
 /// More threads than can ever claim at once: Linux's `PID_MAX_LIMIT` (2^22) bounds
@@ -404,6 +495,7 @@ impl Snowflake {
             start_after: None,
             mark: None,
             seed: None,
+            shared: None,
         }
     }
 
@@ -484,7 +576,7 @@ impl Snowflake {
     /// covers both).
     #[inline]
     fn check_limits(&self, tick: u64) -> Result<()> {
-        if tick >= self.mark_end.load(Ordering::Acquire) {
+        if tick >= self.words().mark_end.load(Ordering::Acquire) {
             return Err(if tick >= self.ticks {
                 self.layout.exhausted()
             } else {
@@ -496,7 +588,7 @@ impl Snowflake {
 
     #[cold]
     fn mark_error(&self, tick: u64) -> Error {
-        let end = self.mark_end.load(Ordering::Acquire);
+        let end = self.words().mark_end.load(Ordering::Acquire);
         Error::MarkReached {
             mark: self
                 .layout
@@ -521,7 +613,7 @@ impl Snowflake {
     /// [`Error::LayoutExhausted`] and [`Error::ClockBeforeEpoch`], as the type's
     /// contract describes. An error changes nothing: the next call starts afresh.
     pub fn next_id(&self) -> Result<Id> {
-        let mut cur = self.state.load(Ordering::Acquire);
+        let mut cur = self.words().state.load(Ordering::Acquire);
         let mut waited = Duration::ZERO;
         loop {
             let now_ns = self.clock.now_nanos();
@@ -535,14 +627,14 @@ impl Snowflake {
                         // it there. The mark is checked again all the same, as
                         // it may have been pulled back (a lost lease) since.
                         let (tick, rb, seq) =
-                            self.unpack(self.state.fetch_add(1, Ordering::AcqRel));
+                            self.unpack(self.words().state.fetch_add(1, Ordering::AcqRel));
                         if seq <= self.max_seq {
                             self.check_limits(tick)?;
                             return Ok(self.compose(tick, rb, seq));
                         }
                         // The tick ran out under us; the claim is spent (counted
                         // in the headroom) and the slow path moves on.
-                        cur = self.state.load(Ordering::Acquire);
+                        cur = self.words().state.load(Ordering::Acquire);
                         continue;
                     } else if next <= self.max_seq {
                         (last, next)
@@ -551,20 +643,20 @@ impl Snowflake {
                     } else {
                         bump(&self.counters.exhaustion_waits);
                         self.wait_for_tick(last + 1, now_ns);
-                        cur = self.state.load(Ordering::Acquire);
+                        cur = self.words().state.load(Ordering::Acquire);
                         continue;
                     }
                 }
                 Position::Behind(now) => match self.behind(cur, now, now_ns, &mut waited)? {
                     Behind::Retry => {
-                        cur = self.state.load(Ordering::Acquire);
+                        cur = self.words().state.load(Ordering::Acquire);
                         continue;
                     }
                     Behind::Issued(id) => return Ok(id),
                 },
             };
             self.check_limits(tick)?;
-            match self.state.compare_exchange_weak(
+            match self.words().state.compare_exchange_weak(
                 cur,
                 self.pack(tick, rb, seq + 1),
                 Ordering::AcqRel,
@@ -663,7 +755,7 @@ impl Snowflake {
     /// `rollback-bits`: move to the next counter value and issue at the clock's tick.
     fn roll_back(&self, cur: u64, now: u64) -> Result<Behind> {
         let mut used = lock(&self.rollback_max);
-        if self.state.load(Ordering::Acquire) != cur {
+        if self.words().state.load(Ordering::Acquire) != cur {
             return Ok(Behind::Retry);
         }
         let (last, rb, _) = self.unpack(cur);
@@ -680,6 +772,7 @@ impl Snowflake {
         self.check_limits(now)?;
         let seq = self.start_seq(now);
         if self
+            .words()
             .state
             .compare_exchange(
                 cur,
@@ -781,7 +874,7 @@ impl Snowflake {
         let per_tick = self.max_seq + 1;
         let mut batch = IdBatch::with_capacity((n / per_tick + 2).min(4096) as usize);
         let mut remaining = n;
-        let mut cur = self.state.load(Ordering::Acquire);
+        let mut cur = self.words().state.load(Ordering::Acquire);
         let mut waited = Duration::ZERO;
         let stride = self.bits.seq_stride();
         while remaining > 0 {
@@ -802,7 +895,7 @@ impl Snowflake {
                         batch.push(IdRun::new(id.get(), 1, stride));
                         remaining -= 1;
                     }
-                    cur = self.state.load(Ordering::Acquire);
+                    cur = self.words().state.load(Ordering::Acquire);
                     continue;
                 }
             };
@@ -812,7 +905,7 @@ impl Snowflake {
             if t0 > limit {
                 bump(&self.counters.exhaustion_waits);
                 self.wait_for_tick(t0 - self.exhaust_borrow.unwrap_or(0), now_ns);
-                cur = self.state.load(Ordering::Acquire);
+                cur = self.words().state.load(Ordering::Acquire);
                 continue;
             }
             // Walk ticks t0..=limit taking sequence numbers, without publishing yet.
@@ -829,7 +922,7 @@ impl Snowflake {
             }
             self.check_limits(t0)?;
             self.check_limits(t)?;
-            match self.state.compare_exchange_weak(
+            match self.words().state.compare_exchange_weak(
                 cur,
                 self.pack(t, rb, s),
                 Ordering::AcqRel,
@@ -853,7 +946,7 @@ impl Snowflake {
                         s = self.start_seq(t);
                     }
                     remaining = left;
-                    cur = self.state.load(Ordering::Acquire);
+                    cur = self.words().state.load(Ordering::Acquire);
                 }
                 Err(actual) => cur = actual,
             }
@@ -865,7 +958,8 @@ impl Snowflake {
     /// The mark only moves forward; an earlier value is ignored, and so is any
     /// value on a generator built without [`SnowflakeBuilder::with_mark`].
     pub fn advance_mark(&self, mark: Timestamp) {
-        self.mark_end
+        self.words()
+            .mark_end
             .fetch_max(self.mark_end_for(mark), Ordering::AcqRel);
     }
 
@@ -884,7 +978,8 @@ impl Snowflake {
     #[cold]
     pub fn retract_mark(&self, until: Timestamp) {
         if self.bounded {
-            self.mark_end
+            self.words()
+                .mark_end
                 .fetch_min(self.mark_end_for(until), Ordering::AcqRel);
         }
     }
@@ -923,15 +1018,17 @@ impl Snowflake {
     /// checks the mark after its claim, so it sees the zero mark as well.
     #[cold]
     pub fn seal(&self) -> Timestamp {
-        self.mark_end.fetch_min(0, Ordering::AcqRel);
-        let mut cur = self.state.load(Ordering::Acquire);
+        self.words().mark_end.fetch_min(0, Ordering::AcqRel);
+        let mut cur = self.words().state.load(Ordering::Acquire);
         // One past the sequence field is a value the word never held (the
         // field only grows within a tick, and the headroom above the
         // layout's sequences absorbs one claim per thread, this one too).
-        while let Err(actual) =
-            self.state
-                .compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire)
-        {
+        while let Err(actual) = self.words().state.compare_exchange_weak(
+            cur,
+            cur + 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
             cur = actual;
         }
         let (last, _, _) = self.unpack(cur);
@@ -949,9 +1046,17 @@ impl Snowflake {
             .unwrap_or(Timestamp::MIN)
     }
 
+    #[inline(always)]
+    fn words(&self) -> &SnowflakeWords {
+        match &self.words {
+            Words::Owned(words) => words,
+            Words::Shared(words) => words,
+        }
+    }
+
     /// The current high-water mark, or `None` when the generator is unbounded.
     pub fn mark(&self) -> Option<Timestamp> {
-        let end = self.mark_end.load(Ordering::Acquire);
+        let end = self.words().mark_end.load(Ordering::Acquire);
         self.bounded.then(|| {
             self.layout
                 .time_of_tick(end)
@@ -963,13 +1068,13 @@ impl Snowflake {
     /// The time of the tick the last ID was issued in (or the start mark's tick
     /// before the first ID).
     pub fn last_tick_time(&self) -> Timestamp {
-        let (last, _, _) = self.unpack(self.state.load(Ordering::Acquire));
+        let (last, _, _) = self.unpack(self.words().state.load(Ordering::Acquire));
         self.layout.time_of_tick(last)
     }
 
     /// How far the last issued ID's time is ahead of the clock (zero when it is not).
     pub fn lead(&self) -> Duration {
-        let (last, _, _) = self.unpack(self.state.load(Ordering::Acquire));
+        let (last, _, _) = self.unpack(self.words().state.load(Ordering::Acquire));
         let ahead = self
             .tick_start_ns(last)
             .saturating_sub(self.clock.now_nanos());

@@ -974,3 +974,112 @@ fn seal_under_load_counts_every_id_taken_and_nothing_after() {
         assert!(g.next_id().is_err());
     }
 }
+
+/// Shared words, as a process's shared memory would hold them.
+fn leaked_words() -> &'static SnowflakeWords {
+    Box::leak(Box::new(SnowflakeWords::new()))
+}
+
+#[test]
+fn generators_over_shared_words_issue_no_id_twice() {
+    let words = leaked_words();
+    let clock = MonotonicClock::new();
+    let mark = Timestamp::from_millisecond(clock.now_nanos() / 1_000_000 + 60_000).unwrap();
+    let make = || {
+        Snowflake::builder(Layout::TWITTER)
+            .with_worker(5)
+            .with_shared_words(words)
+            .with_mark(mark)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (Arc::new(make()), Arc::new(make()));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let g = if t % 2 == 0 { a.clone() } else { b.clone() };
+            std::thread::spawn(move || {
+                let mut ids = Vec::with_capacity(20_000);
+                for i in 0..10_000 {
+                    let id = g.next_id().unwrap().get();
+                    assert!(ids.last().is_none_or(|&last| id > last));
+                    ids.push(id);
+                    if i % 1000 == 0 {
+                        ids.extend(g.next_ids(3).unwrap().iter().map(|id| id.get()));
+                    }
+                }
+                ids
+            })
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    for t in threads {
+        for id in t.join().unwrap() {
+            assert!(seen.insert(id), "{id} issued twice");
+        }
+    }
+}
+
+#[test]
+fn shared_words_issue_nothing_until_a_mark_and_obey_any_generators_mark() {
+    let words = leaked_words();
+    let c = clock();
+    let a = build(Layout::TWITTER, &c, |b| b.with_shared_words(words));
+    let b = build(Layout::TWITTER, &c, |b| b.with_shared_words(words));
+    assert_eq!(a.mark(), b.mark());
+    assert!(matches!(a.next_id(), Err(Error::MarkReached { .. })));
+    let now = Timestamp::from_millisecond(T0_MS).unwrap();
+    b.advance_mark(now + jiff::SignedDuration::from_secs(3));
+    a.next_id().unwrap();
+    a.retract_mark(Timestamp::MIN);
+    assert!(matches!(b.next_id(), Err(Error::MarkReached { .. })));
+}
+
+#[test]
+fn building_over_shared_words_never_moves_them_back() {
+    let words = leaked_words();
+    let c = clock();
+    let later = Timestamp::from_millisecond(T0_MS + 10).unwrap();
+    let mark = Timestamp::from_millisecond(T0_MS + 60_000).unwrap();
+    let first = build(Layout::TWITTER, &c, |b| {
+        b.with_shared_words(words)
+            .with_start_after(later)
+            .with_mark(mark)
+    });
+    c.advance(ms(20));
+    let before = first.next_id().unwrap();
+    // A second generator with an earlier start and mark, built after IDs were
+    // issued: neither the state nor the mark go back.
+    let second = build(Layout::TWITTER, &c, |b| {
+        b.with_shared_words(words)
+            .with_start_after(Timestamp::from_millisecond(T0_MS).unwrap())
+            .with_mark(Timestamp::from_millisecond(T0_MS + 1).unwrap())
+    });
+    assert_eq!(second.mark(), first.mark());
+    assert!(second.next_id().unwrap() > before);
+    // The first ID of a fresh generator over words started after `later` is
+    // in a later tick.
+    let fresh = leaked_words();
+    let g = build(Layout::TWITTER, &c, |b| {
+        b.with_shared_words(fresh)
+            .with_start_after(Timestamp::from_millisecond(T0_MS + 20).unwrap())
+            .with_mark(mark)
+    });
+    let parts = Layout::TWITTER.decode(g.next_id().unwrap().get()).unwrap();
+    assert!(parts.time > Timestamp::from_millisecond(T0_MS + 20).unwrap());
+}
+
+#[test]
+fn shared_words_refuse_per_generator_tables() {
+    let rollback: Layout = "leaf,rollback=2".parse().unwrap();
+    for (layout, policy) in [
+        (rollback, ClockBehind::RollbackBits),
+        (Layout::LEAF, ClockBehind::History { ticks: 16 }),
+    ] {
+        let err = Snowflake::builder(layout)
+            .with_clock_behind(policy)
+            .with_shared_words(leaked_words())
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
+    }
+}
