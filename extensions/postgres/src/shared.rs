@@ -59,8 +59,8 @@ unsafe impl PGRXSharedMemory for Shared {}
 /// The registry kinds `registry` indexes.
 pub(crate) const REGISTRIES: [&str; 2] = ["file", "static"];
 
-/// The stable codes `error` indexes: idmint's (`idmint-server`'s
-/// `ERROR_CODES`, the registry's and the core's), by value.
+/// The stable codes `error` indexes: idmint's (`idmint-node`'s
+/// `ERROR_CODES`), by value; a test there holds this list to it.
 pub(crate) const CODES: &[&str] = &[
     "",
     "not_ready",
