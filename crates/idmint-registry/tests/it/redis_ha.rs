@@ -170,7 +170,27 @@ async fn claim_through_holds(
                 holds += 1;
                 tokio::time::sleep(retry_after + Duration::from_millis(20)).await;
             }
+            // Right after a failover the sentinels (or the cluster's nodes)
+            // may still spread the news; on a loaded machine that outlasts
+            // the first call.
+            Err(e) if e.is_transient() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             Err(e) => panic!("claim failed: {e}"),
+        }
+    }
+}
+
+/// Opens a registry, retrying (bounded) what a failover answers for a while.
+async fn open_through_failover(target: &RedisTarget) -> RedisRegistry {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match RedisRegistry::open(target, ha_config()).await {
+            Ok(registry) => return registry,
+            Err(e) if e.is_transient() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("open failed after the failover: {e}"),
         }
     }
 }
@@ -244,8 +264,12 @@ async fn a_failover_that_lost_writes_is_a_promotion(
 
     // The holder fences at its next renewal, naming the promotion, and
     // raises the new epoch's floor to the mark the promotion lost.
+    let mut renewing;
     let deadline = Instant::now() + Duration::from_secs(10);
     let err = loop {
+        // The call that finds the new epoch creates it, and its hold runs
+        // from then: not before this instant.
+        renewing = Instant::now();
         match holder.renew(&claim).await {
             Err(e) if e.is_transient() || e.code() == "registry_backend" => {
                 assert!(
@@ -267,15 +291,26 @@ async fn a_failover_that_lost_writes_is_a_promotion(
     assert!(text.contains("promoted from a replica"), "{text}");
 
     // A node that comes now is held: the lost lease's worker can't be
-    // handed out while its old holder could still issue.
-    let newcomer = RedisRegistry::open(&target, ha_config()).await.unwrap();
-    match newcomer.claim(&identity(2), 4).await {
-        Err(RegistryError::Held { .. }) => {}
-        other => panic!("a claim right after the promotion was not held: {other:?}"),
-    }
+    // handed out while its old holder could still issue. How long the test
+    // itself takes to get there depends on the machine's load, so a claim
+    // granted without a hold is a failure only if it was answered before
+    // the hold can have ended.
+    let newcomer = open_through_failover(&target).await;
     let (taken, holds) = claim_through_holds(&newcomer, 2).await;
     let serving = killed.elapsed();
-    assert!(holds >= 1, "the first claim after a promotion waits");
+    if holds == 0 {
+        assert!(
+            renewing.elapsed() >= ha_config().reset_hold(),
+            "a claim {:?} after the promotion was found was not held (hold {:?})",
+            renewing.elapsed(),
+            ha_config().reset_hold()
+        );
+        eprintln!(
+            "the machine is slow: the newcomer claimed {:?} after the promotion was found, \
+             past the hold, so the hold itself went unchecked this run",
+            renewing.elapsed()
+        );
+    }
     let floor = taken.stored_mark.expect("the new epoch's floor");
     let lost = far.round(jiff::Unit::Millisecond).unwrap() - jiff::SignedDuration::from_millis(1);
     assert!(
