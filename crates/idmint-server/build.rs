@@ -1,6 +1,8 @@
-//! Generates the gRPC server and client (`grpc::proto`) from the repository's
-//! `proto/idmint/v1/idmint.proto`, and its encoded file descriptor set, which
-//! server reflection serves (`grpc::proto::FILE_DESCRIPTOR_SET`).
+//! Generates the gRPC server and client (`grpc::proto`) from this crate's
+//! `proto/idmint/v1/idmint.proto` (the repository's `proto/` is a link to it,
+//! so the published crate carries the file its build needs), and its encoded
+//! file descriptor set, which server reflection serves
+//! (`grpc::proto::FILE_DESCRIPTOR_SET`).
 //!
 //! The `.proto` file is parsed by `protox`, a protobuf compiler written in
 //! Rust, not by `protoc`: building idmint needs no system tool. protox makes
@@ -12,8 +14,8 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = "../../proto";
-    let proto = "../../proto/idmint/v1/idmint.proto";
+    let root = "proto";
+    let proto = "proto/idmint/v1/idmint.proto";
     println!("cargo:rerun-if-changed={proto}");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
 
