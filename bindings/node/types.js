@@ -58,8 +58,18 @@ function stripComments(text) {
 function parse(text) {
   const code = stripComments(text)
   const classes = new Map()
-  const classRe = /export\s+(?:declare\s+)?class\s+(\w+)(?:\s+extends\s+\w+)?\s*\{([^}]*)\}/g
-  for (const [, name, body] of code.matchAll(classRe)) {
+  const classRe = /export\s+(?:declare\s+)?class\s+(\w+)(?:\s+extends\s+\w+)?\s*\{/g
+  for (const m of code.matchAll(classRe)) {
+    const name = m[1]
+    // The body up to the brace that closes the class (members' types may
+    // hold braces: `options?: { floors?: boolean }`).
+    let depth = 1
+    let end = m.index + m[0].length
+    for (; depth > 0 && end < code.length; end++) {
+      if (code[end] === '{') depth++
+      else if (code[end] === '}') depth--
+    }
+    const body = code.slice(m.index + m[0].length, end - 1)
     const members = new Map()
     for (let line of body.split('\n')) {
       line = line.trim().replace(/\s+/g, ' ')
