@@ -137,11 +137,13 @@ func (g *Generator) NextID() (int64, error) {
 //
 // Errors: invalid_count for n below 1 or above MaxBatch; else as NextID.
 func (g *Generator) NextIDs(n int) ([]int64, error) {
-	if n < 1 || n > MaxBatch {
-		return nil, countError(n)
+	// The count is checked by idmint (the one check every binding uses)
+	// before memory is set aside for it.
+	if e := C.idmint_generator_check_count(C.int64_t(n)); e != nil {
+		return nil, takeError(e)
 	}
 	out, p := ids(n)
-	e := C.idmint_generator_next_ids(g.h, C.uint64_t(n), p)
+	e := C.idmint_generator_next_ids(g.h, C.int64_t(n), p)
 	runtime.KeepAlive(g)
 	if e != nil {
 		return nil, takeError(e)

@@ -4,7 +4,6 @@ package idmint
 import "C"
 
 import (
-	"fmt"
 	"runtime"
 )
 
@@ -12,16 +11,16 @@ import (
 type PublicIDOptions struct {
 	// Key is the key ring: "HEX" or "KEY_ID:HEX" entries, space-separated.
 	Key string
-	// Bits is the width of public IDs, 32 to 64; 0 means the config's
-	// default, 63.
+	// Bits is the width of public IDs, 32 to 64; 0 means the default
+	// (idmint's, through the C ABI: 63, as the config's).
 	Bits int
 	// KeyIDBits is the number of key-ID bits, 0 to 8.
 	KeyIDBits int
 	// ActiveKey is the key ID new public IDs are made with; nil means the
 	// last key listed.
 	ActiveKey *int
-	// Format is the text form: "dec" (the default when ""), "base32" or
-	// "sqids".
+	// Format is the text form: "dec", "base32" or "sqids"; "" means the
+	// default (idmint's: "dec").
 	Format string
 }
 
@@ -38,33 +37,23 @@ type PublicIDs struct {
 //
 // Errors: invalid_config naming the setting (never quoting a key).
 func NewPublicIDs(o PublicIDOptions) (*PublicIDs, error) {
-	if o.Bits == 0 {
-		o.Bits = 63
-	}
-	if o.Format == "" {
-		o.Format = "dec"
-	}
-	if o.Bits < 0 || o.Bits > 255 || o.KeyIDBits < 0 || o.KeyIDBits > 255 {
-		return nil, &Error{Code: "invalid_config", Message: fmt.Sprintf(
-			"bits %d or key-ID bits %d is out of range", o.Bits, o.KeyIDBits)}
-	}
+	// idmint's defaults, then what o sets; the ranges are checked there.
+	options := C.idmint_public_ids_options_default()
 	key, free1 := cString(o.Key, false)
 	defer free1()
-	format, free2 := cString(o.Format, false)
-	defer free2()
-	options := C.IdmintPublicIdsOptions{
-		key:         key,
-		bits:        C.uint8_t(o.Bits),
-		key_id_bits: C.uint8_t(o.KeyIDBits),
-		format:      format,
+	options.key = key
+	if o.Bits != 0 {
+		options.bits = C.int64_t(o.Bits)
+	}
+	options.key_id_bits = C.int64_t(o.KeyIDBits)
+	if o.Format != "" {
+		format, free2 := cString(o.Format, false)
+		defer free2()
+		options.format = format
 	}
 	if o.ActiveKey != nil {
-		if *o.ActiveKey < 0 || *o.ActiveKey > 255 {
-			return nil, &Error{Code: "invalid_config", Message: fmt.Sprintf(
-				"active key %d is out of range", *o.ActiveKey)}
-		}
 		options.has_active_key = true
-		options.active_key = C.uint8_t(*o.ActiveKey)
+		options.active_key = C.int64_t(*o.ActiveKey)
 	}
 	var h *C.IdmintPublicIds
 	if err := takeError(C.idmint_public_ids_new(&options, &h)); err != nil {

@@ -69,13 +69,17 @@ func (s *Segments) NextID(key string) (int64, error) {
 // Errors: invalid_count for n below 1 or above the config's
 // server.max_count; else as NextID.
 func (s *Segments) NextIDs(key string, n int) ([]int64, error) {
-	if n < 1 || n > MaxBatch {
-		return nil, countError(n)
+	// The count is checked by idmint against the config's limit (the one
+	// check every binding uses) before memory is set aside for it.
+	e := C.idmint_segments_check_count(s.h, C.int64_t(n))
+	runtime.KeepAlive(s)
+	if e != nil {
+		return nil, takeError(e)
 	}
 	c, free := cString(key, false)
 	defer free()
 	out, p := ids(n)
-	e := C.idmint_segments_next_ids(s.h, c, C.uint64_t(n), p)
+	e = C.idmint_segments_next_ids(s.h, c, C.int64_t(n), p)
 	runtime.KeepAlive(s)
 	if e != nil {
 		return nil, takeError(e)

@@ -169,7 +169,7 @@ export interface PublicIdsOptions {
   bits?: number
   /** Bits of the public ID that name the key (0 by default). */
   keyIdBits?: number
-  /** The key that obfuscates (the highest by default). */
+  /** The key that obfuscates (by default the last key listed). */
   activeKey?: number
   /** `'dec'` (the default), `'base32'` or `'sqids'`. */
   format?: string

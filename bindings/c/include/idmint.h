@@ -107,8 +107,8 @@ typedef struct IdmintIdParts {
 // defaults (`wait:5ms` when the clock is behind, `wait` when a tick's
 // sequence runs out, sequences from `zero`).
 typedef struct IdmintGeneratorOptions {
-  // The layout's text form (`twitter`, `baidu,epoch=2024-01-01`, ...):
-  // required.
+  // The layout's text form (`twitter`, `baidu,epoch=2024-01-01`, ...);
+  // NULL for the default (`twitter`, `idmint-embed`'s).
   const char *layout;
   // The worker part of the node field.
   uint32_t worker;
@@ -151,19 +151,20 @@ typedef struct IdmintGeneratorStatus {
 } IdmintGeneratorStatus;
 
 // The settings of `idmint_public_ids_new`, as `[obfuscation]` takes them.
+// Start from `idmint_public_ids_options_default()`, which holds the
+// defaults.
 typedef struct IdmintPublicIdsOptions {
   // The key ring: `HEX` or `KEY_ID:HEX` entries, space-separated.
   const char *key;
-  // The width of public IDs in bits (32 to 64; the config's default is
-  // 63).
-  uint8_t bits;
-  // The key-ID bits (0 to 8).
-  uint8_t key_id_bits;
+  // The width of public IDs in bits (32 to 64; default 63).
+  int64_t bits;
+  // The key-ID bits (0 to 8; default 0).
+  int64_t key_id_bits;
   // Whether `active_key` is set; else the last key listed is active.
   bool has_active_key;
   // The key ID new public IDs are made with.
-  uint8_t active_key;
-  // `dec`, `base32` or `sqids`.
+  int64_t active_key;
+  // `dec` (the default), `base32` or `sqids`; NULL for the default.
   const char *format;
 } IdmintPublicIdsOptions;
 
@@ -179,6 +180,14 @@ uint64_t idmint_max_batch(void);
 // `server.max_count` when a config doesn't set it: the largest count
 // `idmint_segments_next_ids` takes by default.
 uint64_t idmint_default_max_count(void);
+
+// Closes every generator and segment allocator still open in this process,
+// as their `_close` functions do: leases are released now rather than when
+// they run out (`idmint-embed` keeps the table). For a program's normal
+// exit (`atexit(idmint_close_all)`); the handles must still be freed.
+// Safe from any thread, more than once, while other calls run (they then
+// fail with `closed`).
+void idmint_close_all(void);
 
 // The error's stable code, borrowed from `error` (an empty string for NULL).
 //
@@ -320,15 +329,24 @@ struct IdmintIdResult idmint_generator_next(const struct IdmintGenerator *genera
 // `n` IDs in increasing order, written to `out[0..n]`. Up to a tick's
 // worth come at once; more wait for the ticks they need.
 //
-// Errors: `invalid_count` for 0 or more than `idmint_max_batch()` (`out` may
-// then be NULL: nothing is written); else as `idmint_generator_next_id`.
+// Errors: `invalid_count` for a count below 1 or above `idmint_max_batch()`
+// (`out` may then be NULL: nothing is written); else as
+// `idmint_generator_next_id`.
 //
 // # Safety
 // `generator` is a live handle; `out` is valid for writing `n` `uint64_t`s
 // (or NULL when `n` is out of range).
 struct IdmintError *idmint_generator_next_ids(const struct IdmintGenerator *generator,
-                                              uint64_t n,
+                                              int64_t n,
                                               uint64_t *out);
+
+// Whether `idmint_generator_next_ids` takes the count `n`, before the
+// caller sets memory aside for it (Go checks its `int` here). NULL when it
+// does.
+//
+// Errors: `invalid_count` for a count below 1 or above `idmint_max_batch()`,
+// in the words every binding reports it in.
+struct IdmintError *idmint_generator_check_count(int64_t n);
 
 // The worker ID and the state of its lease, into `*out` (free its strings
 // with `idmint_generator_status_free`).
@@ -403,17 +421,28 @@ struct IdmintError *idmint_segments_next_id(const struct IdmintSegments *segment
 
 // `n` IDs of `key` in increasing order, written to `out[0..n]`.
 //
-// Errors: `invalid_count` for 0 or more than the config's
-// `server.max_count` (`out` is then not written); else as
+// Errors: `invalid_count` for a count below 1 or above the config's
+// `server.max_count` (`out` may then be NULL: nothing is written); else as
 // `idmint_segments_next_id`.
 //
 // # Safety
 // `segments` is a live handle; `key` a NUL-terminated string; `out` is
-// valid for writing `n` `uint64_t`s.
+// valid for writing `n` `uint64_t`s (or NULL when `n` is out of range).
 struct IdmintError *idmint_segments_next_ids(const struct IdmintSegments *segments,
                                              const char *key,
-                                             uint64_t n,
+                                             int64_t n,
                                              uint64_t *out);
+
+// Whether `idmint_segments_next_ids` takes the count `n`, before the
+// caller sets memory aside for it (Go checks its `int` here). NULL when it
+// does.
+//
+// Errors: `invalid_count` for a count below 1 or above the config's
+// `server.max_count`, in the words every binding reports it in.
+//
+// # Safety
+// `segments` is a live handle.
+struct IdmintError *idmint_segments_check_count(const struct IdmintSegments *segments, int64_t n);
 
 // The largest count `idmint_segments_next_ids` takes: the config's
 // `server.max_count` (0 for NULL).
@@ -436,13 +465,21 @@ void idmint_segments_close(const struct IdmintSegments *segments);
 // flight.
 void idmint_segments_free(struct IdmintSegments *segments);
 
+// The default settings of public IDs, `[obfuscation]`'s as `idmint-embed`
+// decides them (63 bits, no key-ID bits, the last key listed active,
+// `dec`), with `key` NULL: set the key, then what differs.
+struct IdmintPublicIdsOptions idmint_public_ids_options_default(void);
+
 // Public IDs from explicit settings. Free with `idmint_public_ids_free`.
 //
-// Errors: `invalid_config` naming the setting (never quoting a key).
+// Errors: `invalid_config` naming the setting (a number that is no byte,
+// `obfuscation.bits = 300 is out of range: 0 to 255`), `invalid_key`,
+// `invalid_obfuscator` (never quoting a key).
 //
 // # Safety
-// `options` points to an `IdmintPublicIdsOptions` with NUL-terminated
-// strings; `out` points to a writable pointer.
+// `options` points to an `IdmintPublicIdsOptions` whose strings are
+// NUL-terminated (`format` may be NULL); `out` points to a writable
+// pointer.
 struct IdmintError *idmint_public_ids_new(const struct IdmintPublicIdsOptions *options,
                                           struct IdmintPublicIds **out);
 

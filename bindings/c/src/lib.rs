@@ -47,6 +47,18 @@ pub extern "C" fn idmint_default_max_count() -> u64 {
     Segments::default_max_count()
 }
 
+/// Closes every generator and segment allocator still open in this process,
+/// as their `_close` functions do: leases are released now rather than when
+/// they run out (`idmint-embed` keeps the table). For a program's normal
+/// exit (`atexit(idmint_close_all)`); the handles must still be freed.
+/// Safe from any thread, more than once, while other calls run (they then
+/// fail with `closed`).
+#[unsafe(no_mangle)]
+pub extern "C" fn idmint_close_all() {
+    // No panic crosses the boundary; at exit there is no one to tell.
+    let _ = catch_unwind(idmint_embed::close_all);
+}
+
 // ---- Errors ----
 
 /// A failure: idmint's stable code (`clock_behind`, `mark_reached`,
@@ -523,8 +535,8 @@ pub struct IdmintGenerator {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct IdmintGeneratorOptions {
-    /// The layout's text form (`twitter`, `baidu,epoch=2024-01-01`, ...):
-    /// required.
+    /// The layout's text form (`twitter`, `baidu,epoch=2024-01-01`, ...);
+    /// NULL for the default (`twitter`, `idmint-embed`'s).
     pub layout: *const c_char,
     /// The worker part of the node field.
     pub worker: u32,
@@ -579,13 +591,18 @@ pub unsafe extern "C" fn idmint_generator_new(
         // SAFETY: the strings are NULL or NUL-terminated (as promised).
         let (layout, clock_behind, exhausted, start) = unsafe {
             (
-                text(o.layout, "options.layout")?,
+                optional_text(o.layout, "options.layout")?,
                 optional_text(o.clock_behind, "options.clock_behind")?,
                 optional_text(o.sequence_exhausted, "options.sequence_exhausted")?,
                 optional_text(o.sequence_start, "options.sequence_start")?,
             )
         };
-        let options = GeneratorOptions::new(Layout::parse(layout)?, o.worker)
+        let mut options = GeneratorOptions::default();
+        if let Some(layout) = layout {
+            options = options.with_layout(Layout::parse(layout)?);
+        }
+        let options = options
+            .with_worker(o.worker)
             .with_datacenter(o.datacenter)
             .with_wall_clock(o.wall_clock)
             .with_policies(clock_behind, exhausted, start)?;
@@ -673,8 +690,9 @@ pub unsafe extern "C" fn idmint_generator_next(
 /// `n` IDs in increasing order, written to `out[0..n]`. Up to a tick's
 /// worth come at once; more wait for the ticks they need.
 ///
-/// Errors: `invalid_count` for 0 or more than `idmint_max_batch()` (`out` may
-/// then be NULL: nothing is written); else as `idmint_generator_next_id`.
+/// Errors: `invalid_count` for a count below 1 or above `idmint_max_batch()`
+/// (`out` may then be NULL: nothing is written); else as
+/// `idmint_generator_next_id`.
 ///
 /// # Safety
 /// `generator` is a live handle; `out` is valid for writing `n` `uint64_t`s
@@ -682,25 +700,35 @@ pub unsafe extern "C" fn idmint_generator_next(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn idmint_generator_next_ids(
     generator: *const IdmintGenerator,
-    n: u64,
+    n: i64,
     out: *mut u64,
 ) -> *mut IdmintError {
     call(|| {
         // SAFETY: as the caller promised.
         let g = unsafe { handle(generator, "generator")? };
-        if n == 0 || n > idmint_embed::MAX_BATCH {
-            // The core refuses the count before it issues anything.
-            g.inner.next_ids(n)?;
-            return Err(IdmintError::argument(format!("count {n} is out of range")));
-        }
+        // Checked before `out` is touched: embed's one check of a count.
+        let len = Generator::check_count(n)?;
         if out.is_null() {
             return Err(IdmintError::argument("out is NULL".to_owned()));
         }
-        let len = usize::try_from(n).map_err(|_| IdmintError::argument(format!("count {n}")))?;
         // SAFETY: non-NULL and valid for `n` writes (the caller's promise);
-        // `n` is at most `idmint_embed::MAX_BATCH`, so the slice fits in memory.
+        // `len` is at most `idmint_embed::MAX_BATCH`, so the slice fits in memory.
         let out = unsafe { std::slice::from_raw_parts_mut(out, len) };
         g.inner.fill_ids(out)?;
+        Ok(())
+    })
+}
+
+/// Whether `idmint_generator_next_ids` takes the count `n`, before the
+/// caller sets memory aside for it (Go checks its `int` here). NULL when it
+/// does.
+///
+/// Errors: `invalid_count` for a count below 1 or above `idmint_max_batch()`,
+/// in the words every binding reports it in.
+#[unsafe(no_mangle)]
+pub extern "C" fn idmint_generator_check_count(n: i64) -> *mut IdmintError {
+    call(|| {
+        Generator::check_count(n)?;
         Ok(())
     })
 }
@@ -865,31 +893,55 @@ pub unsafe extern "C" fn idmint_segments_next_id(
 
 /// `n` IDs of `key` in increasing order, written to `out[0..n]`.
 ///
-/// Errors: `invalid_count` for 0 or more than the config's
-/// `server.max_count` (`out` is then not written); else as
+/// Errors: `invalid_count` for a count below 1 or above the config's
+/// `server.max_count` (`out` may then be NULL: nothing is written); else as
 /// `idmint_segments_next_id`.
 ///
 /// # Safety
 /// `segments` is a live handle; `key` a NUL-terminated string; `out` is
-/// valid for writing `n` `uint64_t`s.
+/// valid for writing `n` `uint64_t`s (or NULL when `n` is out of range).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn idmint_segments_next_ids(
     segments: *const IdmintSegments,
     key: *const c_char,
-    n: u64,
+    n: i64,
     out: *mut u64,
 ) -> *mut IdmintError {
     call(|| {
         // SAFETY: as the caller promised.
         let (s, key) = unsafe { (handle(segments, "segments")?, text(key, "key")?) };
-        if out.is_null() && n != 0 {
+        // Checked before `out` is touched: embed's one check of a count.
+        let n = s.inner.check_count(n)?;
+        if out.is_null() {
             return Err(IdmintError::argument("out is NULL".to_owned()));
         }
-        let ids = s.inner.next_ids(key, n)?;
+        let ids = s.inner.next_ids(key, n as u64)?;
         // SAFETY: valid for `n` writes (the caller's promise), and the
         // allocator returned exactly `n` IDs.
         let out = unsafe { std::slice::from_raw_parts_mut(out, ids.len()) };
         out.copy_from_slice(&ids);
+        Ok(())
+    })
+}
+
+/// Whether `idmint_segments_next_ids` takes the count `n`, before the
+/// caller sets memory aside for it (Go checks its `int` here). NULL when it
+/// does.
+///
+/// Errors: `invalid_count` for a count below 1 or above the config's
+/// `server.max_count`, in the words every binding reports it in.
+///
+/// # Safety
+/// `segments` is a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn idmint_segments_check_count(
+    segments: *const IdmintSegments,
+    n: i64,
+) -> *mut IdmintError {
+    call(|| {
+        // SAFETY: as the caller promised.
+        let s = unsafe { handle(segments, "segments")? };
+        s.inner.check_count(n)?;
         Ok(())
     })
 }
@@ -953,31 +1005,54 @@ impl From<PublicIds> for IdmintPublicIds {
 }
 
 /// The settings of `idmint_public_ids_new`, as `[obfuscation]` takes them.
+/// Start from `idmint_public_ids_options_default()`, which holds the
+/// defaults.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct IdmintPublicIdsOptions {
     /// The key ring: `HEX` or `KEY_ID:HEX` entries, space-separated.
     pub key: *const c_char,
-    /// The width of public IDs in bits (32 to 64; the config's default is
-    /// 63).
-    pub bits: u8,
-    /// The key-ID bits (0 to 8).
-    pub key_id_bits: u8,
+    /// The width of public IDs in bits (32 to 64; default 63).
+    pub bits: i64,
+    /// The key-ID bits (0 to 8; default 0).
+    pub key_id_bits: i64,
     /// Whether `active_key` is set; else the last key listed is active.
     pub has_active_key: bool,
     /// The key ID new public IDs are made with.
-    pub active_key: u8,
-    /// `dec`, `base32` or `sqids`.
+    pub active_key: i64,
+    /// `dec` (the default), `base32` or `sqids`; NULL for the default.
     pub format: *const c_char,
+}
+
+/// The default settings of public IDs, `[obfuscation]`'s as `idmint-embed`
+/// decides them (63 bits, no key-ID bits, the last key listed active,
+/// `dec`), with `key` NULL: set the key, then what differs.
+#[unsafe(no_mangle)]
+pub extern "C" fn idmint_public_ids_options_default() -> IdmintPublicIdsOptions {
+    static FORMAT: std::sync::OnceLock<CString> = std::sync::OnceLock::new();
+    let o = idmint_embed::PublicIdsOptions::new();
+    IdmintPublicIdsOptions {
+        key: ptr::null(),
+        bits: o.bits(),
+        key_id_bits: o.key_id_bits(),
+        has_active_key: o.active_key().is_some(),
+        active_key: o.active_key().unwrap_or(0),
+        format: FORMAT
+            .get_or_init(|| c_string(o.format().to_owned()))
+            .as_ptr(),
+    }
 }
 
 /// Public IDs from explicit settings. Free with `idmint_public_ids_free`.
 ///
-/// Errors: `invalid_config` naming the setting (never quoting a key).
+/// Errors: `invalid_config` naming the setting (a number that is no byte,
+/// `obfuscation.bits = 300 is out of range: 0 to 255`), `invalid_key`,
+/// `invalid_obfuscator` (never quoting a key).
 ///
 /// # Safety
-/// `options` points to an `IdmintPublicIdsOptions` with NUL-terminated
-/// strings; `out` points to a writable pointer.
+/// `options` points to an `IdmintPublicIdsOptions` whose strings are
+/// NUL-terminated (`format` may be NULL); `out` points to a writable
+/// pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn idmint_public_ids_new(
     options: *const IdmintPublicIdsOptions,
@@ -990,16 +1065,18 @@ pub unsafe extern "C" fn idmint_public_ids_new(
         let (key, format) = unsafe {
             (
                 text(o.key, "options.key")?,
-                text(o.format, "options.format")?,
+                optional_text(o.format, "options.format")?,
             )
         };
-        let active = o.has_active_key.then_some(o.active_key);
-        *out = give(IdmintPublicIds::from(PublicIds::new(
-            key,
-            o.bits,
-            o.key_id_bits,
-            active,
-            format,
+        let mut options = idmint_embed::PublicIdsOptions::new()
+            .with_bits(o.bits)
+            .with_key_id_bits(o.key_id_bits)
+            .with_active_key(o.has_active_key.then_some(o.active_key));
+        if let Some(format) = format {
+            options = options.with_format(format);
+        }
+        *out = give(IdmintPublicIds::from(PublicIds::with_options(
+            key, &options,
         )?));
         Ok(())
     })
@@ -1203,7 +1280,7 @@ mod tests {
         assert_eq!(idmint_max_batch(), idmint_core::Snowflake::MAX_BATCH);
         // Above the core's largest batch: refused by the count alone.
         let options = IdmintGeneratorOptions {
-            layout: c"twitter".as_ptr(),
+            layout: ptr::null(),
             worker: 1,
             datacenter: 0,
             clock_behind: ptr::null(),
@@ -1214,17 +1291,48 @@ mod tests {
         let mut g = ptr::null_mut();
         // SAFETY: valid options and out-pointer.
         unsafe { assert!(idmint_generator_new(&options, &mut g).is_null()) };
-        for n in [0, idmint_max_batch() + 1] {
+        let max = i64::try_from(idmint_max_batch()).unwrap();
+        for n in [0, -1, max + 1] {
             // SAFETY: a live generator; `out` NULL is allowed for a bad count.
             let e = unsafe { idmint_generator_next_ids(g, n, ptr::null_mut()) };
             assert_eq!(code(e), "invalid_count", "n = {n}");
+            assert_eq!(code(idmint_generator_check_count(n)), "invalid_count");
         }
+        assert!(idmint_generator_check_count(max).is_null());
         let mut ids = vec![0u64; 3];
         // SAFETY: room for 3.
         unsafe { assert!(idmint_generator_next_ids(g, 3, ids.as_mut_ptr()).is_null()) };
         assert!(ids[0] < ids[1] && ids[1] < ids[2]);
         // SAFETY: freed once.
         unsafe { idmint_generator_free(g) };
+    }
+
+    #[test]
+    fn public_ids_defaults_and_ranges_are_embeds() {
+        let d = idmint_public_ids_options_default();
+        let embed = idmint_embed::PublicIdsOptions::new();
+        assert_eq!(
+            (d.bits, d.key_id_bits, d.has_active_key),
+            (embed.bits(), 0, false)
+        );
+        // SAFETY: a static NUL-terminated string.
+        let format = unsafe { CStr::from_ptr(d.format) };
+        assert_eq!(format.to_str(), Ok(embed.format()));
+        let o = IdmintPublicIdsOptions {
+            key: c"000102030405060708090a0b0c0d0e0f".as_ptr(),
+            bits: 300,
+            ..d
+        };
+        let mut p = ptr::null_mut();
+        // SAFETY: valid options and out-pointer.
+        let e = unsafe { idmint_public_ids_new(&o, &mut p) };
+        assert_eq!(code(e), "invalid_config");
+        let o = IdmintPublicIdsOptions { bits: 63, ..o };
+        // SAFETY: as above; freed once.
+        unsafe {
+            assert!(idmint_public_ids_new(&o, &mut p).is_null());
+            idmint_public_ids_free(p);
+        }
     }
 
     #[test]

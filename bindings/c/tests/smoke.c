@@ -77,6 +77,9 @@ int main(void) {
     CHECK(strcmp(info.preset, "twitter") == 0 && info.workers == 1024);
 
     CHECK(fails_with(idmint_generator_next_ids(g, 0, NULL), "invalid_count"));
+    CHECK(fails_with(idmint_generator_next_ids(g, -1, NULL), "invalid_count"));
+    CHECK(fails_with(idmint_generator_check_count(-1), "invalid_count"));
+    CHECK(idmint_generator_check_count(5) == NULL);
     CHECK(fails_with(idmint_layout_decode(twitter, (uint64_t)1 << 63, &d), "invalid_id"));
     IdmintLayout *bad = NULL;
     CHECK(fails_with(idmint_layout_parse("twitter,sequence=twelve", &bad), "invalid_layout_text"));
@@ -91,11 +94,14 @@ int main(void) {
     CHECK(fails_with(next.error, "closed") && next.id == 0);
     idmint_generator_free(g);
 
-    IdmintPublicIdsOptions popts = {0};
+    IdmintPublicIds *p = NULL;
+    IdmintPublicIdsOptions popts = idmint_public_ids_options_default();
+    CHECK(popts.bits == 63 && strcmp(popts.format, "dec") == 0);
     popts.key = "000102030405060708090a0b0c0d0e0f";
+    popts.bits = 300;
+    CHECK(fails_with(idmint_public_ids_new(&popts, &p), "invalid_config") && p == NULL);
     popts.bits = 63;
     popts.format = "base32";
-    IdmintPublicIds *p = NULL;
     CHECK(ok(idmint_public_ids_new(&popts, &p), "public_ids_new"));
     uint64_t pub = 0, back = 0;
     CHECK(ok(idmint_public_ids_obfuscate(p, first, &pub), "obfuscate"));

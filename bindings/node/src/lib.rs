@@ -180,22 +180,44 @@ fn describe_big(big: &BigInt) -> String {
     }
 }
 
-/// A count (`nextIds(n)`): a safe integer `number` or a `bigint`.
-fn count_arg(env: &Env, value: Unknown) -> napi::Result<u64> {
-    let bad = |shown: String| {
-        idmint_error(
-            env,
-            "invalid_count",
-            &format!("count {shown} is not a whole number from 1 up"),
-            None,
-        )
-    };
-    match integer_arg(env, "invalid_count", "count", value)? {
-        Either::A(big) => match big.get_u64() {
-            (false, v, true) => Ok(v),
-            _ => Err(bad(describe_big(&big))),
+/// A count (`nextIds(n)`): a `number` or a `bigint`, checked by
+/// `idmint-embed` (`check`, against `max`), as every binding's count is.
+/// What is no integer here (a fraction, a `bigint` wider than 64 bits) is
+/// refused in embed's words too ([`idmint_embed::Error::invalid_count`]).
+fn count_arg(
+    env: &Env,
+    value: Unknown,
+    max: u64,
+    check: impl FnOnce(i128) -> Result<usize, idmint_embed::Error>,
+) -> napi::Result<u64> {
+    let n: i128 = match integer_arg(env, "invalid_count", "count", value)? {
+        Either::A(big) => match big.get_i128() {
+            (v, true) => v,
+            _ => {
+                return Err(throw(
+                    env,
+                    &idmint_embed::Error::invalid_count(describe_big(&big), max),
+                ));
+            }
         },
-        Either::B(n) => safe_integer(n).ok_or_else(|| bad(n.to_string())),
+        Either::B(n) => match whole_number(n) {
+            Some(v) => i128::from(v),
+            None => return Err(throw(env, &idmint_embed::Error::invalid_count(n, max))),
+        },
+    };
+    let n = check(n).or_throw(env)?;
+    // A usize below `max` (a u64).
+    Ok(n as u64)
+}
+
+/// `n` when it is a whole number within the safe integers (either sign).
+fn whole_number(n: f64) -> Option<i64> {
+    if n.fract() == 0.0 && (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&n) {
+        // Exact: a whole number within the safe range.
+        #[allow(clippy::cast_possible_truncation)]
+        Some(n as i64)
+    } else {
+        None
     }
 }
 
@@ -502,12 +524,11 @@ fn no_handle(env: &Env, what: &str, handle: f64) -> napi::Error {
 /// index.js calls it when the main thread's process exits.
 #[napi]
 pub fn close_all() {
-    for g in GENERATORS.drain() {
-        g.close();
-    }
-    for s in SEGMENTS.drain() {
-        s.close();
-    }
+    // Off the tables (a handle of a closed generator is no handle), then
+    // closed by embed, which keeps what is open in the process.
+    GENERATORS.drain();
+    SEGMENTS.drain();
+    idmint_embed::close_all();
 }
 
 // ---- Limits ----
@@ -557,9 +578,7 @@ impl Generator {
     #[napi(constructor, ts_args_type = "options?: GeneratorOptions")]
     pub fn new(env: Env, options: Option<Object>) -> napi::Result<Generator> {
         let env = &env;
-        let mut layout = idmint_embed::Layout::default();
-        let mut worker = 0;
-        let mut built = None::<GeneratorOptions>;
+        let mut o = GeneratorOptions::default();
         if let Some(options) = &options {
             check_keys(
                 env,
@@ -576,7 +595,7 @@ impl Generator {
                 ],
             )?;
             if let Some(l) = get(options, "layout")? {
-                layout = match l.get_type()? {
+                let layout = match l.get_type()? {
                     ValueType::String => {
                         let text = l.coerce_to_string()?.into_utf8()?.into_owned()?;
                         idmint_embed::Layout::parse(&text).or_throw(env)?
@@ -593,14 +612,12 @@ impl Generator {
                         }
                     },
                 };
+                o = o.with_layout(layout);
             }
-            worker = get_u32(env, options, "worker", "node_out_of_range")?;
-            let mut o = GeneratorOptions::new(layout, worker).with_datacenter(get_u32(
-                env,
-                options,
-                "datacenter",
-                "node_out_of_range",
-            )?);
+            if get(options, "worker")?.is_some() {
+                o = o.with_worker(get_u32(env, options, "worker", "node_out_of_range")?);
+            }
+            o = o.with_datacenter(get_u32(env, options, "datacenter", "node_out_of_range")?);
             o = o
                 .with_policies(
                     get_string(env, options, "clockBehind")?.as_deref(),
@@ -611,11 +628,9 @@ impl Generator {
             if let Some(w) = get(options, "wallClock")? {
                 o = o.with_wall_clock(w.coerce_to_bool()?);
             }
-            built = Some(o);
         }
-        let options = built.unwrap_or_else(|| GeneratorOptions::new(layout, worker));
         Ok(Generator::wrap(
-            idmint_embed::Generator::new(options).or_throw(env)?,
+            idmint_embed::Generator::new(o).or_throw(env)?,
         ))
     }
 
@@ -678,7 +693,9 @@ impl Generator {
     /// `n` IDs in increasing order, a `BigInt64Array`.
     #[napi(ts_args_type = "n: number | bigint")]
     pub fn next_ids(&self, env: &Env, n: Unknown) -> napi::Result<BigInt64Array> {
-        let n = count_arg(env, n)?;
+        let n = count_arg(env, n, idmint_embed::MAX_BATCH, |n| {
+            idmint_embed::Generator::check_count(n)
+        })?;
         let ids = self.inner.next_ids(n).or_throw(env)?;
         Ok(BigInt64Array::new(as_i64s(ids)))
     }
@@ -876,7 +893,9 @@ impl Segments {
     /// `n` IDs of `key` in increasing order, a `BigInt64Array`.
     #[napi(ts_args_type = "key: string, n: number | bigint")]
     pub fn next_ids(&self, env: &Env, key: String, n: Unknown) -> napi::Result<BigInt64Array> {
-        let n = count_arg(env, n)?;
+        let n = count_arg(env, n, self.inner.max_count(), |n| {
+            self.inner.check_count(n)
+        })?;
         let ids = self.inner.next_ids(&key, n).or_throw(env)?;
         Ok(BigInt64Array::new(as_i64s(ids)))
     }
@@ -953,8 +972,8 @@ impl PublicIds {
     #[napi(constructor, ts_args_type = "key: string, options?: PublicIdsOptions")]
     pub fn new(env: Env, key: String, options: Option<Object>) -> napi::Result<PublicIds> {
         let env = &env;
-        let (mut bits, mut key_id_bits, mut active_key) = (63, 0, None);
-        let mut format = "dec".to_owned();
+        // The defaults and the range of each number are embed's.
+        let mut o = idmint_embed::PublicIdsOptions::new();
         if let Some(options) = &options {
             check_keys(
                 env,
@@ -962,30 +981,36 @@ impl PublicIds {
                 options,
                 &["bits", "keyIdBits", "activeKey", "format"],
             )?;
-            let small = |name: &str| -> napi::Result<Option<u8>> {
-                if get(options, name)?.is_none() {
+            let setting = |name: &str| -> napi::Result<Option<i64>> {
+                let Some(v) = get(options, name)? else {
                     return Ok(None);
-                }
-                let v = get_u32(env, options, name, "invalid_config")?;
-                u8::try_from(v).map(Some).map_err(|_| {
+                };
+                let n = match v.get_type()? {
+                    ValueType::Number => v.coerce_to_number()?.get_double()?,
+                    _ => f64::NAN,
+                };
+                whole_number(n).map(Some).ok_or_else(|| {
                     idmint_error(
                         env,
                         "invalid_config",
-                        &format!("{name} {v} is out of range"),
+                        &format!("{name} must be a whole number"),
                         None,
                     )
                 })
             };
-            bits = small("bits")?.unwrap_or(bits);
-            key_id_bits = small("keyIdBits")?.unwrap_or(key_id_bits);
-            active_key = small("activeKey")?;
+            if let Some(bits) = setting("bits")? {
+                o = o.with_bits(bits);
+            }
+            if let Some(key_id_bits) = setting("keyIdBits")? {
+                o = o.with_key_id_bits(key_id_bits);
+            }
+            o = o.with_active_key(setting("activeKey")?);
             if let Some(f) = get_string(env, options, "format")? {
-                format = f;
+                o = o.with_format(&f);
             }
         }
         Ok(PublicIds {
-            inner: idmint_embed::PublicIds::new(&key, bits, key_id_bits, active_key, &format)
-                .or_throw(env)?,
+            inner: idmint_embed::PublicIds::with_options(&key, &o).or_throw(env)?,
         })
     }
 
@@ -1038,7 +1063,7 @@ impl PublicIds {
     }
 
     /// `dec`, `base32` or `sqids`.
-    #[napi(getter)]
+    #[napi(getter, ts_return_type = "'dec' | 'base32' | 'sqids'")]
     pub fn format(&self) -> &'static str {
         self.inner.format()
     }

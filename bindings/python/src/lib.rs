@@ -285,26 +285,31 @@ impl Generator {
 #[pymethods]
 impl Generator {
     #[new]
-    #[pyo3(signature = (layout=None, worker=0, *, datacenter=0, clock_behind=None, sequence_exhausted=None, sequence_start=None, wall_clock=false))]
+    // `None` for the layout and the worker is embed's default
+    // (`GeneratorOptions::default`: twitter, worker 0).
+    #[pyo3(signature = (layout=None, worker=None, *, datacenter=0, clock_behind=None, sequence_exhausted=None, sequence_start=None, wall_clock=false))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
         py: Python<'_>,
         layout: Option<&Bound<'_, PyAny>>,
-        worker: u32,
+        worker: Option<u32>,
         datacenter: u32,
         clock_behind: Option<&str>,
         sequence_exhausted: Option<&str>,
         sequence_start: Option<&str>,
         wall_clock: bool,
     ) -> PyResult<Generator> {
-        let layout = match layout {
-            None => idmint_embed::Layout::default(),
-            Some(l) => match l.cast::<Layout>() {
+        let mut options = GeneratorOptions::default();
+        if let Some(l) = layout {
+            options = options.with_layout(match l.cast::<Layout>() {
                 Ok(l) => l.get().inner,
                 Err(_) => idmint_embed::Layout::parse(&l.extract::<String>()?).or_raise(py)?,
-            },
-        };
-        let options = GeneratorOptions::new(layout, worker)
+            });
+        }
+        if let Some(worker) = worker {
+            options = options.with_worker(worker);
+        }
+        let options = options
             .with_datacenter(datacenter)
             .with_wall_clock(wall_clock)
             .with_policies(clock_behind, sequence_exhausted, sequence_start)
@@ -320,7 +325,7 @@ impl Generator {
     #[staticmethod]
     fn from_config(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Bound<'_, Generator>> {
         let made = py.detach(|| idmint_embed::Generator::from_config(&path));
-        track(Bound::new(py, Generator::wrap(made.or_raise(py)?))?)
+        Bound::new(py, Generator::wrap(made.or_raise(py)?))
     }
 
     /// The next ID, an int.
@@ -335,9 +340,12 @@ impl Generator {
     }
 
     /// `n` IDs in increasing order, a list of ints.
-    fn next_ids(&self, py: Python<'_>, n: u64) -> PyResult<Vec<u64>> {
+    fn next_ids(&self, py: Python<'_>, n: i128) -> PyResult<Vec<u64>> {
+        // Any int, checked by embed as every binding's count (a negative
+        // one too, as `invalid_count`).
+        let n = idmint_embed::Generator::check_count(n).or_raise(py)?;
         let g = &self.inner;
-        py.detach(|| g.next_ids(n)).or_raise(py)
+        py.detach(|| g.next_ids(n as u64)).or_raise(py)
     }
 
     /// Releases the lease and stops the generator's thread. Idempotent;
@@ -425,7 +433,7 @@ impl Segments {
     ) -> PyResult<Bound<'_, Segments>> {
         let made = py.detach(|| idmint_embed::Segments::from_config_floors(&path, floors));
         let inner = made.or_raise(py)?;
-        track(Bound::new(py, Segments { inner })?)
+        Bound::new(py, Segments { inner })
     }
 
     /// The next ID of `key`.
@@ -438,9 +446,10 @@ impl Segments {
     }
 
     /// `n` IDs of `key` in increasing order.
-    fn next_ids(&self, py: Python<'_>, key: &str, n: u64) -> PyResult<Vec<u64>> {
+    fn next_ids(&self, py: Python<'_>, key: &str, n: i128) -> PyResult<Vec<u64>> {
+        let n = self.inner.check_count(n).or_raise(py)?;
         let s = &self.inner;
-        py.detach(|| s.next_ids(key, n)).or_raise(py)
+        py.detach(|| s.next_ids(key, n as u64)).or_raise(py)
     }
 
     /// The most IDs one `next_ids` call takes: the config's
@@ -479,18 +488,29 @@ struct PublicIds {
 #[pymethods]
 impl PublicIds {
     #[new]
-    #[pyo3(signature = (key, *, bits=63, key_id_bits=0, active_key=None, format="dec"))]
+    // `None` is embed's default for each (`PublicIdsOptions`: 63 bits, no
+    // key-ID bits, the last key listed, `dec`), which also checks the range.
+    #[pyo3(signature = (key, *, bits=None, key_id_bits=None, active_key=None, format=None))]
     fn new(
         py: Python<'_>,
         key: &str,
-        bits: u8,
-        key_id_bits: u8,
-        active_key: Option<u8>,
-        format: &str,
+        bits: Option<i64>,
+        key_id_bits: Option<i64>,
+        active_key: Option<i64>,
+        format: Option<&str>,
     ) -> PyResult<PublicIds> {
+        let mut o = idmint_embed::PublicIdsOptions::new().with_active_key(active_key);
+        if let Some(bits) = bits {
+            o = o.with_bits(bits);
+        }
+        if let Some(key_id_bits) = key_id_bits {
+            o = o.with_key_id_bits(key_id_bits);
+        }
+        if let Some(format) = format {
+            o = o.with_format(format);
+        }
         Ok(PublicIds {
-            inner: idmint_embed::PublicIds::new(key, bits, key_id_bits, active_key, format)
-                .or_raise(py)?,
+            inner: idmint_embed::PublicIds::with_options(key, &o).or_raise(py)?,
         })
     }
 
@@ -545,14 +565,12 @@ impl PublicIds {
     }
 }
 
-/// Adds `obj` to the module's `_open` (a `WeakSet`), which the package
-/// closes at interpreter exit so leases are released then.
-fn track<T: pyo3::PyClass>(obj: Bound<'_, T>) -> PyResult<Bound<'_, T>> {
-    let py = obj.py();
-    py.import("idmint._idmint")?
-        .getattr("_open")?
-        .call_method1("add", (&obj,))?;
-    Ok(obj)
+/// Closes every generator and allocator still open in this process
+/// (`idmint_embed::close_all`): the package registers it with `atexit`, so
+/// leases are released at exit rather than when they run out.
+#[pyfunction]
+fn _close_all(py: Python<'_>) {
+    py.detach(idmint_embed::close_all);
 }
 
 /// Tells the library this process is a child just forked: nothing made
@@ -573,17 +591,13 @@ fn _idmint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Segments>()?;
     m.add_class::<PublicIds>()?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
+    m.add_function(wrap_pyfunction!(_close_all, m)?)?;
     // The limits, as the embedded layer decides them (the README states
     // them; a test checks that it says these numbers).
     m.add("MAX_BATCH", idmint_embed::MAX_BATCH)?;
     m.add(
         "DEFAULT_MAX_COUNT",
         idmint_embed::Segments::default_max_count(),
-    )?;
-    // What holds a lease or a store open, closed at exit by the package.
-    m.add(
-        "_open",
-        m.py().import("weakref")?.getattr("WeakSet")?.call0()?,
     )?;
     Ok(())
 }

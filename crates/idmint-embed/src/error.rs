@@ -99,6 +99,17 @@ impl Error {
         self.bad_input
     }
 
+    /// A refusal with the server's `code`, for a check of this layer's own
+    /// (a count, a setting that is no byte).
+    pub(crate) fn refused(code: &'static str, message: String, bad_input: bool) -> Error {
+        Error {
+            kind: Kind::Refused(code),
+            message,
+            retry_after: None,
+            bad_input,
+        }
+    }
+
     pub(crate) fn config(message: impl Into<String>) -> Error {
         Error {
             kind: Kind::Config,

@@ -17,9 +17,11 @@ use idmint_registry::{
 };
 use jiff::Timestamp;
 
+use crate::count;
 use crate::error::Error;
 use crate::fork::ProcessBound;
 use crate::layout::Layout;
+use crate::open;
 use crate::runtime::Runtime;
 use crate::workers::{self, CheckedRegistry, IdSpace, InUse};
 
@@ -49,6 +51,14 @@ pub struct GeneratorOptions {
     wall_clock: bool,
 }
 
+impl Default for GeneratorOptions {
+    /// Every binding's default generator: [`Layout::default`] (`twitter`),
+    /// worker 0, the core's policies.
+    fn default() -> GeneratorOptions {
+        GeneratorOptions::new(Layout::default(), 0)
+    }
+}
+
 impl GeneratorOptions {
     /// Worker `worker` (within the layout's worker bits) of `layout`,
     /// datacenter 0.
@@ -62,6 +72,18 @@ impl GeneratorOptions {
             sequence_start: SequenceStart::default(),
             wall_clock: false,
         }
+    }
+
+    /// The layout (default [`Layout::default`], `twitter`).
+    pub fn with_layout(mut self, layout: Layout) -> GeneratorOptions {
+        self.layout = layout;
+        self
+    }
+
+    /// The worker part of the node field (default 0).
+    pub fn with_worker(mut self, worker: u32) -> GeneratorOptions {
+        self.worker = worker;
+        self
     }
 
     /// The datacenter part of the node field (default 0).
@@ -239,10 +261,43 @@ pub struct Generator {
     layout: Layout,
     /// The longest a call waits inside the core (see [`Generator::max_wait`]).
     max_wait: Duration,
+    /// The issuer and the close, shared with the process's table of what
+    /// is open ([`crate::close_all`]).
+    state: Arc<State>,
+}
+
+/// What a close touches: [`crate::close_all`] reaches it through the
+/// process's table.
+#[derive(Debug)]
+struct State {
     /// The issuer of this process; `None` once closed.
     live: ArcSwapOption<ProcessBound<Live>>,
     /// Serialises re-claims (in a forked child) and close.
     reclaim: Mutex<Reclaim>,
+}
+
+impl State {
+    /// A state issuing from `live`, listed in the process's table.
+    fn open(live: Live) -> Arc<State> {
+        let state = Arc::new(State {
+            live: ArcSwapOption::from_pointee(ProcessBound::new(live)),
+            reclaim: Mutex::new(Reclaim::default()),
+        });
+        open::track(&state);
+        state
+    }
+}
+
+impl open::Close for State {
+    fn close(&self) {
+        let mut reclaim = lock(&self.reclaim);
+        reclaim.closed = true;
+        if let Some(live) = self.live.swap(None)
+            && live.is_current()
+        {
+            live.close();
+        }
+    }
 }
 
 /// What the generator is made from, to make it again in a forked child.
@@ -325,12 +380,11 @@ impl Generator {
             layout: options.layout,
             max_wait: max_wait(options.layout, options.clock_behind),
             source: Source::Fixed(options),
-            live: ArcSwapOption::from_pointee(ProcessBound::new(Live::Fixed {
+            state: State::open(Live::Fixed {
                 snowflake,
                 worker,
                 in_use,
-            })),
-            reclaim: Mutex::new(Reclaim::default()),
+            }),
         })
     }
 
@@ -370,8 +424,7 @@ impl Generator {
             layout,
             max_wait: max_wait(layout, config.snowflake.clock_behind),
             source: Source::Config(Box::new(config)),
-            live: ArcSwapOption::from_pointee(ProcessBound::new(live)),
-            reclaim: Mutex::new(Reclaim::default()),
+            state: State::open(live),
         })
     }
 
@@ -399,7 +452,7 @@ impl Generator {
     /// the registry's codes while the child's claim fails.
     #[inline]
     pub fn next_id(&self) -> Result<u64, Error> {
-        let live = self.live.load();
+        let live = self.state.live.load();
         match live.as_deref() {
             Some(live) if live.is_current() => match &**live {
                 Live::Fixed { snowflake: s, .. } => Ok(s.next_id()?.get()),
@@ -420,7 +473,7 @@ impl Generator {
     /// `None` until [`Generator::next_id`] has claimed.
     #[inline]
     pub fn try_next_id(&self) -> Result<Option<u64>, Error> {
-        let live = self.live.load();
+        let live = self.state.live.load();
         match live.as_deref() {
             Some(live) if live.is_current() => match &**live {
                 Live::Fixed { snowflake: s, .. } => Ok(Some(s.next_id()?.get())),
@@ -429,6 +482,17 @@ impl Generator {
             Some(_) if matches!(self.source, Source::Config(_)) => Ok(None),
             _ => Err(self.refusal()),
         }
+    }
+
+    /// `n` as the length of a batch [`Generator::next_ids`] would make: the
+    /// one check of a count every binding makes before it sets anything
+    /// aside (Go's and C's arrays), whatever integer type its language
+    /// has (a negative one is refused here too, in the same words).
+    ///
+    /// # Errors
+    /// `invalid_count` unless `n` is 1 to [`MAX_BATCH`], naming `n`.
+    pub fn check_count(n: impl Into<i128>) -> Result<usize, Error> {
+        count::check(n, MAX_BATCH)
     }
 
     /// `n` IDs in increasing order. Up to a tick's worth (4096 for twitter)
@@ -477,7 +541,7 @@ impl Generator {
     /// # Errors
     /// `closed`; `forked` for a fixed generator in a forked child.
     pub fn status(&self) -> Result<GeneratorStatus, Error> {
-        let live = self.live.load();
+        let live = self.state.live.load();
         match live.as_deref() {
             Some(live) if live.is_current() => Ok(live.status()),
             _ => Ok(self.after_fork_or_close()?.status()),
@@ -488,19 +552,13 @@ impl Generator {
     /// registry) and stops the runtime. Idempotent; every later call fails
     /// with `closed`. In a forked child it closes only the child's own claim.
     pub fn close(&self) {
-        let mut reclaim = lock(&self.reclaim);
-        reclaim.closed = true;
-        if let Some(live) = self.live.swap(None)
-            && live.is_current()
-        {
-            live.close();
-        }
+        open::Close::close(&*self.state);
     }
 
     /// The issuer of this process: the current one, or the child's new one
     /// after a fork.
     fn live(&self) -> Result<Arc<ProcessBound<Live>>, Error> {
-        match self.live.load_full() {
+        match self.state.live.load_full() {
             Some(live) if live.is_current() => Ok(live),
             _ => self.after_fork_or_close(),
         }
@@ -511,11 +569,11 @@ impl Generator {
     /// refuses.
     #[cold]
     fn after_fork_or_close(&self) -> Result<Arc<ProcessBound<Live>>, Error> {
-        let mut reclaim = lock(&self.reclaim);
+        let mut reclaim = lock(&self.state.reclaim);
         if reclaim.closed {
             return Err(Error::closed("generator"));
         }
-        if let Some(live) = self.live.load_full().filter(|l| l.is_current()) {
+        if let Some(live) = self.state.live.load_full().filter(|l| l.is_current()) {
             return Ok(live); // another thread claimed meanwhile
         }
         let config = match &self.source {
@@ -533,7 +591,7 @@ impl Generator {
                 let live = Arc::new(ProcessBound::new(live));
                 // The parent's issuer is leaked by its ProcessBound, never
                 // dropped here.
-                self.live.store(Some(live.clone()));
+                self.state.live.store(Some(live.clone()));
                 Ok(live)
             }
             Err(e) => {
@@ -546,7 +604,7 @@ impl Generator {
     /// Why a call can't be served right now without the slow path.
     fn refusal(&self) -> Error {
         match &self.source {
-            _ if lock(&self.reclaim).closed => Error::closed("generator"),
+            _ if lock(&self.state.reclaim).closed => Error::closed("generator"),
             Source::Fixed(options) => Error::forked(options.worker),
             Source::Config(_) => Error::closed("generator"),
         }

@@ -14,6 +14,12 @@
 //!   `idmint-server`).
 //! - [`Segments`]: segment keys from the config's `[segment]` store.
 //! - [`PublicIds`]: obfuscate and reveal, decimal, base32 and Sqids text.
+//! - [`close_all`]: what a binding calls when its process exits, so the
+//!   leases still held are released then.
+//! - What every binding would otherwise decide on its own: the defaults
+//!   ([`GeneratorOptions::default`], [`PublicIdsOptions::new`]), the check
+//!   of a batch's count ([`Generator::check_count`],
+//!   [`Segments::check_count`]), the range of public-ID settings.
 //! - [`after_fork_in_child`]: what a binding calls in a forked child, so
 //!   nothing of the parent's worker ID or segments is used there.
 //!
@@ -52,10 +58,12 @@
 
 #![deny(missing_docs)]
 
+mod count;
 mod error;
 mod fork;
 mod generator;
 mod layout;
+mod open;
 mod public;
 mod runtime;
 mod segments;
@@ -67,5 +75,6 @@ pub use generator::{Generator, GeneratorOptions, GeneratorStatus, MAX_BATCH, nod
 /// The instants layouts decode to and compose from.
 pub use jiff::Timestamp;
 pub use layout::{Decoded, IdParts, Layout};
-pub use public::PublicIds;
+pub use open::close_all;
+pub use public::{PublicIds, PublicIdsOptions};
 pub use segments::Segments;

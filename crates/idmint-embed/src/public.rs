@@ -10,6 +10,111 @@ use idmint_node::config::{ObfuscationConfig, Secret};
 use crate::error::Error;
 use crate::generator::load_config;
 
+/// The settings of [`PublicIds::with_options`], as a binding's caller
+/// gives them: the defaults are `[obfuscation]`'s (the config's own: 63
+/// bits, no key-ID bits, the last key listed active, `dec`), decided here
+/// for every binding; the numbers are taken as the caller's language has
+/// them and checked here to be bytes, as the config's are.
+///
+/// Builder-lite: [`PublicIdsOptions::new`], then `with_*`.
+///
+/// # Examples
+///
+/// ```
+/// use idmint_embed::{PublicIds, PublicIdsOptions};
+///
+/// let options = PublicIdsOptions::new();
+/// assert_eq!((options.bits(), options.format()), (63, "dec"));
+/// let ids = PublicIds::with_options("000102030405060708090a0b0c0d0e0f", &options.with_format("base32"))?;
+/// assert_eq!(ids.format(), "base32");
+/// let e = PublicIds::with_options("000102030405060708090a0b0c0d0e0f", &PublicIdsOptions::new().with_bits(300))
+///     .unwrap_err();
+/// assert_eq!(e.code(), "invalid_config");
+/// assert_eq!(e.message(), "obfuscation.bits = 300 is out of range: 0 to 255");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicIdsOptions {
+    bits: i64,
+    key_id_bits: i64,
+    active_key: Option<i64>,
+    format: String,
+}
+
+impl Default for PublicIdsOptions {
+    fn default() -> PublicIdsOptions {
+        PublicIdsOptions::new()
+    }
+}
+
+impl PublicIdsOptions {
+    /// `[obfuscation]`'s defaults (the config's `ObfuscationConfig`).
+    pub fn new() -> PublicIdsOptions {
+        let section = ObfuscationConfig::default();
+        PublicIdsOptions {
+            bits: i64::from(section.bits),
+            key_id_bits: i64::from(section.key_id_bits),
+            active_key: section.active_key.map(i64::from),
+            format: section.format,
+        }
+    }
+
+    /// The width of public IDs (32 to 64; default 63).
+    pub fn with_bits(mut self, bits: i64) -> PublicIdsOptions {
+        self.bits = bits;
+        self
+    }
+
+    /// The key-ID bits (default 0).
+    pub fn with_key_id_bits(mut self, key_id_bits: i64) -> PublicIdsOptions {
+        self.key_id_bits = key_id_bits;
+        self
+    }
+
+    /// The key new public IDs are made with (`None`, the default: the last
+    /// key listed).
+    pub fn with_active_key(mut self, active_key: Option<i64>) -> PublicIdsOptions {
+        self.active_key = active_key;
+        self
+    }
+
+    /// The text form: `dec` (the default), `base32` or `sqids`.
+    pub fn with_format(mut self, format: &str) -> PublicIdsOptions {
+        format.clone_into(&mut self.format);
+        self
+    }
+
+    /// The width of public IDs (the default until set).
+    pub fn bits(&self) -> i64 {
+        self.bits
+    }
+
+    /// The key-ID bits (the default until set).
+    pub fn key_id_bits(&self) -> i64 {
+        self.key_id_bits
+    }
+
+    /// The active key, `None` for the last key listed.
+    pub fn active_key(&self) -> Option<i64> {
+        self.active_key
+    }
+
+    /// The text form's name (the default until set).
+    pub fn format(&self) -> &str {
+        &self.format
+    }
+}
+
+/// `value` of the setting `obfuscation.<name>`, when it is a byte (the
+/// config's type).
+fn byte(name: &str, value: i64) -> Result<u8, Error> {
+    u8::try_from(value).map_err(|_| {
+        Error::config(format!(
+            "obfuscation.{name} = {value} is out of range: 0 to 255"
+        ))
+    })
+}
+
 /// Obfuscates IDs into public IDs and reveals them again, and writes and
 /// reads their text form.
 ///
@@ -81,6 +186,24 @@ impl PublicIds {
             obfuscator,
             codec: PublicIdCodec::new(format.parse::<TextFormat>()?),
         })
+    }
+
+    /// From a binding's settings ([`PublicIdsOptions`]: its defaults, and
+    /// the range of each number, are decided there), as
+    /// [`PublicIds::new`].
+    ///
+    /// # Errors
+    /// `invalid_config` naming a setting that is no byte
+    /// (`obfuscation.bits = 300 is out of range: 0 to 255`); else as
+    /// [`PublicIds::new`].
+    pub fn with_options(key: &str, options: &PublicIdsOptions) -> Result<PublicIds, Error> {
+        let bits = byte("bits", options.bits)?;
+        let key_id_bits = byte("key_id_bits", options.key_id_bits)?;
+        let active_key = match options.active_key {
+            Some(k) => Some(byte("active_key", k)?),
+            None => None,
+        };
+        PublicIds::new(key, bits, key_id_bits, active_key, &options.format)
     }
 
     /// From the `[obfuscation]` section of the config file at `path` (and

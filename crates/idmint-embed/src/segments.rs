@@ -10,9 +10,11 @@ use idmint_node::config::{Config, ServerConfig};
 use idmint_node::open::{open_segment_allocator, prepare_segments};
 use idmint_segment::{PreloaderGuard, SegmentAllocator};
 
+use crate::count;
 use crate::error::Error;
 use crate::fork::ProcessBound;
 use crate::generator::{create_data_dir, load_config};
+use crate::open;
 use crate::runtime::Runtime;
 
 /// Segment keys (Leaf-segment, Tinyid) in this process: dense, strictly
@@ -42,8 +44,29 @@ use crate::runtime::Runtime;
 pub struct Segments {
     config: Box<Config>,
     floors: bool,
+    /// The allocator and the close, shared with the process's table of
+    /// what is open ([`crate::close_all`]).
+    state: Arc<State>,
+}
+
+/// What a close touches: [`crate::close_all`] reaches it through the
+/// process's table.
+#[derive(Debug)]
+struct State {
     live: ArcSwapOption<ProcessBound<Live>>,
     reopen: Mutex<Reopen>,
+}
+
+impl open::Close for State {
+    fn close(&self) {
+        let mut reopen = lock(&self.reopen);
+        reopen.closed = true;
+        if let Some(live) = self.live.swap(None)
+            && live.is_current()
+        {
+            lock(&live.preloader).take();
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -131,8 +154,14 @@ impl Segments {
         Ok(Segments {
             config: Box::new(config),
             floors,
-            live: ArcSwapOption::from_pointee(ProcessBound::new(live)),
-            reopen: Mutex::new(Reopen::default()),
+            state: {
+                let state = Arc::new(State {
+                    live: ArcSwapOption::from_pointee(ProcessBound::new(live)),
+                    reopen: Mutex::new(Reopen::default()),
+                });
+                open::track(&state);
+                state
+            },
         })
     }
 
@@ -154,9 +183,9 @@ impl Segments {
     /// # Errors
     /// As [`Segments::next_id`]; `None` rather than a reopen after a fork.
     pub fn try_next_id(&self, key: &str) -> Result<Option<u64>, Error> {
-        let guard = self.live.load();
+        let guard = self.state.live.load();
         let Some(live) = guard.as_deref().filter(|l| l.is_current()) else {
-            return if lock(&self.reopen).closed {
+            return if lock(&self.state.reopen).closed {
                 Err(Error::closed("segment allocator"))
             } else {
                 Ok(None)
@@ -179,6 +208,17 @@ impl Segments {
         Ok(batch.iter().map(|id| id.get()).collect())
     }
 
+    /// `n` as the length of a batch [`Segments::next_ids`] would take: the
+    /// one check of a count every binding makes before it sets anything
+    /// aside, whatever integer type its language has.
+    ///
+    /// # Errors
+    /// `invalid_count` unless `n` is 1 to [`Segments::max_count`], naming
+    /// `n`.
+    pub fn check_count(&self, n: impl Into<i128>) -> Result<usize, Error> {
+        count::check(n, self.max_count())
+    }
+
     /// The most IDs one [`Segments::next_ids`] call takes: the config's
     /// `server.max_count`, as the server's requests.
     pub fn max_count(&self) -> u64 {
@@ -194,19 +234,13 @@ impl Segments {
     /// Stops the preloader and closes the store. Idempotent; later calls
     /// fail with `closed`.
     pub fn close(&self) {
-        let mut reopen = lock(&self.reopen);
-        reopen.closed = true;
-        if let Some(live) = self.live.swap(None)
-            && live.is_current()
-        {
-            lock(&live.preloader).take();
-        }
+        open::Close::close(&*self.state);
     }
 
     /// The allocator of this process: the current one, or after a fork the
     /// child's own, opened now.
     fn live(&self) -> Result<Arc<ProcessBound<Live>>, Error> {
-        if let Some(live) = self.live.load_full().filter(|l| l.is_current()) {
+        if let Some(live) = self.state.live.load_full().filter(|l| l.is_current()) {
             return Ok(live);
         }
         self.reopen()
@@ -214,16 +248,16 @@ impl Segments {
 
     #[cold]
     fn reopen(&self) -> Result<Arc<ProcessBound<Live>>, Error> {
-        let reopen = lock(&self.reopen);
+        let reopen = lock(&self.state.reopen);
         if reopen.closed {
             return Err(Error::closed("segment allocator"));
         }
-        if let Some(live) = self.live.load_full().filter(|l| l.is_current()) {
+        if let Some(live) = self.state.live.load_full().filter(|l| l.is_current()) {
             return Ok(live);
         }
         let live = Arc::new(ProcessBound::new(open(&self.config, self.floors)?));
         // The parent's allocator is leaked by its ProcessBound.
-        self.live.store(Some(live.clone()));
+        self.state.live.store(Some(live.clone()));
         drop(reopen);
         Ok(live)
     }

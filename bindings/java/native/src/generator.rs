@@ -46,8 +46,13 @@ jni_export! {
         wall_clock: jboolean,
     ) -> jlong {
         call(&mut env, |env| {
-            let layout = Layout::parse(&layout.try_to_string(env)?)?;
-            let options = GeneratorOptions::new(layout, worker as u32)
+            // A null layout is embed's default (`GeneratorOptions::default`).
+            let mut options = GeneratorOptions::default();
+            if let Some(layout) = optional_string(env, &layout)? {
+                options = options.with_layout(Layout::parse(&layout)?);
+            }
+            let options = options
+                .with_worker(worker as u32)
                 .with_datacenter(datacenter as u32)
                 .with_wall_clock(wall_clock)
                 .with_policies(
@@ -87,7 +92,7 @@ jni_export! {
 }
 
 jni_export! {
-    /// `n` IDs in increasing order (`n` checked positive by the Java side).
+    /// `n` IDs in increasing order (`n` checked by embed, negative too).
     fn Java_io_idmint_Native_generatorNextIds<'local>(
         mut env: EnvUnowned<'local>,
         _class: JClass<'local>,
@@ -95,6 +100,7 @@ jni_export! {
         n: jint,
     ) -> JLongArray<'local> {
         call(&mut env, |env| {
+            let n = Generator::check_count(n)?;
             let ids = generator.get().next_ids(n as u64)?;
             long_array(env, &ids)
         })
@@ -177,5 +183,17 @@ jni_export! {
         _class: JClass<'local>,
     ) -> jlong {
         call_plain(&mut env, || Ok(idmint_embed::MAX_BATCH as jlong))
+    }
+}
+
+jni_export! {
+    /// Closes every generator and allocator still open in this process
+    /// (`idmint_embed::close_all`): the JVM's shutdown hook
+    /// (`NativeRef`), so leases are released at exit.
+    fn Java_io_idmint_Native_closeAll<'local>(mut env: EnvUnowned<'local>, _class: JClass<'local>) {
+        call_plain(&mut env, || {
+            idmint_embed::close_all();
+            Ok(())
+        })
     }
 }

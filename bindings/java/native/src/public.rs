@@ -2,38 +2,44 @@
 //! IDs and its text forms. Public IDs of 64 bits fill the `long`: Java
 //! reads them as unsigned.
 
-use idmint_embed::PublicIds;
+use idmint_embed::{PublicIds, PublicIdsOptions};
 use jni::EnvUnowned;
 use jni::objects::{JClass, JString};
-use jni::sys::{jint, jlong};
+use jni::sys::{jboolean, jint, jlong};
 
 use crate::handle::{Handle, into_handle};
 use crate::throw::{Failure, call, call_plain};
 
 jni_export! {
-    /// `PublicIds.builder(key)...build()`; `active_key` is -1 for the last
-    /// key listed.
+    /// `PublicIds.builder(key)...build()`: the settings the builder was
+    /// given, as `jlong`s (`has_*` false for the ones left at embed's
+    /// default), checked to be bytes by embed.
     fn Java_io_idmint_Native_publicIdsNew<'local>(
         mut env: EnvUnowned<'local>,
         _class: JClass<'local>,
         key: JString<'local>,
+        has_bits: jboolean,
         bits: jint,
+        has_key_id_bits: jboolean,
         key_id_bits: jint,
+        has_active_key: jboolean,
         active_key: jint,
         format: JString<'local>,
     ) -> jlong {
         call(&mut env, |env| {
             let key = key.try_to_string(env)?;
-            let format = format.try_to_string(env)?;
-            // The Java builder keeps each in 0..=255 (-1 for no active key).
-            let byte = |name: &str, value: jint| {
-                u8::try_from(value).map_err(|_| Failure::Internal(format!("{name} {value}")))
-            };
-            let bits = byte("bits", bits)?;
-            let key_id_bits = byte("key_id_bits", key_id_bits)?;
-            let active_key = if active_key < 0 { None } else { Some(byte("active_key", active_key)?) };
-            let ids = PublicIds::new(&key, bits, key_id_bits, active_key, &format)?;
-            Ok(into_handle(ids))
+            let mut options = PublicIdsOptions::new()
+                .with_active_key(has_active_key.then_some(i64::from(active_key)));
+            if has_bits {
+                options = options.with_bits(i64::from(bits));
+            }
+            if has_key_id_bits {
+                options = options.with_key_id_bits(i64::from(key_id_bits));
+            }
+            if !format.is_null() {
+                options = options.with_format(&format.try_to_string(env)?);
+            }
+            Ok(into_handle(PublicIds::with_options(&key, &options)?))
         })
     }
 }

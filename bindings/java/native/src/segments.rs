@@ -53,6 +53,7 @@ jni_export! {
     ) -> JLongArray<'local> {
         call(&mut env, |env| {
             let key = key.try_to_string(env)?;
+            let n = segments.get().check_count(n)?;
             let ids = segments.get().next_ids(&key, n as u64)?;
             long_array(env, &ids)
         })

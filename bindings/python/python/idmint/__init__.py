@@ -55,14 +55,7 @@ __all__ = [
 _os.register_at_fork(after_in_child=_idmint._after_fork_in_child)
 
 
-def _close_open():
-    """Closes the generators and allocators still open at exit, so their
-    leases are released now rather than when they run out."""
-    for obj in list(_idmint._open):
-        try:
-            obj.close()
-        except Exception:  # noqa: BLE001 - exiting: close what can be closed
-            pass
-
-
-_atexit.register(_close_open)
+# Generators and allocators still open at exit are closed then (idmint-embed
+# keeps the process's table of them), so their leases are released now
+# rather than when they run out.
+_atexit.register(_idmint._close_all)

@@ -2,7 +2,6 @@
 
 import datetime
 import os
-import weakref
 from types import TracebackType
 from typing import Optional, TypedDict, Union, final
 
@@ -16,7 +15,7 @@ __all__ = [
     "_after_fork_in_child",
     "MAX_BATCH",
     "DEFAULT_MAX_COUNT",
-    "_open",
+    "_close_all",
 ]
 
 _Path = Union[str, "os.PathLike[str]"]
@@ -90,12 +89,12 @@ class _Status(TypedDict):
 class Generator:
     """Snowflake IDs: a fixed worker, or `Generator.from_config(path)`.
 
-    `layout` None (the default) is `"twitter"`."""
+    `layout` None (the default) is `"twitter"`, `worker` None is 0."""
 
     def __new__(
         cls,
         layout: Union[str, Layout, None] = None,
-        worker: int = 0,
+        worker: Optional[int] = None,
         *,
         datacenter: int = 0,
         clock_behind: Optional[str] = None,
@@ -149,11 +148,13 @@ class PublicIds:
         cls,
         key: str,
         *,
-        bits: int = 63,
-        key_id_bits: int = 0,
+        bits: Optional[int] = None,
+        key_id_bits: Optional[int] = None,
         active_key: Optional[int] = None,
-        format: str = "dec",
-    ) -> "PublicIds": ...
+        format: Optional[str] = None,
+    ) -> "PublicIds":
+        """None takes `[obfuscation]`'s default: 63 bits, no key-ID bits,
+        the last key listed active, `"dec"`."""
     @staticmethod
     def from_config(path: _Path) -> "PublicIds": ...
     def obfuscate(self, id: int) -> int: ...
@@ -173,6 +174,5 @@ DEFAULT_MAX_COUNT: int
 """`server.max_count` when a config doesn't set it: the most IDs one
 `Segments.next_ids` call takes by default."""
 
-_open: "weakref.WeakSet[Union[Generator, Segments]]"
-
 def _after_fork_in_child() -> None: ...
+def _close_all() -> None: ...

@@ -7,6 +7,7 @@
 //! (`IDMINT_TEST_ETCD_ENDPOINT`) and the machine's own PostgreSQL and
 //! MariaDB; a missing one fails under `CI=true` and is skipped elsewhere.
 
+mod bad_input;
 mod error_codes;
 mod generator;
 mod layout_vectors;

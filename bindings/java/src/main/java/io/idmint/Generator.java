@@ -124,9 +124,6 @@ public final class Generator implements AutoCloseable {
      *     {@link #MAX_BATCH}; as {@link #nextId()}
      */
     public long[] nextIds(int n) {
-        if (n < 0) {
-            throw IdmintException.of("invalid_count", "count " + n + " is negative");
-        }
         try {
             return Native.generatorNextIds(ref.handle, n);
         } finally {
@@ -208,7 +205,8 @@ public final class Generator implements AutoCloseable {
      * {@code sequenceStart} {@code "zero"} (the default) or {@code "random:100"}.
      */
     public static final class Builder {
-        private String layout = "twitter";
+        /** Null: idmint-embed's default layout ({@code twitter}). */
+        private String layout;
         private int worker;
         private int datacenter;
         private String clockBehind;

@@ -4,8 +4,8 @@ package io.idmint;
  * The native methods of {@code libidmint_java} (bindings/java/native). Handles
  * are Rust objects on the heap; each public class passes only its own, keeps
  * its owner reachable across the call, and frees it once from its
- * {@link NativeRef}'s Cleaner. Arguments are checked by the public classes
- * first (no nulls, no negative counts or parts).
+ * {@link NativeRef}'s Cleaner. The public classes refuse nulls; every other
+ * check (counts, the range of settings) and every default is idmint-embed's.
  */
 final class Native {
     private Native() {}
@@ -45,6 +45,8 @@ final class Native {
     static native String[] generatorStatus(long generator);
     static native void generatorClose(long generator);
     static native long maxBatch();
+    /** Closes every generator and allocator still open (the shutdown hook). */
+    static native void closeAll();
     static native void generatorFree(long generator);
 
     // Segments
@@ -57,7 +59,16 @@ final class Native {
     static native void segmentsFree(long segments);
 
     // PublicIds
-    static native long publicIdsNew(String key, int bits, int keyIdBits, int activeKey, String format);
+    /** Each setting with whether it was set; a null format is the default. */
+    static native long publicIdsNew(
+            String key,
+            boolean hasBits,
+            int bits,
+            boolean hasKeyIdBits,
+            int keyIdBits,
+            boolean hasActiveKey,
+            int activeKey,
+            String format);
     static native long publicIdsFromConfig(String path);
     static native void publicIdsFree(long ids);
     static native long publicIdsObfuscate(long ids, long id);

@@ -1,8 +1,6 @@
 package io.idmint;
 
 import java.lang.ref.Cleaner;
-import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.LongConsumer;
 
 /**
@@ -16,18 +14,16 @@ import java.util.function.LongConsumer;
  *       memory). Every call keeps its owner reachable to its end with
  *       {@code Reference.reachabilityFence}.
  *   <li><b>Closed at exit</b>: what is still open when the JVM exits normally
- *       is closed by a shutdown hook, so leases are released then.
+ *       is closed by a shutdown hook, so leases are released then; which
+ *       objects are open is idmint-embed's to know ({@code Native.closeAll}).
  *   <li>{@link #close} and the free hold this object's lock, so neither can
  *       see the other half done.
  * </ul>
  */
 final class NativeRef implements Runnable {
     private static final Cleaner CLEANER = Cleaner.create();
-    /** What holds a lease or a store open: closed at exit. */
-    private static final Set<NativeRef> OPEN = ConcurrentHashMap.newKeySet();
-
     static {
-        Runtime.getRuntime().addShutdownHook(new Thread(NativeRef::closeAllOpen, "idmint-close-at-exit"));
+        Runtime.getRuntime().addShutdownHook(new Thread(Native::closeAll, "idmint-close-at-exit"));
     }
 
     final long handle;
@@ -48,16 +44,12 @@ final class NativeRef implements Runnable {
      */
     static NativeRef own(Object owner, long handle, LongConsumer close, LongConsumer free) {
         NativeRef ref = new NativeRef(handle, close, free);
-        if (close != null) {
-            OPEN.add(ref);
-        }
         CLEANER.register(owner, ref);
         return ref;
     }
 
     /** Closes the object (idempotent; nothing once freed). */
     synchronized void close() {
-        OPEN.remove(this);
         if (!freed && close != null) {
             close.accept(handle);
         }
@@ -66,14 +58,7 @@ final class NativeRef implements Runnable {
     /** The Cleaner's action: frees the object, closing it first if open. */
     @Override
     public synchronized void run() {
-        OPEN.remove(this);
         freed = true;
         free.accept(handle);
-    }
-
-    private static void closeAllOpen() {
-        for (NativeRef ref : OPEN) {
-            ref.close();
-        }
     }
 }

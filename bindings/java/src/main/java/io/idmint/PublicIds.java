@@ -171,13 +171,17 @@ public final class PublicIds {
         }
     }
 
-    /** The settings of {@code [obfuscation]}, with its defaults. */
+    /**
+     * The settings of {@code [obfuscation]}. What is not set takes idmint's
+     * default (63 bits, no key-ID bits, the last key listed, {@code dec}),
+     * and every number is checked by idmint, at {@link #build()}.
+     */
     public static final class Builder {
         private final String key;
-        private int bits = 63;
-        private int keyIdBits;
-        private int activeKey = -1;
-        private String format = "dec";
+        private Integer bits;
+        private Integer keyIdBits;
+        private Integer activeKey;
+        private String format;
 
         private Builder(String key) {
             this.key = key;
@@ -189,11 +193,9 @@ public final class PublicIds {
          * @param bits 32 to 64; with 64, public IDs fill the {@code long} and read
          *     as unsigned
          * @return this builder
-         * @throws IdmintException {@code invalid_config} outside 0 to 255 (the
-         *     config's type); {@link #build()} checks the rest
          */
         public Builder bits(int bits) {
-            this.bits = setting("bits", bits);
+            this.bits = bits;
             return this;
         }
 
@@ -203,11 +205,9 @@ public final class PublicIds {
          * @param keyIdBits how many of the public ID's bits carry the key ID, so a
          *     ring can rotate keys and still reveal old public IDs
          * @return this builder
-         * @throws IdmintException {@code invalid_config} outside 0 to 255;
-         *     {@link #build()} checks the rest
          */
         public Builder keyIdBits(int keyIdBits) {
-            this.keyIdBits = setting("key_id_bits", keyIdBits);
+            this.keyIdBits = keyIdBits;
             return this;
         }
 
@@ -216,11 +216,9 @@ public final class PublicIds {
          *
          * @param activeKey a key ID of the ring
          * @return this builder
-         * @throws IdmintException {@code invalid_config} outside 0 to 255;
-         *     {@link #build()} checks the rest
          */
         public Builder activeKey(int activeKey) {
-            this.activeKey = setting("active_key", activeKey);
+            this.activeKey = activeKey;
             return this;
         }
 
@@ -236,26 +234,28 @@ public final class PublicIds {
             return this;
         }
 
-        /** The settings are bytes in the config: refused by name otherwise. */
-        private static int setting(String name, int value) {
-            if (value < 0 || value > 255) {
-                throw IdmintException.of("invalid_config", "obfuscation." + name + " = " + value + " is out of range");
-            }
-            return value;
-        }
-
         /**
          * The public IDs.
          *
          * @return public IDs that agree with a server whose {@code [obfuscation]}
          *     has the same settings
-         * @throws IdmintException {@code invalid_key} for a malformed ring (an
+         * @throws IdmintException {@code invalid_config} for a number outside 0
+         *     to 255 (the config's type: {@code obfuscation.bits = 300 is out of
+         *     range: 0 to 255}), {@code invalid_key} for a malformed ring (an
          *     entry that is no 32 or 64 hex digits, a key ID that is no number),
          *     {@code invalid_obfuscator} for settings that don't fit together or an
          *     unknown format; never with the key in the message
          */
         public PublicIds build() {
-            return new PublicIds(Native.publicIdsNew(key, bits, keyIdBits, activeKey, format));
+            return new PublicIds(Native.publicIdsNew(
+                    key,
+                    bits != null,
+                    bits == null ? 0 : bits,
+                    keyIdBits != null,
+                    keyIdBits == null ? 0 : keyIdBits,
+                    activeKey != null,
+                    activeKey == null ? 0 : activeKey,
+                    format));
         }
     }
 }

@@ -93,9 +93,6 @@ public final class Segments implements AutoCloseable {
      */
     public long[] nextIds(String key, int n) {
         Objects.requireNonNull(key, "key");
-        if (n < 0) {
-            throw IdmintException.of("invalid_count", "count " + n + " is negative");
-        }
         try {
             return Native.segmentsNextIds(ref.handle, key, n);
         } finally {

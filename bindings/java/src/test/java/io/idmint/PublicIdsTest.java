@@ -88,7 +88,8 @@ class PublicIdsTest {
             assertEquals("invalid_key", assertThrows(IdmintException.class, () -> PublicIds.builder(bad).build()).code(), bad);
         }
         assertEquals("invalid_obfuscator", assertThrows(IdmintException.class, () -> PublicIds.builder(KEY).format("hex").build()).code());
-        e = assertThrows(IdmintException.class, () -> PublicIds.builder(KEY).bits(300));
+        // Checked by idmint-embed at build(), as in every language (BadInputTest).
+        e = assertThrows(IdmintException.class, () -> PublicIds.builder(KEY).bits(300).build());
         assertEquals("invalid_config", e.code());
         assertTrue(e.detail().contains("300"), e.detail());
         assertEquals("invalid_public_id",
