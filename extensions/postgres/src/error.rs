@@ -6,7 +6,7 @@ use pgrx::PgSqlErrorCode;
 use pgrx::pg_sys::panic::ErrorReport;
 
 /// A failure to report: its code, its SQLSTATE and its message.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Failure {
     pub(crate) code: &'static str,
     pub(crate) message: String,
@@ -32,6 +32,8 @@ impl Failure {
             | "invalid_layout"
             | "invalid_layout_text"
             | "invalid_config"
+            | "registry_config"
+            | "registry_unsupported"
             | "node_out_of_range"
             | "extension_not_preloaded" => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             "not_ready"

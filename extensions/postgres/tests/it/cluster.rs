@@ -30,6 +30,13 @@ fn script(args: &[&str]) -> String {
 impl Cluster {
     /// A new cluster in a fresh directory under /tmp named after `name`.
     pub fn start(name: &str) -> Cluster {
+        Cluster::start_with(name, "")
+    }
+
+    /// As [`Cluster::start`], with `settings` (lines of `postgresql.conf`,
+    /// such as `idmint.config = '...'`) added before the restart that
+    /// preloads the extension.
+    pub fn start_with(name: &str, settings: &str) -> Cluster {
         let dir = std::env::temp_dir().join(format!("wtp-idmint-pg-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -39,6 +46,8 @@ impl Cluster {
         let conf = dir.join("data/postgresql.conf");
         let mut text = std::fs::read_to_string(&conf).unwrap();
         text.push_str("\nshared_preload_libraries = 'idmint'\n");
+        text.push_str(settings);
+        text.push('\n');
         std::fs::write(&conf, text).unwrap();
         let url = script(&["restart", d]);
         Cluster { dir, url }
@@ -53,6 +62,30 @@ impl Cluster {
     /// then a start on the same port and data.
     pub fn restart(&self) {
         script(&["restart", self.dir.to_str().unwrap()]);
+    }
+
+    /// `connections` connections at once each insert `rows` rows with
+    /// `insert` (one parameter: `round`), one statement per row (one DEFAULT
+    /// call per row, as an application does), in transactions of 5,000.
+    pub fn insert(&self, connections: usize, rows: u64, insert: &str, round: i32) {
+        std::thread::scope(|scope| {
+            for _ in 0..connections {
+                let mut c = self.client();
+                scope.spawn(move || {
+                    let stmt = c.prepare(insert).unwrap();
+                    let mut left = rows;
+                    while left > 0 {
+                        let n = left.min(5_000);
+                        let mut tx = c.transaction().unwrap();
+                        for _ in 0..n {
+                            tx.execute(&stmt, &[&round]).unwrap();
+                        }
+                        tx.commit().unwrap();
+                        left -= n;
+                    }
+                });
+            }
+        });
     }
 
     /// The server's log.
