@@ -8,8 +8,11 @@
 //!   cores; the full size is 125,000 × 8 = 1,000,000 per cluster).
 //! - `IDMINT_BIN`: the `idmint` binary `idmint_decode` is compared with
 //!   (default: the root workspace's `target/debug/idmint`).
+//! - etcd (`scripts/etcd`) for the registry tests: under `CI=true` a
+//!   missing etcd fails them, elsewhere they print SKIPPED.
 
 mod cluster;
+mod etcd;
 mod registries;
 
 use std::collections::HashSet;

@@ -1,12 +1,193 @@
 //! Workers from the registries `idmint serve` has, through `idmint.config`:
-//! a config that can't work.
+//! three clusters on one etcd, an etcd outage past the lease, and a config
+//! that can't work.
 
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
-use crate::{assert_idmint_error, config_file};
+use crate::etcd::Etcd;
+use crate::{assert_idmint_error, config_file, rows_per_connection, say};
 
+const CREATE: &str = "CREATE EXTENSION idmint;
+     CREATE TABLE t (id bigint PRIMARY KEY DEFAULT idmint_next_id(), round int NOT NULL);";
 const INSERT: &str = "INSERT INTO t (round) VALUES ($1)";
+
+/// An idmint config naming `etcd` as the registry (the file `idmint serve
+/// --config` reads), in `cluster` with `lease_ttl`.
+fn etcd_config(etcd: &Etcd, cluster: &str, lease_ttl: &str) -> String {
+    format!(
+        "[snowflake]\nregistry = \"etcd\"\n\n[snowflake.etcd]\nendpoints = [\"{}\"]\n\
+         cluster = \"{cluster}-{}\"\nlease_ttl = \"{lease_ttl}\"\n",
+        etcd.endpoint(),
+        std::process::id()
+    )
+}
+
+/// Every `id` in `t`, read with COPY.
+fn ids(client: &mut postgres::Client) -> Vec<i64> {
+    let reader = client.copy_out("COPY t (id) TO STDOUT").unwrap();
+    BufReader::new(reader)
+        .lines()
+        .map(|l| l.unwrap().parse().unwrap())
+        .collect()
+}
+
+/// Three clusters, one etcd: each inserts from 8 connections at once, all
+/// three at the same time. Each holds a worker of its own from etcd, every
+/// ID carries its cluster's worker, and the union has no duplicate.
+#[test]
+fn three_clusters_on_one_etcd_repeat_no_id() {
+    let Some(etcd) = Etcd::start("three") else {
+        return;
+    };
+    let config = config_file("three", &etcd_config(&etcd, "three", "10s"));
+    let setting = config.setting();
+    let clusters: Vec<Cluster> = (0..3)
+        .map(|i| Cluster::start_with(&format!("etcd{i}"), &setting))
+        .collect();
+    for c in &clusters {
+        c.client().batch_execute(CREATE).unwrap();
+    }
+    let rows = rows_per_connection();
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for c in &clusters {
+            scope.spawn(move || c.insert(8, rows, INSERT, 1));
+        }
+    });
+    let took = started.elapsed();
+    let total = 3 * 8 * rows;
+    say(&format!(
+        "3 clusters on etcd, 8 connections each: {total} rows in {:.1} s ({:.0} rows/s)",
+        took.as_secs_f64(),
+        total as f64 / took.as_secs_f64()
+    ));
+
+    let mut all = HashSet::with_capacity(total as usize);
+    let mut nodes = HashSet::new();
+    let mut duplicates = 0u64;
+    for c in &clusters {
+        let mut client = c.client();
+        let status = client
+            .query_one(
+                "SELECT registry, datacenter, worker, lease FROM idmint_status()",
+                &[],
+            )
+            .unwrap();
+        let (registry, dc, worker, lease): (String, i32, i32, String) =
+            (status.get(0), status.get(1), status.get(2), status.get(3));
+        assert_eq!((registry.as_str(), lease.as_str()), ("etcd", "held"));
+        assert!(
+            nodes.insert((dc, worker)),
+            "two clusters hold ({dc}, {worker})"
+        );
+        let foreign: i64 = client
+            .query_one(
+                "SELECT count(*) FROM t, idmint_decode(t.id) d
+                 WHERE d.datacenter <> $1 OR d.worker <> $2",
+                &[&dc, &worker],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            foreign, 0,
+            "IDs of another node in ({dc}, {worker})'s table"
+        );
+        let ids = ids(&mut client);
+        assert_eq!(ids.len() as u64, 8 * rows);
+        for id in ids {
+            if !all.insert(id) {
+                duplicates += 1;
+            }
+        }
+    }
+    assert_eq!(duplicates, 0, "duplicate IDs across the three clusters");
+    assert_eq!(all.len() as u64, total);
+}
+
+/// etcd stopped past the lease: inserts fail with the typed error (SQLSTATE
+/// 55000, `lease_lost` or `mark_reached`) and insert nothing; etcd back,
+/// inserts resume above every earlier ID.
+#[test]
+fn an_etcd_outage_past_the_lease_fails_inserts_until_it_returns() {
+    let Some(etcd) = Etcd::start("outage") else {
+        return;
+    };
+    let lease_ttl = Duration::from_secs(3);
+    let config = config_file("outage", &etcd_config(&etcd, "outage", "3s"));
+    let cluster = Cluster::start_with("outage", &config.setting());
+    let mut client = cluster.client();
+    client.batch_execute(CREATE).unwrap();
+    for _ in 0..100 {
+        client.execute(INSERT, &[&1]).unwrap();
+    }
+    let max_before: i64 = client
+        .query_one("SELECT max(id) FROM t", &[])
+        .unwrap()
+        .get(0);
+
+    etcd.stop();
+    let stopped = Instant::now();
+    // Past the lease (and the mark the keeper persisted ahead): no more IDs.
+    std::thread::sleep(lease_ttl + Duration::from_secs(2));
+    let err = client.execute(INSERT, &[&2]).unwrap_err();
+    let code = assert_idmint_error(&err, "55000", &["lease_lost", "mark_reached"]);
+    let lease: String = client
+        .query_one("SELECT lease FROM idmint_status()", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        matches!(lease.as_str(), "expired" | "lost" | "renewing"),
+        "lease {lease} with etcd down for {:?}",
+        stopped.elapsed()
+    );
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM t WHERE round = 2", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "a failed insert left a row");
+    say(&format!(
+        "etcd down {:.1} s: INSERT failed with {code} (lease {lease})",
+        stopped.elapsed().as_secs_f64()
+    ));
+
+    etcd.restart();
+    let back = Instant::now();
+    loop {
+        match client.execute(INSERT, &[&2]) {
+            Ok(_) => break,
+            Err(e) => {
+                assert_idmint_error(&e, "55000", &["lease_lost", "mark_reached", "not_ready"]);
+                assert!(
+                    back.elapsed() < Duration::from_secs(30),
+                    "inserts still fail 30 s after etcd returned: {e:?}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    say(&format!(
+        "etcd back: inserts resumed after {:.1} s",
+        back.elapsed().as_secs_f64()
+    ));
+    for _ in 0..100 {
+        client.execute(INSERT, &[&2]).unwrap();
+    }
+    let row = client
+        .query_one(
+            "SELECT min(id), count(*), count(DISTINCT id) FROM t WHERE round = 2",
+            &[],
+        )
+        .unwrap();
+    let (min_after, n, distinct): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!((n, distinct), (101, 101));
+    assert!(
+        min_after > max_before,
+        "{min_after} after the outage, {max_before} before"
+    );
+}
 
 /// A config that can't work: the server starts, says why in its log, and
 /// every call fails with `invalid_config` (22023), inserting nothing.
