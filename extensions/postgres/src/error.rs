@@ -34,6 +34,9 @@ impl Failure {
             | "invalid_config"
             | "registry_config"
             | "registry_unsupported"
+            | "invalid_public_id"
+            | "unknown_key_id"
+            | "invalid_obfuscator"
             | "node_out_of_range"
             | "extension_not_preloaded" => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             "not_ready"
@@ -48,7 +51,8 @@ impl Failure {
             | "registry_backend"
             | "registry_unavailable"
             | "clock_skew"
-            | "worker_taken" => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            | "worker_taken"
+            | "obfuscation_disabled" => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "layout_exhausted" | "clock_before_epoch" => {
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED
             }

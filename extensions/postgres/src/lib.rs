@@ -31,6 +31,7 @@ use crate::shared::SHARED;
 
 mod error;
 mod functions;
+mod public;
 mod settings;
 mod shared;
 mod worker;
@@ -43,7 +44,7 @@ pgrx::pg_module_magic!();
 pub const READY_WAIT: Duration = Duration::from_secs(10);
 
 /// `idmint.config`: an idmint config file (the one `idmint serve --config`
-/// reads); set, its `[snowflake]` section is used and
+/// reads); set, its `[snowflake]` and `[obfuscation]` sections are used and
 /// `idmint.registry`, `idmint.worker` and `idmint.layout` are not read.
 pub(crate) static CONFIG: GucSetting<Option<std::ffi::CString>> =
     GucSetting::<Option<std::ffi::CString>>::new(None);
@@ -125,7 +126,7 @@ fn define_gucs() {
     }
     string(
         c"idmint.config",
-        c"An idmint config file (as idmint serve --config reads); its [snowflake] section is used.",
+        c"An idmint config file (as idmint serve --config reads); its [snowflake] and [obfuscation] sections are used.",
         &CONFIG,
     );
     string(

@@ -4,8 +4,8 @@
 //!   --config FILE` reads it (`idmint_node::load_checked`: the file, then the
 //!   postmaster's `IDMINT_…` environment variables over it, then the
 //!   server's checks). Its `[snowflake]` section (layout, policies, clock,
-//!   registry: file, static, host, k8s, sql, redis, etcd, zookeeper) is
-//!   used; the listeners and keys are not.
+//!   registry: file, static, host, k8s, sql, redis, etcd, zookeeper) and its
+//!   `[obfuscation]` section are used; the listeners and keys are not.
 //!   `server.data_dir` left at its default means `$PGDATA/idmint`.
 //! - **`idmint.config` unset:** the embedded default, built from
 //!   `idmint.registry` (`file` or `static`), `idmint.worker` and
@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use idmint_core::clock::Clock;
-use idmint_core::{Layout, Snowflake, SnowflakeBuilder};
+use idmint_core::{Layout, Obfuscator, Snowflake, SnowflakeBuilder};
 use idmint_node::IdClock;
 use idmint_node::config::{Config, RegistryKind};
 use pgrx::pg_sys;
@@ -37,6 +37,8 @@ pub(crate) struct Settings {
     pub(crate) config: Config,
     /// `snowflake.layout`, parsed.
     pub(crate) layout: Layout,
+    /// `[obfuscation]`'s permutation; `None` without `obfuscation.key`.
+    pub(crate) obfuscator: Option<Obfuscator>,
 }
 
 impl Settings {
@@ -94,10 +96,15 @@ fn load() -> Result<Settings, Failure> {
     let layout = config
         .layout()
         .map_err(|e| Failure::new("invalid_config", format!("{source}: {e}")))?;
+    let obfuscator = config
+        .obfuscation
+        .obfuscator()
+        .map_err(|e| Failure::new("invalid_config", format!("{source}: {e}")))?;
     Ok(Settings {
         source,
         config,
         layout,
+        obfuscator,
     })
 }
 

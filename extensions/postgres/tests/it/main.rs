@@ -6,13 +6,15 @@
 //! - `IDMINT_PG_ROWS`: rows per connection in the concurrent insert tests
 //!   (default 10,000, which keeps the whole run near two minutes on two
 //!   cores; the full size is 125,000 × 8 = 1,000,000 per cluster).
-//! - `IDMINT_BIN`: the `idmint` binary `idmint_decode` is compared with
-//!   (default: the root workspace's `target/debug/idmint`).
+//! - `IDMINT_BIN`: the `idmint` binary `idmint_decode` and
+//!   `idmint_obfuscate` are compared with (default: the root workspace's
+//!   `target/debug/idmint`).
 //! - etcd (`scripts/etcd`) for the registry tests: under `CI=true` a
 //!   missing etcd fails them, elsewhere they print SKIPPED.
 
 mod cluster;
 mod etcd;
+mod public_ids;
 mod registries;
 
 use std::collections::HashSet;
@@ -215,6 +217,13 @@ fn functions_and_errors() {
             "invalid_count",
         ),
         ("SELECT * FROM idmint_decode(-1)", "22023", "invalid_id"),
+        // No [obfuscation] key here: public IDs are refused, not made up.
+        (
+            "SELECT idmint_obfuscate(1)",
+            "55000",
+            "obfuscation_disabled",
+        ),
+        ("SELECT idmint_reveal(1)", "55000", "obfuscation_disabled"),
     ] {
         let err = client.query(sql, &[]).unwrap_err();
         let db = err.as_db_error().unwrap_or_else(|| panic!("{sql}: {err}"));
