@@ -9,10 +9,12 @@
 //! - `IDMINT_BIN`: the `idmint` binary `idmint_decode` and
 //!   `idmint_obfuscate` are compared with (default: the root workspace's
 //!   `target/debug/idmint`).
-//! - etcd (`scripts/etcd`) for the registry tests: under `CI=true` a
-//!   missing etcd fails them, elsewhere they print SKIPPED.
+//! - etcd (`scripts/etcd`) for the registry tests, libfaketime for the
+//!   restart an hour behind: under `CI=true` a missing one fails its test,
+//!   elsewhere it prints SKIPPED.
 
 mod cluster;
+mod crash;
 mod etcd;
 mod public_ids;
 mod registries;
