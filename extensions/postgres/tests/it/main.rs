@@ -14,6 +14,7 @@
 //!   elsewhere it prints SKIPPED.
 
 mod cluster;
+mod convert;
 mod crash;
 mod etcd;
 mod public_ids;
