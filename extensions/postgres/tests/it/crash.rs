@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::cluster::Cluster;
-use crate::etcd::require_service;
+use crate::service::require_service;
 use crate::{assert_idmint_error, say};
 
 /// libfaketime for threaded programs (the keeper runs a tokio thread).

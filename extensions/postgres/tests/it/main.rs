@@ -9,16 +9,17 @@
 //! - `IDMINT_BIN`: the `idmint` binary `idmint_decode` and
 //!   `idmint_obfuscate` are compared with (default: the root workspace's
 //!   `target/debug/idmint`).
-//! - etcd (`scripts/etcd`) for the registry tests, libfaketime for the
+//! - etcd and ZooKeeper (`scripts/etcd`, `scripts/zookeeper`), the
+//!   machine's Redis and PostgreSQL for the registry tests, libfaketime for the
 //!   restart an hour behind: under `CI=true` a missing one fails its test,
 //!   elsewhere it prints SKIPPED.
 
 mod cluster;
 mod convert;
 mod crash;
-mod etcd;
 mod public_ids;
 mod registries;
+mod service;
 
 use std::collections::HashSet;
 use std::io::Write;

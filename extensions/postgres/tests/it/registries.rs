@@ -1,13 +1,13 @@
 //! Workers from the registries `idmint serve` has, through `idmint.config`:
-//! three clusters on one etcd, an etcd outage past the lease, and a config
-//! that can't work.
+//! three clusters on one etcd, an etcd outage past the lease, pairs of
+//! clusters on ZooKeeper, Redis and SQL, and a config that can't work.
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
-use crate::etcd::Etcd;
+use crate::service::{Service, require_service};
 use crate::{assert_idmint_error, config_file, rows_per_connection, say};
 
 const CREATE: &str = "CREATE EXTENSION idmint;
@@ -16,11 +16,11 @@ const INSERT: &str = "INSERT INTO t (round) VALUES ($1)";
 
 /// An idmint config naming `etcd` as the registry (the file `idmint serve
 /// --config` reads), in `cluster` with `lease_ttl`.
-fn etcd_config(etcd: &Etcd, cluster: &str, lease_ttl: &str) -> String {
+fn etcd_config(etcd: &Service, cluster: &str, lease_ttl: &str) -> String {
     format!(
         "[snowflake]\nregistry = \"etcd\"\n\n[snowflake.etcd]\nendpoints = [\"{}\"]\n\
          cluster = \"{cluster}-{}\"\nlease_ttl = \"{lease_ttl}\"\n",
-        etcd.endpoint(),
+        etcd.address(),
         std::process::id()
     )
 }
@@ -39,7 +39,7 @@ fn ids(client: &mut postgres::Client) -> Vec<i64> {
 /// ID carries its cluster's worker, and the union has no duplicate.
 #[test]
 fn three_clusters_on_one_etcd_repeat_no_id() {
-    let Some(etcd) = Etcd::start("three") else {
+    let Some(etcd) = Service::etcd("three") else {
         return;
     };
     let config = config_file("three", &etcd_config(&etcd, "three", "10s"));
@@ -112,7 +112,7 @@ fn three_clusters_on_one_etcd_repeat_no_id() {
 /// inserts resume above every earlier ID.
 #[test]
 fn an_etcd_outage_past_the_lease_fails_inserts_until_it_returns() {
-    let Some(etcd) = Etcd::start("outage") else {
+    let Some(etcd) = Service::etcd("outage") else {
         return;
     };
     let lease_ttl = Duration::from_secs(3);
@@ -240,4 +240,94 @@ fn a_bad_config_is_an_error_not_an_id() {
             .contains("/nonexistent/idmint.toml"),
         "{err:?}"
     );
+}
+
+/// Whether something listens at `addr` (the machine's own services).
+fn listening(addr: &str) -> bool {
+    addr.parse()
+        .is_ok_and(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(1)).is_ok())
+}
+
+/// Two clusters on each of: a private ZooKeeper (ephemeral nodes), the
+/// machine's Redis, the machine's PostgreSQL (the `sql` registry's table in
+/// database `test`), as the workspace's tests reach them. Each pair inserts
+/// at once from 4 connections a cluster: distinct workers, no duplicate.
+#[test]
+fn clusters_on_zookeeper_redis_and_sql_repeat_no_id() {
+    let cluster_name = format!("pg-ext-{}", std::process::id());
+    for registry in ["zookeeper", "redis", "sql"] {
+        // The service, kept running for the pair, and the registry's section.
+        let (_zookeeper, section) = match registry {
+            "zookeeper" => {
+                let Some(zk) = Service::zookeeper("pair") else {
+                    continue;
+                };
+                let section = format!(
+                    "[snowflake.zookeeper]\nconnect = \"{}\"\ncluster = \"{cluster_name}\"\n",
+                    zk.address()
+                );
+                (Some(zk), section)
+            }
+            "redis" => {
+                if !require_service("redis", listening("127.0.0.1:6379"), "nothing on 6379") {
+                    continue;
+                }
+                let section = format!(
+                    "[snowflake.redis]\nurl = \"redis://127.0.0.1:6379/\"\ncluster = \"{cluster_name}\"\n"
+                );
+                (None, section)
+            }
+            _ => {
+                if !require_service("PostgreSQL", listening("127.0.0.1:5432"), "nothing on 5432") {
+                    continue;
+                }
+                let section = format!(
+                    "[snowflake.sql]\nurl = \"postgres://postgres@127.0.0.1:5432/test\"\n\
+                     mode = \"lease\"\ncluster = \"{cluster_name}\"\n"
+                );
+                (None, section)
+            }
+        };
+        let config = config_file(
+            registry,
+            &format!("[snowflake]\nregistry = \"{registry}\"\n\n{section}"),
+        );
+        let clusters: Vec<Cluster> = (0..2)
+            .map(|i| Cluster::start_with(&format!("{registry}{i}"), &config.setting()))
+            .collect();
+        for c in &clusters {
+            c.client().batch_execute(CREATE).unwrap();
+        }
+        std::thread::scope(|scope| {
+            for c in &clusters {
+                scope.spawn(move || c.insert(4, 2_000, INSERT, 1));
+            }
+        });
+        let mut all = HashSet::new();
+        let mut nodes = HashSet::new();
+        for c in &clusters {
+            let mut client = c.client();
+            let status = client
+                .query_one(
+                    "SELECT registry, datacenter, worker, lease FROM idmint_status()",
+                    &[],
+                )
+                .unwrap();
+            let (name, dc, worker, lease): (String, i32, i32, String) =
+                (status.get(0), status.get(1), status.get(2), status.get(3));
+            assert_eq!((name.as_str(), lease.as_str()), (registry, "held"));
+            assert!(
+                nodes.insert((dc, worker)),
+                "two clusters hold ({dc}, {worker}) on {registry}"
+            );
+            for id in ids(&mut client) {
+                assert!(all.insert(id), "{id} twice on {registry}");
+            }
+        }
+        assert_eq!(all.len(), 2 * 4 * 2_000);
+        say(&format!(
+            "2 clusters on {registry}: workers {nodes:?}, {} IDs, no duplicate",
+            all.len()
+        ));
+    }
 }
