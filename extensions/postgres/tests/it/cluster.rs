@@ -58,6 +58,21 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.url))
     }
 
+    /// The URL clients connect with (`postgres://postgres@127.0.0.1:PORT/postgres`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Adds `settings` to `postgresql.conf`, then a clean restart.
+    pub fn restart_with(&self, settings: &str) {
+        let conf = self.dir.join("data/postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).unwrap();
+        text.push_str(settings);
+        text.push('\n');
+        std::fs::write(&conf, text).unwrap();
+        self.restart();
+    }
+
     /// A clean restart: a fast shutdown (the keeper records a clean stop),
     /// then a start on the same port and data.
     pub fn restart(&self) {

@@ -331,3 +331,50 @@ fn clusters_on_zookeeper_redis_and_sql_repeat_no_id() {
         ));
     }
 }
+
+/// The `sql` registry on the cluster's own server, for a single server that
+/// wants its worker in a table rather than a file: the keeper connects to
+/// the server it runs in (retrying until it accepts connections), and IDs
+/// go on above every earlier one across a clean restart.
+#[test]
+fn the_sql_registry_on_the_same_server() {
+    let cluster = Cluster::start("samesql");
+    let config = config_file(
+        "samesql",
+        &format!(
+            "[snowflake]\nregistry = \"sql\"\n\n[snowflake.sql]\nurl = \"{}\"\nmode = \"lease\"\n",
+            cluster.url()
+        ),
+    );
+    cluster.restart_with(&config.setting());
+    let mut client = cluster.client();
+    client.batch_execute(CREATE).unwrap();
+    cluster.insert(4, 1_000, INSERT, 1);
+    let status = client
+        .query_one("SELECT registry, lease FROM idmint_status()", &[])
+        .unwrap();
+    assert_eq!(
+        (status.get::<_, String>(0), status.get::<_, String>(1)),
+        ("sql".to_owned(), "held".to_owned())
+    );
+    let max_before: i64 = client
+        .query_one("SELECT max(id) FROM t", &[])
+        .unwrap()
+        .get(0);
+    drop(client);
+    cluster.restart();
+    cluster.insert(4, 1_000, INSERT, 2);
+    let mut client = cluster.client();
+    let row = client
+        .query_one(
+            "SELECT count(*), count(DISTINCT id), min(id) FILTER (WHERE round = 2) FROM t",
+            &[],
+        )
+        .unwrap();
+    let (n, distinct, min_after): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!((n, distinct), (8_000, 8_000));
+    assert!(
+        min_after > max_before,
+        "{min_after} after the restart, {max_before} before"
+    );
+}
