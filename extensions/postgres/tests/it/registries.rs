@@ -221,6 +221,22 @@ fn a_bad_config_is_an_error_not_an_id() {
         log.contains("idmint error code: invalid_config") && log.contains("snowflake.etcd"),
         "{log}"
     );
+    // idmint_status() reports it (the keeper sets it as it starts).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let row = client
+            .query_one("SELECT lease, last_error FROM idmint_status()", &[])
+            .unwrap();
+        let (lease, last_error): (String, Option<String>) = (row.get(0), row.get(1));
+        if (lease.as_str(), last_error.as_deref()) == ("failed", Some("invalid_config")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status: lease {lease}, last error {last_error:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // A file that isn't there either.
     let missing = Cluster::start_with(
