@@ -43,6 +43,28 @@ AS 'MODULE_PATHNAME', 'idmint_next_ids_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/public.rs:60
+-- idmint::public::idmint_obfuscate
+CREATE  FUNCTION "idmint_obfuscate"(
+	"id" bigint /* i64 */
+) RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'idmint_obfuscate_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/public.rs:66
+-- idmint::public::idmint_reveal
+CREATE  FUNCTION "idmint_reveal"(
+	"public_id" bigint /* i64 */
+) RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'idmint_reveal_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/functions.rs:196
 -- idmint::functions::idmint_status
 CREATE  FUNCTION "idmint_status"() RETURNS TABLE (

@@ -6,7 +6,7 @@ use pgrx::PgSqlErrorCode;
 use pgrx::pg_sys::panic::ErrorReport;
 
 /// A failure to report: its code, its SQLSTATE and its message.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Failure {
     pub(crate) code: &'static str,
     pub(crate) message: String,
@@ -32,6 +32,11 @@ impl Failure {
             | "invalid_layout"
             | "invalid_layout_text"
             | "invalid_config"
+            | "registry_config"
+            | "registry_unsupported"
+            | "invalid_public_id"
+            | "unknown_key_id"
+            | "invalid_obfuscator"
             | "node_out_of_range"
             | "extension_not_preloaded" => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             "not_ready"
@@ -46,7 +51,8 @@ impl Failure {
             | "registry_backend"
             | "registry_unavailable"
             | "clock_skew"
-            | "worker_taken" => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            | "worker_taken"
+            | "obfuscation_disabled" => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "layout_exhausted" | "clock_before_epoch" => {
                 PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED
             }

@@ -29,10 +29,9 @@ thread_local! {
     static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
 }
 
-/// The configured layout (the same in every process: a postmaster setting).
+/// The configured layout (the same in every process: read in the postmaster).
 pub(crate) fn layout() -> Result<Layout, Failure> {
-    let text = crate::guc_text(&crate::LAYOUT, "twitter");
-    text.parse::<Layout>().map_err(Failure::from)
+    Ok(crate::settings::settings()?.layout)
 }
 
 fn shared_state() -> Result<&'static Shared, Failure> {
@@ -56,6 +55,8 @@ fn pause(d: Duration) {
 /// keeps the result only if the generation did not change meanwhile (a
 /// re-claim's new worker ID must not mix with the old one's words).
 fn with_generator<T>(mut issue: impl FnMut(&Snowflake) -> Result<T, Error>) -> Result<T, Failure> {
+    // A bad config fails at once, with its own code, not after a wait.
+    let settings = crate::settings::settings()?;
     let shared = shared_state()?;
     let start = Instant::now();
     loop {
@@ -78,9 +79,8 @@ fn with_generator<T>(mut issue: impl FnMut(&Snowflake) -> Result<T, Error>) -> R
             let mut local = local.borrow_mut();
             if local.as_ref().is_none_or(|l| l.generation != generation) {
                 let node = shared.node.load(Ordering::Acquire);
-                let generator = Snowflake::builder(layout()?)
-                    .with_datacenter((node >> 32) as u32)
-                    .with_worker(node as u32)
+                let generator = settings
+                    .builder((node >> 32) as u32, node as u32)
                     .with_shared_words(&shared.words)
                     .build()?;
                 *local = Some(Local {

@@ -31,6 +31,8 @@ use crate::shared::SHARED;
 
 mod error;
 mod functions;
+mod public;
+mod settings;
 mod shared;
 mod worker;
 
@@ -40,6 +42,12 @@ pgrx::pg_module_magic!();
 /// `not_ready` (a restart after a crash waits up to the keeper's window, 3 s,
 /// for the clock to pass the stored mark).
 pub const READY_WAIT: Duration = Duration::from_secs(10);
+
+/// `idmint.config`: an idmint config file (the one `idmint serve --config`
+/// reads); set, its `[snowflake]` and `[obfuscation]` sections are used and
+/// `idmint.registry`, `idmint.worker` and `idmint.layout` are not read.
+pub(crate) static CONFIG: GucSetting<Option<std::ffi::CString>> =
+    GucSetting::<Option<std::ffi::CString>>::new(None);
 
 /// `idmint.layout`: the layout's text form, as `idmint serve`'s `[snowflake] layout`.
 pub(crate) static LAYOUT: GucSetting<Option<std::ffi::CString>> =
@@ -73,6 +81,22 @@ pub extern "C-unwind" fn _PG_init() {
         // no shared memory, no worker. The functions say so.
         return;
     }
+    // Read once here, in the postmaster: every backend and the keeper
+    // inherit the same settings by fork. A bad config does not stop the
+    // server; it is logged, and every call fails with it.
+    match settings::settings() {
+        Ok(s) => pgrx::log!(
+            "idmint: settings from {}: registry {}, layout {}",
+            s.source,
+            s.registry(),
+            s.config.snowflake.layout
+        ),
+        Err(f) => pgrx::warning!(
+            "idmint: {} (idmint error code: {}); idmint issues no ID until this is fixed and the server restarted",
+            f.message,
+            f.code
+        ),
+    }
     pg_shmem_init!(SHARED = shared::Shared::new());
     shared::PRELOADED.store(true, std::sync::atomic::Ordering::Release);
     BackgroundWorkerBuilder::new("idmint keeper")
@@ -101,13 +125,18 @@ fn define_gucs() {
         );
     }
     string(
+        c"idmint.config",
+        c"An idmint config file (as idmint serve --config reads); its [snowflake] and [obfuscation] sections are used.",
+        &CONFIG,
+    );
+    string(
         c"idmint.layout",
         c"The ID layout (twitter, leaf, or a spec such as time=41,...).",
         &LAYOUT,
     );
     string(
         c"idmint.registry",
-        c"Where the worker ID comes from: file (default) or static.",
+        c"Without idmint.config, where the worker ID comes from: file (default) or static.",
         &REGISTRY,
     );
     GucRegistry::define_int_guc(

@@ -56,8 +56,17 @@ pub(crate) struct Shared {
 // SAFETY: atomics and plain integers only, no pointers.
 unsafe impl PGRXSharedMemory for Shared {}
 
-/// The registry kinds `registry` indexes.
-pub(crate) const REGISTRIES: [&str; 2] = ["file", "static"];
+/// The registry kinds `registry` indexes (`snowflake.registry`'s names).
+pub(crate) const REGISTRIES: [&str; 8] = [
+    "file",
+    "static",
+    "host",
+    "k8s",
+    "sql",
+    "redis",
+    "etcd",
+    "zookeeper",
+];
 
 /// The stable codes `error` indexes: idmint's (`idmint-node`'s
 /// `ERROR_CODES`), by value; a test there holds this list to it.

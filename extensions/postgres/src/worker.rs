@@ -1,8 +1,9 @@
 //! The background worker: runs the registry's keeper and copies what it
 //! allows into shared memory.
 //!
-//! The keeper (`idmint_registry::WorkerKeeper`, as `idmint serve` runs it)
-//! builds a generator of its own in this process; nothing is issued from it.
+//! The keeper (`idmint_registry::WorkerKeeper`, as `idmint serve` runs it,
+//! on the registry `idmint_node::open` opens from the [settings]) builds a
+//! generator of its own in this process; nothing is issued from it.
 //! Every [`POLL`] this worker reads that generator's mark and the claim's
 //! state and moves the shared words to match:
 //!
@@ -26,23 +27,21 @@
 //!   ID is taken from it (never handed out). If that can't be done, the keeper
 //!   is left without a clean stop, as after a crash: the registry keeps the
 //!   mark persisted a window ahead, and the next start begins above it.
+//!
+//! [settings]: crate::settings
 
 use std::mem::ManuallyDrop;
-use std::sync::Arc;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use idmint_core::{Snowflake, SnowflakeWords};
-use idmint_registry::file::{FileRegistry, LeaseFile};
-use idmint_registry::fixed::StaticRegistry;
-use idmint_registry::{
-    GeneratorSettings, KeeperConfig, KeeperGuard, LeaseState, NodeIdentity, WorkerKeeper,
-    WorkerRegistry,
-};
+use idmint_registry::{KeeperGuard, LeaseState, WorkerKeeper};
 use jiff::Timestamp;
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
 
+use crate::settings::Settings;
 use crate::shared::{self, Shared};
 
 /// How often the worker copies the keeper's state into shared memory.
@@ -69,33 +68,32 @@ pub extern "C-unwind" fn idmint_keeper_main(_arg: pg_sys::Datum) {
 }
 
 fn run(shared: &'static Shared) -> Result<(), String> {
-    let layout = crate::functions::layout().map_err(|f| f.message)?;
-    let kind = crate::guc_text(&crate::REGISTRY, "file");
-    let worker = u32::try_from(crate::WORKER.get()).map_err(|e| e.to_string())?;
-    // SAFETY: DataDir is set before any worker starts and never changes.
-    let data_dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) }
-        .to_string_lossy()
-        .into_owned();
-    let dir = std::path::Path::new(&data_dir).join("idmint");
-    let registry: Arc<dyn WorkerRegistry> = match kind.as_str() {
-        "file" => Arc::new(FileRegistry::open(&dir, worker).map_err(|e| e.to_string())?),
-        "static" => Arc::new(
-            StaticRegistry::new(worker)
-                .with_mark_file(LeaseFile::open(&dir).map_err(|e| e.to_string())?),
-        ),
-        other => {
+    let settings = match crate::settings::settings() {
+        Ok(s) => s,
+        Err(f) => {
+            // Logged once here; the postmaster logged it at start too. No
+            // retry: the settings can't change until the server restarts,
+            // so the keeper waits for its stop, and every call fails with
+            // this error (the backends read the same settings).
             shared
                 .error
-                .store(shared::code_index("registry_config"), Ordering::Release);
-            return Err(format!(
-                "idmint.registry = '{other}' is not supported here yet (file, static)"
-            ));
+                .store(shared::code_index(f.code), Ordering::Release);
+            shared.lease.store(shared::LEASE_FAILED, Ordering::Release);
+            pgrx::log!(
+                "idmint keeper: can't start: {} (idmint error code: {})",
+                f.message,
+                f.code
+            );
+            while BackgroundWorker::wait_latch(Some(Duration::from_secs(3600))) {}
+            return Ok(());
         }
     };
+    let config = &settings.config;
+    let layout = settings.layout;
     shared.registry.store(
         shared::REGISTRIES
             .iter()
-            .position(|r| *r == kind)
+            .position(|r| *r == settings.registry())
             .unwrap_or(0) as u64,
         Ordering::Release,
     );
@@ -108,21 +106,28 @@ fn run(shared: &'static Shared) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let node = NodeIdentity {
-        host: hostname(),
-        address: "127.0.0.1".to_owned(),
-        port: pg_port(),
-    };
-    let settings = GeneratorSettings::new(layout);
+    // Who the registry sees: the host name (or `snowflake.advertise_address`)
+    // and the port PostgreSQL listens on, as a server is seen.
+    let node =
+        idmint_node::node_identity(config, SocketAddr::from((Ipv4Addr::UNSPECIFIED, pg_port())));
+    let generator_settings =
+        idmint_node::open::generator_settings(config, layout).with_clock(settings.clock());
     // Never dropped implicitly: a dropped guard would record a clean stop
     // from the keeper's own generator, which issued none of the shared IDs.
     let guard = loop {
-        let start = runtime.block_on(WorkerKeeper::start(
-            registry.clone(),
-            node.clone(),
-            settings.clone(),
-            KeeperConfig::new(),
-        ));
+        // As `idmint serve` starts: open the registry (waiting through a
+        // coordinator that is not up yet, up to `snowflake.claim_wait`), then
+        // claim a worker and persist a first mark.
+        let start = runtime.block_on(async {
+            let registry = idmint_node::open::open_registry(config).await?;
+            WorkerKeeper::start(
+                registry,
+                node.clone(),
+                generator_settings.clone(),
+                idmint_node::open::keeper_config(config),
+            )
+            .await
+        });
         match start {
             Ok(guard) => break ManuallyDrop::new(guard),
             Err(e) => {
@@ -130,17 +135,26 @@ fn run(shared: &'static Shared) -> Result<(), String> {
                     .error
                     .store(shared::code_index(e.code()), Ordering::Release);
                 shared.lease.store(shared::LEASE_FAILED, Ordering::Release);
-                pgrx::log!("idmint keeper: can't start: {e}; trying again in 1 s");
+                pgrx::log!(
+                    "idmint keeper: can't start ({} registry): {e} (idmint error code: {}); trying again in 1 s",
+                    settings.registry(),
+                    e.code()
+                );
                 if !BackgroundWorker::wait_latch(Some(Duration::from_secs(1))) {
                     return Ok(());
                 }
             }
         }
     };
+    pgrx::log!(
+        "idmint keeper: worker {} claimed from the {} registry",
+        guard.handle().worker(),
+        settings.registry()
+    );
     shared.error.store(0, Ordering::Release);
     let mut mirror: Option<(u64, Snowflake)> = None;
     while BackgroundWorker::wait_latch(Some(POLL)) {
-        publish(shared, &guard, &layout, &mut mirror)?;
+        publish(shared, &guard, settings, &mut mirror)?;
     }
     stop(shared, guard, &runtime, mirror.map(|(_, m)| m), &layout);
     // The keeper's thread goes with the process.
@@ -152,7 +166,7 @@ fn run(shared: &'static Shared) -> Result<(), String> {
 fn publish(
     shared: &'static Shared,
     guard: &KeeperGuard,
-    layout: &idmint_core::Layout,
+    settings: &Settings,
     mirror: &mut Option<(u64, Snowflake)>,
 ) -> Result<(), String> {
     let handle = guard.handle();
@@ -163,10 +177,9 @@ fn publish(
             old.retract_mark(Timestamp::MIN);
         }
         let claimed = handle.worker();
-        let (datacenter, worker) = split(layout, claimed);
-        let generator = Snowflake::builder(*layout)
-            .with_datacenter(datacenter)
-            .with_worker(worker)
+        let (datacenter, worker) = split(settings, claimed);
+        let generator = settings
+            .builder(datacenter, worker)
             .with_shared_words(words(shared))
             .with_start_after(keeper_gen.last_tick_time())
             .build()
@@ -251,10 +264,14 @@ fn stop(
     }
 }
 
-/// (datacenter, worker) of a claimed ID over the whole node field, as the
-/// keeper splits it.
-fn split(layout: &idmint_core::Layout, claimed: u32) -> (u32, u32) {
-    let bits = u32::from(layout.worker_bits());
+/// (datacenter, worker) of a claimed ID, as the keeper splits it: with
+/// `snowflake.datacenter` set the claim is the worker part only, else the
+/// whole node field (datacenter in the high bits).
+fn split(settings: &Settings, claimed: u32) -> (u32, u32) {
+    if let Some(datacenter) = settings.config.snowflake.datacenter {
+        return (datacenter, claimed);
+    }
+    let bits = u32::from(settings.layout.worker_bits());
     if bits >= 32 {
         (0, claimed)
     } else {
@@ -264,12 +281,6 @@ fn split(layout: &idmint_core::Layout, claimed: u32) -> (u32, u32) {
 
 fn words(shared: &'static Shared) -> &'static SnowflakeWords {
     &shared.words
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".to_owned())
 }
 
 fn pg_port() -> u16 {
