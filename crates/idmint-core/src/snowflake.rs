@@ -1,4 +1,4 @@
-// Size: about 920 lines before the tests, some 200 of them docs. Every
+// Size: about 1,090 lines before the tests, some 240 of them docs. Every
 // transition of the one state word (next, batch, rollback, history, mark) must
 // keep the invariants listed below, and they are checked against each other
 // here and in the loom models; the policies' types and text form live in

@@ -1,5 +1,5 @@
 // Size: about 1,580 lines before the tests (which are in `allocator/tests.rs`),
-// some 300 of them docs. The allocator is one type whose loader, preloader,
+// some 370 of them docs. The allocator is one type whose loader, preloader,
 // failure back-off and floors share a per-key lock and state; split up, the
 // rule that every lease starts above the previous one (and above the
 // persisted floor) would span files, so the file is kept whole.

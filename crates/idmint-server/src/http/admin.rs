@@ -13,7 +13,8 @@ use idmint_segment::{KeyStatus, NewKey, SegmentError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{ApiError, ErrorBody, Shared, core_error, segment_error};
+use super::Shared;
+use super::error::{ApiError, ErrorBody, core_error, segment_error};
 use crate::fleet::Fleet;
 use crate::keys::{KeySource, KeySpec};
 use crate::state::AppState;

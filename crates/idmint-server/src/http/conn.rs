@@ -14,7 +14,7 @@
 //! `GET /api/snowflake/get/{key}` and `GET /api/segment/get/{key}`, with a
 //! valid key and no query string, are answered by [`Front`] without axum's
 //! router: no route match, no extractors, no boxed body. They check the key,
-//! its token and issue exactly as the routed handlers do (`super::single_text`
+//! its token and issue exactly as the routed handlers do (`super::leaf::single_text`
 //! is shared), and record the same latency histograms. Any other request,
 //! including those routes with a query (`?token=`), a `HEAD` or an invalid
 //! key, goes to the router, which answers or reports it.
@@ -42,9 +42,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::task::TaskTracker;
 
-use super::{AppState, single_text};
+use super::leaf::single_text;
 use crate::listen::ConnectionLimits;
 use crate::metrics::latency::record_latency;
+use crate::state::AppState;
 use crate::tls::{self, MaybeTls, Surface};
 use idmint_node::config::Strategy;
 
@@ -279,14 +280,14 @@ async fn answer_hot(
     let started = Instant::now();
     let (prefix, strategy, _) = HOT_ROUTES[route];
     let key = &request.uri().path()[prefix.len()..];
-    let no_params = super::QueryParams::new();
+    let no_params = super::params::QueryParams::new();
     let answered = single_text(&shared.state, strategy, key, request.headers(), &no_params).await;
     let response = match answered {
         Ok(text) => {
             let mut response = Response::new(Either::Left(Full::new(Bytes::from(text))));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
-                HeaderValue::from_static(super::TEXT_PLAIN),
+                HeaderValue::from_static(super::render::TEXT_PLAIN),
             );
             response
         }

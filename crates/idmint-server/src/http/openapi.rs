@@ -21,17 +21,15 @@
 //! server's `server.max_count` as the `maximum` of every `count`, and each
 //! request for it is a reference-counted copy of those bytes.
 
-use std::borrow::Cow;
-
 use axum::body::Bytes;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::schema::Schema;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{InfoBuilder, LicenseBuilder, OpenApi as Document, RefOr, ServerBuilder};
 use utoipa::{Modify, OpenApi};
 
-use idmint_node::ERROR_CODES;
+use super::error::{ErrorBody, ErrorCode};
 
 /// The security scheme of the admin routes: `server.admin_token`.
 pub(crate) const ADMIN_TOKEN: &str = "admin_token";
@@ -44,14 +42,14 @@ pub(crate) const KEY_TOKEN_QUERY: &str = "key_token_query";
 #[derive(OpenApi)]
 #[openapi(
     paths(
-        super::leaf_snowflake,
-        super::leaf_segment,
-        super::leaf_decode,
-        super::ids,
-        super::decode,
-        super::uuids,
-        super::healthz,
-        super::readyz,
+        super::leaf::leaf_snowflake,
+        super::leaf::leaf_segment,
+        super::leaf::leaf_decode,
+        super::v1::ids,
+        super::v1::decode,
+        super::v1::uuids,
+        super::health::healthz,
+        super::health::readyz,
         super::admin::admin_keys,
         super::admin::admin_create_key,
         super::admin::admin_workers,
@@ -59,14 +57,14 @@ pub(crate) const KEY_TOKEN_QUERY: &str = "key_token_query";
         super::admin::admin_reveal,
         crate::status::page,
         crate::status::status,
-        super::scrape,
+        super::health::scrape,
         openapi_json,
         super::tinyid::next_id,
         super::tinyid::next_id_simple,
         super::tinyid::next_segment_id,
         super::tinyid::next_segment_id_simple,
     ),
-    components(schemas(super::ErrorBody, ErrorCode)),
+    components(schemas(ErrorBody, ErrorCode)),
     modifiers(&Contract),
     tags(
         (name = "v1", description = "idmint's own API: IDs of any strategy, decoding, UUIDs."),
@@ -159,54 +157,6 @@ impl Modify for Contract {
     }
 }
 
-/// The stable error codes: `ErrorDetail.code`.
-pub(crate) struct ErrorCode;
-
-impl utoipa::PartialSchema for ErrorCode {
-    fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .description(Some(
-                "A stable error code: each keeps its meaning for good, and the same string \
-                 comes from every surface (HTTP, gRPC's `idmint-error-code`, the Redis \
-                 protocol's error prefix in upper case). The enum is every code idmint has; \
-                 docs/api.md marks those no HTTP route answers.",
-            ))
-            .enum_values(Some(ERROR_CODES.iter().copied()))
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for ErrorCode {
-    fn name() -> Cow<'static, str> {
-        Cow::Borrowed("ErrorCode")
-    }
-}
-
-/// The body of `application/octet-stream` ID batches.
-pub(crate) struct Binary;
-
-impl utoipa::PartialSchema for Binary {
-    fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .content_media_type("application/octet-stream")
-            .description(Some(
-                "Integer IDs (public IDs too) as unsigned 64-bit little-endian integers, 8 \
-                 bytes each, back to back, in issue order; UUIDs 16 bytes each in RFC 9562 \
-                 byte order. The count is the length divided by 8 (or 16), also sent as \
-                 `x-idmint-count`.",
-            ))
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for Binary {
-    fn name() -> Cow<'static, str> {
-        Cow::Borrowed("Binary")
-    }
-}
-
 /// The document with `max_count` as the `maximum` of every `count`
 /// parameter.
 pub(crate) fn document(max_count: u64) -> Document {
@@ -271,6 +221,8 @@ pub(super) async fn openapi_json(document: Bytes) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use idmint_node::ERROR_CODES;
+
     use super::*;
 
     #[test]

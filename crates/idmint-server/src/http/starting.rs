@@ -23,8 +23,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use super::ApiError;
 use super::conn::shake_hands;
+use super::error::ApiError;
 use crate::tls::{Surface, Tls};
 
 /// What the start is doing, as `/readyz` says it meanwhile.

@@ -28,9 +28,10 @@ use idmint_registry::{
 };
 use tokio::task::JoinSet;
 
+use super::progress::Progress;
 use super::proxy::DelayProxy;
 use super::registry::{Calls, Tracked, kill};
-use super::{Progress, Starts};
+use super::starts::Starts;
 
 /// A node: its keeper and the switch that kills it.
 struct Node {
@@ -384,7 +385,7 @@ async fn own_client(
     let proxy = DelayProxy::start(endpoint, Duration::ZERO)
         .await
         .context("starting the node's proxy")?;
-    super::redirect(&mut config, proxy.addr());
+    super::setup::redirect(&mut config, proxy.addr());
     let client = open_registry(&config)
         .await
         .context("opening the node's registry client")?;

@@ -10,8 +10,8 @@ use anyhow::{Result, anyhow};
 use serde_json::Value;
 use tokio::task::JoinSet;
 
-use super::Starts;
 use super::procs::Processes;
+use super::starts::Starts;
 
 /// How often a follower asks again.
 const POLL: Duration = Duration::from_millis(20);

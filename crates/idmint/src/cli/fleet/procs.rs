@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use super::coordinator::process_usage;
-use super::{Progress, Starts};
+use super::progress::Progress;
+use super::starts::Starts;
 
 /// A node process.
 struct Proc {
