@@ -150,11 +150,13 @@ impl SentinelDeployment {
     }
 
     /// Stops the primary's replication, so that what it is told next is lost
-    /// by a failover: SIGSTOPs its replicas and closes their links (a
+    /// by a failover: waits until its replicas have every earlier write,
+    /// then SIGSTOPs them and closes their links (a
     /// stopped replica's kernel would still take in what the primary sends,
     /// and apply it once resumed). Returns the replicas' ports.
     pub fn lag_replicas(&self) -> Vec<u16> {
         let replicas = self.replicas();
+        self.run(&["sync", &self.primary().to_string()]);
         for &port in &replicas {
             self.pause(port);
         }
@@ -241,6 +243,7 @@ impl ClusterDeployment {
     /// [`SentinelDeployment::lag_replicas`] does; returns its replicas' ports.
     pub fn lag_replicas(&self, key: &str) -> Vec<u16> {
         let replicas = self.replicas(key);
+        self.run(&["sync", &self.master(key).to_string()]);
         for &port in &replicas {
             self.pause(port);
         }

@@ -257,9 +257,11 @@ async fn a_failover_that_lost_writes_is_a_promotion(
             }
         }
     };
+    // The replicas had every write before they were paused (the deployment
+    // waits for them), so the mark persisted before the pause is there.
     assert!(
         stored.is_some_and(|ms| ms < far.as_millisecond()),
-        "the promoted primary kept the far mark: {stored:?}"
+        "the promoted primary should hold the mark from before the pause, not the far one: {stored:?}"
     );
 
     // The holder fences at its next renewal, naming the promotion, and
