@@ -293,37 +293,4 @@ mod tests {
         let bad = IssueError::from(idmint_core::Error::InvalidCount { count: 0, max: 5 });
         assert_eq!((bad.code, bad.retry_after), ("invalid_count", None));
     }
-
-    /// The PostgreSQL extension, outside the workspace, lists the codes it
-    /// raises by value (`extensions/postgres/src/shared.rs`, `CODES`): each
-    /// must be one of these.
-    #[test]
-    fn the_extensions_codes_are_idmints() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../extensions/postgres/src/shared.rs"
-        );
-        let Ok(source) = std::fs::read_to_string(path) else {
-            // A packaged crate has no extensions/ beside it.
-            return;
-        };
-        let start = source
-            .find("const CODES: &[&str] = &[")
-            .expect("the extension's CODES list");
-        let list = &source[start..];
-        let list = &list[..list.find("];").expect("the end of CODES")];
-        let codes: Vec<&str> = list
-            .split('"')
-            .skip(1)
-            .step_by(2)
-            .filter(|c| !c.is_empty())
-            .collect();
-        assert!(codes.len() > 10, "{codes:?}");
-        for code in codes {
-            assert!(
-                ERROR_CODES.contains(&code),
-                "the extension's {code:?} is no idmint code"
-            );
-        }
-    }
 }

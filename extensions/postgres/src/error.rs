@@ -1,6 +1,6 @@
 //! Failures as PostgreSQL ERRORs: a SQLSTATE for clients that branch on
-//! class, and idmint's stable code (the strings of `idmint-server`'s
-//! `ERROR_CODES`, by value) in the DETAIL as `idmint error code: CODE`.
+//! class, and idmint's stable code (one of `idmint_node::ERROR_CODES`) in
+//! the DETAIL as `idmint error code: CODE`.
 
 use pgrx::PgSqlErrorCode;
 use pgrx::pg_sys::panic::ErrorReport;

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use idmint_core::SnowflakeWords;
+use idmint_node::ERROR_CODES;
 use pgrx::{PGRXSharedMemory, PgAtomic};
 
 /// The cluster's one copy, set up in `_PG_init` (`pg_shmem_init!`).
@@ -47,7 +48,7 @@ pub(crate) struct Shared {
     pub(crate) lease_left_ms: AtomicI64,
     /// The last persisted mark, unix milliseconds (`NO_TIME`: none).
     pub(crate) persisted_ms: AtomicI64,
-    /// The last failure's stable code, an index into `CODES` (0: none).
+    /// The last failure's stable code, as [`code_index`] stores it (0: none).
     pub(crate) error: AtomicU64,
     /// The registry's kind, an index into `REGISTRIES`.
     pub(crate) registry: AtomicU64,
@@ -68,37 +69,13 @@ pub(crate) const REGISTRIES: [&str; 8] = [
     "zookeeper",
 ];
 
-/// The stable codes `error` indexes: idmint's (`idmint-node`'s
-/// `ERROR_CODES`), by value; a test there holds this list to it.
-pub(crate) const CODES: &[&str] = &[
-    "",
-    "not_ready",
-    "internal",
-    "workers_exhausted",
-    "registry_held",
-    "registry_timeout",
-    "registry_backend",
-    "registry_unavailable",
-    "registry_unsupported",
-    "registry_config",
-    "lease_lost",
-    "worker_taken",
-    "clock_behind_mark",
-    "clock_skew",
-    "not_leader",
-    "mark_reached",
-    "clock_behind",
-    "layout_exhausted",
-    "clock_before_epoch",
-    "invalid_config",
-    "invalid_layout",
-    "invalid_layout_text",
-    "node_out_of_range",
-];
-
-/// The index of `code` in `CODES` (`internal` for a code not listed).
+/// The index `error` holds for `code`: its place in idmint's one list of
+/// codes (`idmint_node::ERROR_CODES`) plus one, 0 meaning none; a code
+/// not listed is stored as `internal`.
 pub(crate) fn code_index(code: &str) -> u64 {
-    CODES.iter().position(|c| *c == code).unwrap_or(2) as u64
+    let place = |c: &str| ERROR_CODES.iter().position(|known| *known == c);
+    let found = place(code).or_else(|| place("internal")).unwrap_or(0);
+    found as u64 + 1
 }
 
 impl Shared {
@@ -119,7 +96,12 @@ impl Shared {
     pub(crate) fn error_code(&self) -> Option<&'static str> {
         match self.error.load(Ordering::Acquire) {
             0 => None,
-            i => Some(CODES.get(i as usize).copied().unwrap_or("internal")),
+            i => Some(
+                ERROR_CODES
+                    .get(i as usize - 1)
+                    .copied()
+                    .unwrap_or("internal"),
+            ),
         }
     }
 }
