@@ -146,7 +146,8 @@ pub enum RegistryError {
          (threshold {threshold:?}); fix the clock before starting"
     )]
     ClockSkew {
-        /// Local time minus the peers' median, in milliseconds.
+        /// Local time minus the median of the peers' clocks (each report's
+        /// time plus its age where the registry tells it), in milliseconds.
         offset_ms: i64,
         /// How many peers reported.
         peers: usize,

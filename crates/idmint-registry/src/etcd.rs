@@ -1508,10 +1508,7 @@ impl EtcdRegistry {
                     && *worker != claim.worker
                 {
                     let reported = parse_ms(OP, *worker, kv.value())?;
-                    peers.push(PeerReport {
-                        worker: *worker,
-                        reported,
-                    });
+                    peers.push(PeerReport::new(*worker, reported));
                 }
             }
             // Enough for a median; a sparse space (few nodes in many IDs)
@@ -1563,7 +1560,7 @@ impl EtcdRegistry {
                     continue;
                 }
                 let reported = parse_ms(OP, worker, kv.value())?;
-                peers.push(PeerReport { worker, reported });
+                peers.push(PeerReport::new(worker, reported));
             }
         }
         peers.sort_by_key(|p| p.worker);

@@ -166,7 +166,7 @@ impl KeeperConfig {
     }
 
     /// The largest allowed gap between the local clock and the median of live
-    /// peers' reported times at claim (default 10 s).
+    /// peers' clocks as their reports tell them, at claim (default 10 s).
     pub const fn with_peer_skew_threshold(mut self, threshold: Duration) -> KeeperConfig {
         self.peer_skew = threshold;
         self
@@ -660,7 +660,10 @@ impl WorkerKeeper {
     /// - [`RegistryError::ClockBehindMark`] when the clock is behind the worker's
     ///   stored mark by more than the clock policy absorbs plus the start wait.
     /// - [`RegistryError::ClockSkew`] when the clock is off from the median of live
-    ///   peers' reported times by more than the threshold.
+    ///   peers' clocks by more than the threshold: each peer's reported time,
+    ///   plus the report's age where the registry tells it
+    ///   ([`PeerReport::age`]); ahead of reports of unknown age, by a report
+    ///   interval more, and after a second read a report interval later.
     /// - [`RegistryError::Core`] when the generator can't be built.
     ///
     /// The claim is released again on every error after it was made.
@@ -836,6 +839,105 @@ fn add(t: Timestamp, d: Duration) -> Timestamp {
 
 fn since(later: Timestamp, earlier: Timestamp) -> Duration {
     Duration::try_from(later.duration_since(earlier)).unwrap_or(Duration::ZERO)
+}
+
+/// The start's clock check: [`RegistryError::ClockSkew`] when `now` is off
+/// from the peers' clocks by more than `skew`.
+///
+/// Each report bounds its peer's clock at the read:
+/// - of known age ([`PeerReport::age`]), at `reported + age`, which errs
+///   behind the peer's clock by the write's way to the coordinator, never
+///   ahead of it;
+/// - of unknown age, between `reported` and `reported + interval` (a peer
+///   reports every interval, when its coordinator lets it).
+///
+/// Ahead is measured from the median of the upper bounds and behind from
+/// the median of the lower ones: an unknown age counts in the node's favour
+/// both ways, as before ages were known, a known one in neither. The
+/// median, not the mean: one live peer whose clock is hours off (a node on
+/// the raw wall clock after a step) would move a mean by hours / n and
+/// refuse every start in the fleet (the simulation, `tests/it/sim.rs`,
+/// found 300 nodes stuck so). The offset named is from the median of the
+/// lower bounds.
+fn check_peer_clocks(
+    now: Timestamp,
+    peers: &[PeerReport],
+    skew: Duration,
+    interval: Duration,
+) -> Result<()> {
+    fn median(mut v: Vec<i128>) -> i128 {
+        v.sort_unstable();
+        let mid = v.len() / 2;
+        if v.len() % 2 == 1 {
+            v[mid]
+        } else {
+            (v[mid - 1] + v[mid]) / 2
+        }
+    }
+    if peers.is_empty() {
+        return Ok(());
+    }
+    let interval_ns = i128::try_from(interval.as_nanos()).unwrap_or(i128::MAX);
+    let low: Vec<i128> = peers
+        .iter()
+        .map(|p| p.estimated_now().as_nanosecond())
+        .collect();
+    let high: Vec<i128> = peers
+        .iter()
+        .zip(&low)
+        .map(|(p, low)| match p.age {
+            Some(_) => *low,
+            None => low.saturating_add(interval_ns),
+        })
+        .collect();
+    let now_ns = now.as_nanosecond();
+    let offset_ns = now_ns - median(low);
+    let ahead_ns = now_ns - median(high);
+    let skew_ns = skew.as_nanos();
+    if (offset_ns < 0 && offset_ns.unsigned_abs() > skew_ns)
+        || (ahead_ns > 0 && ahead_ns.unsigned_abs() > skew_ns)
+    {
+        return Err(RegistryError::ClockSkew {
+            offset_ms: i64::try_from(offset_ns / 1_000_000).unwrap_or(if offset_ns < 0 {
+                i64::MIN
+            } else {
+                i64::MAX
+            }),
+            peers: peers.len(),
+            threshold: skew,
+        });
+    }
+    Ok(())
+}
+
+/// Of a second read of the peers (`again`), the reports a start ahead of
+/// the first read (`first`) may weigh: those of known age (already weighed
+/// as the peers' clocks now), and those written after the first read. A
+/// report with revisions (etcd) was written after it when its write's
+/// revision is above the first read's; one without, when its time rose
+/// since the first read, or its peer was not in the first read at all
+/// (only a sampling registry reads other peers the second time, and etcd,
+/// the one that samples, gives revisions).
+fn fresh_reports(first: &[PeerReport], again: Vec<PeerReport>) -> Vec<PeerReport> {
+    let first_read = first
+        .iter()
+        .filter_map(|p| p.revision.map(|r| r.read))
+        .max();
+    again
+        .into_iter()
+        .filter(|p| {
+            if p.age.is_some() {
+                return true;
+            }
+            if let (Some(r), Some(first_read)) = (p.revision, first_read) {
+                return r.written > first_read;
+            }
+            first
+                .iter()
+                .find(|q| q.worker == p.worker)
+                .is_none_or(|q| p.reported > q.reported)
+        })
+        .collect()
 }
 
 impl Ctx {
@@ -1080,39 +1182,15 @@ impl Ctx {
         }
     }
 
-    /// Compares `now` with the median of the peers' reports: a
-    /// [`RegistryError::ClockSkew`] when it is off by more than the threshold
-    /// (ahead, by a report interval more: a report is up to that old).
+    /// Compares `now` with the peers' clocks as their reports tell them
+    /// ([`check_peer_clocks`]).
     fn peer_clocks(&self, now: Timestamp, peers: &[PeerReport]) -> Result<()> {
-        if peers.is_empty() {
-            return Ok(());
-        }
-        // The median, not the mean: one live peer whose clock is hours
-        // off (a node on the raw wall clock after a step) would move a
-        // mean by hours / n and refuse every start in the fleet (the
-        // simulation, `tests/it/sim.rs`, found 300 nodes stuck so).
-        let mut reported: Vec<i128> = peers.iter().map(|p| p.reported.as_nanosecond()).collect();
-        reported.sort_unstable();
-        let mid = reported.len() / 2;
-        let median = if reported.len() % 2 == 1 {
-            reported[mid]
-        } else {
-            (reported[mid - 1] + reported[mid]) / 2
-        };
-        let offset_ns = now.as_nanosecond() - median;
-        let allowed = if offset_ns > 0 {
-            self.config.peer_skew + self.config.report_interval
-        } else {
-            self.config.peer_skew
-        };
-        if offset_ns.unsigned_abs() > allowed.as_nanos() {
-            return Err(RegistryError::ClockSkew {
-                offset_ms: i64::try_from(offset_ns / 1_000_000).unwrap_or(i64::MAX),
-                peers: peers.len(),
-                threshold: self.config.peer_skew,
-            });
-        }
-        Ok(())
+        check_peer_clocks(
+            now,
+            peers,
+            self.config.peer_skew,
+            self.config.report_interval,
+        )
     }
 
     /// How far the mark may lead the generator's time: the window, and no more
@@ -1172,15 +1250,20 @@ impl Ctx {
         }
         let peers = self.call("peers", self.registry.peers(claim)).await?;
         if let Err(skew) = self.peer_clocks(now, &peers) {
-            // Behind the peers, nothing excuses. Ahead of them may be
-            // reports the peers could not refresh (a coordinator that was
-            // away, so their clocks look as old as the outage): ask again a
-            // report interval later and weigh only the peers that reported
-            // meanwhile. None did: no evidence either way.
+            // Behind the peers, nothing excuses: a report's age only ever
+            // moves its peer's clock later, so a stale one can only make a
+            // node look ahead. Ahead of reports of known age, nothing
+            // excuses either: they are weighed as the peers' clocks now.
+            // Ahead of reports of unknown age may be reports the peers
+            // could not refresh (a coordinator that was away or
+            // overloaded, so their clocks look as old as the outage): ask
+            // again a report interval later and weigh only the reports
+            // written meanwhile, and those of known age. None: no evidence
+            // either way.
             let RegistryError::ClockSkew { offset_ms, .. } = skew else {
                 return Err(skew);
             };
-            if offset_ms < 0 {
+            if offset_ms < 0 || peers.iter().all(|p| p.age.is_some()) {
                 return Err(skew);
             }
             tracing::info!(
@@ -1190,15 +1273,7 @@ impl Ctx {
             );
             tokio::time::sleep(self.config.report_interval + Duration::from_millis(250)).await;
             let again = self.call("peers", self.registry.peers(claim)).await?;
-            let fresh: Vec<PeerReport> = again
-                .into_iter()
-                .filter(|p| {
-                    peers
-                        .iter()
-                        .find(|q| q.worker == p.worker)
-                        .is_none_or(|q| p.reported > q.reported)
-                })
-                .collect();
+            let fresh = fresh_reports(&peers, again);
             now = self.settings.now();
             self.peer_clocks(now, &fresh)?;
         }
@@ -1820,6 +1895,7 @@ impl Task {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::ReportRevision;
 
     #[test]
     fn config_is_validated() {
@@ -1860,6 +1936,126 @@ mod tests {
             max_lead: Duration::from_secs(3),
         });
         assert_eq!(s.start_absorb(), Duration::from_secs(3));
+    }
+
+    const T: i64 = 1_795_219_200_000;
+    const SKEW: Duration = Duration::from_secs(10);
+    const INTERVAL: Duration = Duration::from_secs(3);
+
+    fn at(ms: i64) -> Timestamp {
+        Timestamp::from_millisecond(T + ms).unwrap()
+    }
+
+    /// `(reported ms from T, age in ms or unknown)` as peers 1, 2, ...
+    fn reports(of: &[(i64, Option<u64>)]) -> Vec<PeerReport> {
+        (1..)
+            .zip(of)
+            .map(|(w, &(ms, age))| {
+                let r = PeerReport::new(w, at(ms));
+                match age {
+                    Some(a) => r.with_age(Duration::from_millis(a)),
+                    None => r,
+                }
+            })
+            .collect()
+    }
+
+    fn offset(now_ms: i64, of: &[(i64, Option<u64>)]) -> Option<i64> {
+        match check_peer_clocks(at(now_ms), &reports(of), SKEW, INTERVAL) {
+            Ok(()) => None,
+            Err(RegistryError::ClockSkew { offset_ms, .. }) => Some(offset_ms),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The case: reports 74.8 s old by the coordinator's clock (an
+    /// overloaded coordinator took no report for that long). Of known age
+    /// they are the peers' clocks now, and a correct clock starts; of
+    /// unknown age, the same reports refuse it.
+    #[test]
+    fn stale_reports_of_known_age_do_not_refuse_a_correct_clock() {
+        let stale = [(-74_810, Some(74_810)); 5];
+        assert_eq!(offset(0, &stale), None);
+        let unknown = [(-74_810, None); 5];
+        assert_eq!(offset(0, &unknown), Some(74_810));
+        // Some fresh, most stale, all of known age: still in step.
+        let mixed = [
+            (-60_000, Some(60_000)),
+            (-1_000, Some(1_000)),
+            (-45_000, Some(45_050)),
+            (0, Some(0)),
+            (-90_000, Some(89_900)),
+        ];
+        assert_eq!(offset(0, &mixed), None);
+    }
+
+    /// A clock truly ahead is refused by reports of known age, stale or
+    /// fresh, and without the report interval's allowance: their age is
+    /// known, not up to an interval.
+    #[test]
+    fn a_fast_clock_is_refused_by_reports_of_known_age() {
+        assert_eq!(offset(30_000, &[(0, Some(0)); 3]), Some(30_000));
+        assert_eq!(offset(30_000, &[(-50_000, Some(50_000)); 3]), Some(30_000));
+        // 12 s ahead: within the threshold plus an interval of unknown-age
+        // reports (12 < 13), not of known-age ones (12 > 10).
+        assert_eq!(offset(12_000, &[(0, None); 3]), None);
+        assert_eq!(offset(12_000, &[(0, Some(0)); 3]), Some(12_000));
+        // Unknown ages keep their allowance beside known ones: the median of
+        // upper bounds is 0 + 3 s here.
+        assert_eq!(offset(12_000, &[(0, None), (0, None), (0, Some(0))]), None);
+    }
+
+    /// A clock behind the peers is refused as before, stale reports or
+    /// not: an age only moves a peer's clock later, so it makes a node look
+    /// further behind, never less.
+    #[test]
+    fn a_clock_behind_is_refused_even_among_stale_reports() {
+        let some_stale = [
+            (-70_000, Some(70_000)),
+            (-70_000, Some(70_000)),
+            (0, Some(0)),
+        ];
+        assert_eq!(offset(-20_000, &some_stale), Some(-20_000));
+        // Unknown ages: the stale reports turn the node 20 s behind into one
+        // 50 s ahead, which a second read finding no fresh report would let
+        // start; known ages put it right.
+        let unknown = [(-70_000, None), (-70_000, None), (0, None)];
+        assert_eq!(offset(-20_000, &unknown), Some(50_000));
+        // Within the threshold behind: in step.
+        assert_eq!(offset(-9_000, &some_stale), None);
+        assert_eq!(offset(-11_000, &[(0, None); 3]), Some(-11_000));
+    }
+
+    /// A second read weighs the reports of known age, and of the others
+    /// those written after the first read: by revision where the registry
+    /// gives one (a sample may hold other peers the second time), else by a
+    /// time that rose.
+    #[test]
+    fn a_second_read_weighs_only_reports_written_after_the_first() {
+        let rev = |written, read| ReportRevision { written, read };
+        let first = vec![
+            PeerReport::new(1, at(-60_000)).with_revision(rev(40, 100)),
+            PeerReport::new(2, at(-60_000)).with_revision(rev(41, 100)),
+        ];
+        let again = vec![
+            // Not in the first sample, written before it: stale.
+            PeerReport::new(3, at(-60_000)).with_revision(rev(90, 130)),
+            // Written after it.
+            PeerReport::new(4, at(-100)).with_revision(rev(120, 130)),
+            // The same report again.
+            PeerReport::new(1, at(-60_000)).with_revision(rev(40, 130)),
+        ];
+        let workers = |v: Vec<PeerReport>| v.iter().map(|p| p.worker).collect::<Vec<_>>();
+        assert_eq!(workers(fresh_reports(&first, again)), [4]);
+        // Without revisions: a time that rose, or a peer not read before.
+        let first = reports(&[(-60_000, None), (-60_000, None)]);
+        let again = vec![
+            PeerReport::new(1, at(-60_000)),
+            PeerReport::new(2, at(-500)),
+            PeerReport::new(3, at(-60_000)),
+            PeerReport::new(4, at(-60_000)).with_age(Duration::from_secs(60)),
+        ];
+        assert_eq!(workers(fresh_reports(&first, again)), [2, 3, 4]);
     }
 
     #[test]

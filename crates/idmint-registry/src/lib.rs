@@ -39,6 +39,6 @@ pub use keeper::{
 };
 pub use leader::{Campaign, CampaignConfig, CampaignGuard, LeaderInfo, Oracle, OracleStatus, Role};
 pub use registry::{
-    Claim, FLEET_RECENT, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry,
-    check_given_worker,
+    Claim, FLEET_RECENT, FleetMember, Lease, NodeIdentity, PeerReport, ReportRevision,
+    WorkerRegistry, check_given_worker,
 };

@@ -1276,7 +1276,7 @@ impl WorkerRegistry for RedisRegistry {
                 continue;
             }
             let reported = parse_ms("list peers", worker, &pair[1])?;
-            peers.push(PeerReport { worker, reported });
+            peers.push(PeerReport::new(worker, reported));
         }
         peers.sort_by_key(|p| p.worker);
         Ok(peers)

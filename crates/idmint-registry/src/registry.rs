@@ -64,12 +64,86 @@ impl fmt::Debug for Claim {
 }
 
 /// A live peer's last report, for the clock sanity check at start.
+///
+/// A report is the peer's own clock reading, written at its renewals. Under
+/// an overloaded coordinator a peer's writes are slow or fail, so its last
+/// report can be tens of seconds old when a start reads it, and a median of
+/// such readings lags real time: a correct clock looks ahead of it. The
+/// registry says how old each report is where it can, so the keeper weighs
+/// the peer's clock as it is now, not as it was:
+/// - `age`: measured on the coordinator's own clock (a database's time, a
+///   Redis `TIME`, a ZooKeeper leader's `mtime`), never on the peer's or the
+///   reader's, so it needs no two clocks to agree;
+/// - `revision`: where the coordinator has an order of writes but no clock
+///   (etcd), the revisions of the report's write and of the read, so a
+///   second read can tell a report written after the first one.
+///
+/// Builder-lite: [`PeerReport::new`], then `with_*`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PeerReport {
     /// The peer's worker ID.
     pub worker: u32,
     /// The time the peer last reported (its clock's reading when it reported).
     pub reported: Timestamp,
+    /// How long before the read the coordinator stored the report, on the
+    /// coordinator's clock; `None` where the registry can't know (etcd, a
+    /// report written by an idmint that did not stamp it).
+    ///
+    /// It errs short, never long: the coordinator stamps a report after the
+    /// peer read its clock (a write's way there and its queue come on top),
+    /// so `reported + age` is at or behind the peer's clock at the read.
+    pub age: Option<Duration>,
+    /// The revisions of the report's write and of the read that returned it,
+    /// for a coordinator with an order of writes and no clock (etcd).
+    pub revision: Option<ReportRevision>,
+}
+
+impl PeerReport {
+    /// `worker`'s report of `reported`, of unknown age.
+    pub const fn new(worker: u32, reported: Timestamp) -> PeerReport {
+        PeerReport {
+            worker,
+            reported,
+            age: None,
+            revision: None,
+        }
+    }
+
+    /// The report's age at the read, on the coordinator's clock.
+    #[must_use]
+    pub const fn with_age(mut self, age: Duration) -> PeerReport {
+        self.age = Some(age);
+        self
+    }
+
+    /// The revisions of the report's write and of the read.
+    #[must_use]
+    pub const fn with_revision(mut self, revision: ReportRevision) -> PeerReport {
+        self.revision = Some(revision);
+        self
+    }
+
+    /// The peer's clock at the read as the report tells it: `reported` plus
+    /// its age, or `reported` alone where the age is unknown.
+    pub fn estimated_now(&self) -> Timestamp {
+        let age = self
+            .age
+            .and_then(|a| jiff::SignedDuration::try_from(a).ok())
+            .unwrap_or(jiff::SignedDuration::ZERO);
+        self.reported.checked_add(age).unwrap_or(Timestamp::MAX)
+    }
+}
+
+/// Where a report stands in the order of a coordinator's writes, for one
+/// that has such an order but no clock of its own (etcd's revisions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportRevision {
+    /// The revision of the write that stored the report (etcd's
+    /// `mod_revision` of the report's key).
+    pub written: i64,
+    /// The revision the read saw (etcd's response header's revision).
+    pub read: i64,
 }
 
 /// How long after its lease or liveness deadline ran out a holding still
@@ -330,6 +404,11 @@ pub trait WorkerRegistry: Send + Sync + fmt::Debug {
     /// all of them, or on a large fleet a sample of at least 64 (etcd reads a
     /// sample so that a start does not cost O(N)). The keeper compares its
     /// clock with their median.
+    ///
+    /// Each report carries its age ([`PeerReport::age`]) where the backend
+    /// can measure it on the coordinator's clock within the same read (one
+    /// statement, script or transaction: no call per peer), or the
+    /// revisions of its write and of the read ([`PeerReport::revision`]).
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>>;
 
     /// Gives the worker ID back. The stored mark stays.

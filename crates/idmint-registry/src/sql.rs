@@ -1293,10 +1293,10 @@ impl Base {
             .await?;
         rows.into_iter()
             .map(|(worker, reported_us)| {
-                Ok(PeerReport {
-                    worker: worker_u32(worker)?,
-                    reported: timestamp_from_us(reported_us)?,
-                })
+                Ok(PeerReport::new(
+                    worker_u32(worker)?,
+                    timestamp_from_us(reported_us)?,
+                ))
             })
             .collect()
     }

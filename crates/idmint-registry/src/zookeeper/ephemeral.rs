@@ -339,7 +339,7 @@ impl WorkerRegistry for Ephemeral {
                         continue;
                     };
                     if let Some(reported) = parse_record(OP, worker, &data)?.reported {
-                        peers.push(PeerReport { worker, reported });
+                        peers.push(PeerReport::new(worker, reported));
                     }
                 }
                 peers.sort_by_key(|p| p.worker);

@@ -415,7 +415,7 @@ impl WorkerRegistry for Forever {
                 continue;
             }
             if let Some(reported) = parse_record("list peers", worker, &data)?.reported {
-                peers.push(PeerReport { worker, reported });
+                peers.push(PeerReport::new(worker, reported));
             }
         }
         peers.sort_by_key(|p| p.worker);

@@ -375,6 +375,83 @@ async fn stale_reports_do_not_refuse_a_start_ahead_of_them() {
     reporting.await.unwrap();
 }
 
+/// Issue 33: reports the registry tells the age of are weighed as the
+/// peers' clocks now. Peers whose last reports are 75 s old (an overloaded
+/// coordinator took none since) don't refuse a correct clock, and the
+/// start goes on at once: there is nothing to wait for. A clock 30 s ahead
+/// of such peers is refused at once, with no second chance; so is one
+/// behind them, stale reports or not.
+#[tokio::test(start_paused = true)]
+async fn reports_of_known_age_are_weighed_as_the_peers_clocks_now() {
+    let c = clock();
+    // Let tokio's clock run past the reports' age.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let stale = |reg: &MemRegistry, shift_ms: i64| {
+        for w in [7, 8, 9] {
+            let peer_now = Timestamp::from_millisecond(T0_MS + shift_ms).unwrap();
+            reg.set_report_aged(
+                w,
+                peer_now - SignedDuration::from_secs(75),
+                Duration::from_secs(75),
+            );
+        }
+    };
+    let reg = Arc::new(MemRegistry::default());
+    reg.ages.store(true, Ordering::SeqCst);
+    stale(&reg, 0);
+    let began = tokio::time::Instant::now();
+    let guard = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap();
+    assert!(
+        began.elapsed() < Duration::from_secs(1),
+        "it waited for fresh reports: {:?}",
+        began.elapsed()
+    );
+    guard.shutdown().await;
+
+    // The same reports of unknown age: the start waits a report interval
+    // for fresh ones, finds none, and goes on.
+    let reg = Arc::new(MemRegistry::default());
+    stale(&reg, 0);
+    let began = tokio::time::Instant::now();
+    let guard = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap();
+    assert!(began.elapsed() >= Duration::from_secs(3));
+    guard.shutdown().await;
+
+    // Peers whose clocks are 30 s behind this one (this one is 30 s
+    // ahead): refused at once.
+    let reg = Arc::new(MemRegistry::default());
+    reg.ages.store(true, Ordering::SeqCst);
+    stale(&reg, -30_000);
+    let began = tokio::time::Instant::now();
+    let err = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap_err();
+    match &err {
+        RegistryError::ClockSkew {
+            offset_ms, peers, ..
+        } => assert_eq!((*offset_ms, *peers), (30_000, 3)),
+        other => panic!("{other}"),
+    }
+    assert!(began.elapsed() < Duration::from_secs(1));
+    assert!(!reg.is_held(0));
+
+    // Peers 20 s ahead of this clock, their reports stale: behind, refused.
+    let reg = Arc::new(MemRegistry::default());
+    reg.ages.store(true, Ordering::SeqCst);
+    stale(&reg, 20_000);
+    let err = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap_err();
+    match &err {
+        RegistryError::ClockSkew { offset_ms, .. } => assert_eq!(*offset_ms, -20_000),
+        other => panic!("{other}"),
+    }
+}
+
 /// A start whose first persist fails (a coordinator at its limit) keeps its
 /// claim while the lease has room and persists again on it: one claim, not a
 /// claim released and paid for again each try.

@@ -53,6 +53,10 @@ pub struct MemRegistry {
     pub hang: AtomicBool,
     /// How many calls hung.
     pub hung: std::sync::atomic::AtomicU64,
+    /// Reports are stamped with the registry's (tokio's) clock when they
+    /// are written, and `peers` tells each one's age, as SQL, Redis and
+    /// ZooKeeper do; off, ages are unknown, as with etcd.
+    pub ages: AtomicBool,
     state: Mutex<MemState>,
 }
 
@@ -64,7 +68,8 @@ struct MemState {
     /// Who holds each worker.
     nodes: HashMap<u32, NodeIdentity>,
     marks: HashMap<u32, Timestamp>,
-    reports: HashMap<u32, Timestamp>,
+    /// Each report and when it was stored (on tokio's clock).
+    reports: HashMap<u32, (Timestamp, Instant)>,
     claims: u64,
     persists: u64,
 }
@@ -98,7 +103,14 @@ impl MemRegistry {
 
     /// Records a peer's report.
     pub fn set_report(&self, worker: u32, reported: Timestamp) {
-        self.state().reports.insert(worker, reported);
+        self.state().reports.insert(worker, (reported, mono()));
+    }
+
+    /// Records a peer's report as stored `age` ago (its age is told only
+    /// while [`MemRegistry::ages`] is on).
+    pub fn set_report_aged(&self, worker: u32, reported: Timestamp, age: Duration) {
+        let stored = mono().checked_sub(age).expect("the clock is past the age");
+        self.state().reports.insert(worker, (reported, stored));
     }
 
     /// Whether `worker` is held.
@@ -258,7 +270,7 @@ impl WorkerRegistry for MemRegistry {
         self.check(&s, claim)?;
         let m = s.marks.entry(claim.worker).or_insert(mark);
         *m = (*m).max(mark);
-        s.reports.insert(claim.worker, reported);
+        s.reports.insert(claim.worker, (reported, mono()));
         s.persists += 1;
         Ok(())
     }
@@ -282,7 +294,7 @@ impl WorkerRegistry for MemRegistry {
         let mut s = self.state();
         self.check(&s, claim)?;
         s.marks.insert(claim.worker, high);
-        s.reports.insert(claim.worker, reported);
+        s.reports.insert(claim.worker, (reported, mono()));
         Ok(())
     }
 
@@ -293,9 +305,13 @@ impl WorkerRegistry for MemRegistry {
             .reports
             .iter()
             .filter(|(w, _)| **w != claim.worker)
-            .map(|(w, r)| PeerReport {
-                worker: *w,
-                reported: *r,
+            .map(|(w, (r, stored))| {
+                let report = PeerReport::new(*w, *r);
+                if self.ages.load(Ordering::SeqCst) {
+                    report.with_age(mono().saturating_duration_since(*stored))
+                } else {
+                    report
+                }
             })
             .collect())
     }

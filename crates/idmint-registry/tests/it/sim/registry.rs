@@ -636,10 +636,7 @@ impl SimRegistry {
             .iter()
             .filter(|(w, h)| **w != claim.worker && h.expires > s.now)
             .filter_map(|(w, _)| {
-                s.reports.get(w).map(|r| PeerReport {
-                    worker: *w,
-                    reported: *r,
-                })
+                s.reports.get(w).map(|r| PeerReport::new(*w, *r))
             })
             .collect()
     }
