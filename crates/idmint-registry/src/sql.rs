@@ -186,6 +186,16 @@
 //! | version | PostgreSQL, MySQL/MariaDB, SQLite |
 //! |---|---|
 //! | 1 | `CREATE TABLE IF NOT EXISTS` the table above, exactly as idmint created it before it had migrations |
+//! | 2 | `ALTER TABLE` adding `REPORTED_AT` (the database's clock when a report was written, in `LEASE_EXPIRES`'s form) and `REPORTED_TOKEN` (the token of the holding that wrote it) |
+//!
+//! A start weighs each peer's report by its age, which `peers` computes in
+//! the same `SELECT` on the database's clock (`now − REPORTED_AT`, no
+//! extra round trip): the peer's clock now is about `REPORTED_US` plus
+//! that. Only where `REPORTED_TOKEN` is the row's token: a node of an
+//! idmint before version 2 reports without the stamp, and a stamp left by
+//! an earlier holding of the row would make its report look older than it
+//! is (the peer's clock later than it is). uid-generator mode's side table
+//! gets the same two columns (its version 2).
 //!
 //! The epoch table [`EPOCH_TABLE`] has its own component,
 //! `registry:idmint_registry_epoch` ([`SqlRegistry::epoch_migrations`]),
@@ -1059,13 +1069,14 @@ impl Base {
         })
     }
 
-    async fn fetch_pairs(
+    /// `(worker, reported µs, age µs)` rows of a peers statement.
+    async fn fetch_reports(
         &self,
         sql: &str,
         binds: &[Bind<'_>],
-    ) -> std::result::Result<Vec<(i64, i64)>, sqlx::Error> {
+    ) -> std::result::Result<Vec<(i64, i64, Option<i64>)>, sqlx::Error> {
         on_pool!(self.db.pool(), p => {
-            bind_all!(sqlx::query_as::<_, (i64, i64)>(sql), binds)
+            bind_all!(sqlx::query_as::<_, (i64, i64, Option<i64>)>(sql), binds)
                 .fetch_all(p)
                 .await
         })
@@ -1281,22 +1292,26 @@ impl Base {
         Ok(())
     }
 
-    /// The live peers `sql` lists, as `(worker, reported)` rows.
+    /// The live peers `sql` lists, as `(worker, reported, age)` rows: the
+    /// age in microseconds by the database's clock (`NULL` for a report not
+    /// stamped by its holding; a negative one, the database's clock stepped
+    /// back since, is taken as 0).
     async fn peers(&self, sql: &str, binds: &[Bind<'_>]) -> Result<Vec<PeerReport>> {
         const OP: &str = "list peers";
         let rows = self
             .timed(OP, async {
-                self.fetch_pairs(sql, binds)
+                self.fetch_reports(sql, binds)
                     .await
                     .map_err(backend_error(OP))
             })
             .await?;
         rows.into_iter()
-            .map(|(worker, reported_us)| {
-                Ok(PeerReport::new(
-                    worker_u32(worker)?,
-                    timestamp_from_us(reported_us)?,
-                ))
+            .map(|(worker, reported_us, age_us)| {
+                let report = PeerReport::new(worker_u32(worker)?, timestamp_from_us(reported_us)?);
+                Ok(match age_us {
+                    Some(us) => report.with_age(Duration::from_micros(us.max(0).unsigned_abs())),
+                    None => report,
+                })
             })
             .collect()
     }

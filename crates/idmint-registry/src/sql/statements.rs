@@ -103,11 +103,65 @@ pub(super) fn migrations(dialect: Dialect, table: &Identifier) -> MigrationSet {
         ));
     }
     v1.push(create);
-    MigrationSet::new(format!("registry:{name}")).with_migration(
-        1,
-        "create the worker table (uid-generator's WORKER_NODE columns, plus cluster, \
+    MigrationSet::new(format!("registry:{name}"))
+        .with_migration(
+            1,
+            "create the worker table (uid-generator's WORKER_NODE columns, plus cluster, \
              worker, lease and high-water mark)",
-        v1,
+            v1,
+        )
+        .with_migration(
+            2,
+            "stamp each report with the database's clock (REPORTED_AT) and the holding that \
+             wrote it (REPORTED_TOKEN), so a start weighs a report by its age",
+            report_stamp_columns(dialect, &t),
+        )
+}
+
+/// The `ALTER TABLE` statements adding the report's stamp to the table `t`
+/// (quoted): `REPORTED_AT`, the database's clock when the report was
+/// written (in `LEASE_EXPIRES`'s form, so [`micros_left`] reads it), and
+/// `REPORTED_TOKEN`, the token of the holding that wrote it. A report is
+/// weighed by its age only where the two stamped it together: an idmint
+/// without the stamp (a node not yet upgraded) takes a row and reports
+/// with its own token, leaving an older holding's stamp behind, which the
+/// token tells apart.
+pub(super) fn report_stamp_columns(dialect: Dialect, t: &str) -> Vec<String> {
+    match dialect {
+        Dialect::Postgres => vec![format!(
+            "ALTER TABLE {t} ADD COLUMN REPORTED_AT TIMESTAMPTZ NULL, \
+             ADD COLUMN REPORTED_TOKEN VARCHAR(64) NULL"
+        )],
+        Dialect::MySql => vec![format!(
+            "ALTER TABLE {t} ADD COLUMN REPORTED_AT DATETIME(6) NULL, \
+             ADD COLUMN REPORTED_TOKEN VARCHAR(64) NULL"
+        )],
+        // One column per statement; microseconds since the Unix epoch, as
+        // LEASE_EXPIRES.
+        Dialect::Sqlite => vec![
+            format!("ALTER TABLE {t} ADD COLUMN REPORTED_AT INTEGER NULL"),
+            format!("ALTER TABLE {t} ADD COLUMN REPORTED_TOKEN TEXT NULL"),
+        ],
+    }
+}
+
+/// What a statement writing a report sets beside `REPORTED_US`: the
+/// database's clock and the holding's token (unchanged by the statement, so
+/// every dialect reads the same value on the right of `SET`).
+pub(super) fn report_stamp(dialect: Dialect) -> String {
+    format!(
+        "REPORTED_AT = {}, REPORTED_TOKEN = TOKEN",
+        Clock::of(dialect).now
+    )
+}
+
+/// A report's age in microseconds by the database's clock, as a `BIGINT`
+/// column of a `SELECT` on the table: `NULL` where the report was not
+/// stamped by the holding that wrote it (see [`report_stamp_columns`]).
+pub(super) fn report_age(dialect: Dialect) -> String {
+    format!(
+        "CASE WHEN REPORTED_AT IS NOT NULL AND REPORTED_TOKEN = TOKEN THEN 0 - {} ELSE NULL END",
+        micros_left(dialect, "REPORTED_AT")
     )
 }
 
@@ -481,6 +535,8 @@ impl Statements {
         let left = micros_left(dialect, "LEASE_EXPIRES");
         let raise_mark =
             "MARK_US = CASE WHEN MARK_US IS NULL OR MARK_US < ? THEN ? ELSE MARK_US END";
+        let stamp = report_stamp(dialect);
+        let age = report_age(dialect);
         let s = |sql: String| dialect.placeholders(&sql);
         let Guards { claim, holder } = guards;
         // `INSERT … SELECT … WHERE`: MySQL wants a table to select from.
@@ -542,19 +598,19 @@ impl Statements {
                  WHERE {holder}"
             )),
             lease_persist: s(format!(
-                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, MODIFIED = {wall} \
+                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, {stamp}, MODIFIED = {wall} \
                  WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now} \
                  AND {holder}"
             )),
             // The same fence as a persist; the mark is set, not raised (see
             // `WorkerRegistry::record_clean_stop`).
             lease_stop: s(format!(
-                "UPDATE {t} SET MARK_US = ?, REPORTED_US = ?, MODIFIED = {wall} \
+                "UPDATE {t} SET MARK_US = ?, REPORTED_US = ?, {stamp}, MODIFIED = {wall} \
                  WHERE CLUSTER = ? AND WORKER = ? AND TOKEN = ? AND LEASE_EXPIRES > {now} \
                  AND {holder}"
             )),
             lease_peers: s(format!(
-                "SELECT WORKER, REPORTED_US FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL \
+                "SELECT WORKER, REPORTED_US, {age} FROM {t} WHERE CLUSTER = ? AND WORKER IS NOT NULL \
                  AND WORKER <> ? AND TOKEN IS NOT NULL AND LEASE_EXPIRES > {now} \
                  AND REPORTED_US IS NOT NULL ORDER BY WORKER"
             )),
@@ -584,11 +640,11 @@ impl Statements {
             // The keeper never renews a claim without a lease, but reports
             // every few seconds: each report extends the liveness deadline.
             disposable_persist: s(format!(
-                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, LEASE_EXPIRES = {expires_in}, \
+                "UPDATE {t} SET {raise_mark}, REPORTED_US = ?, {stamp}, LEASE_EXPIRES = {expires_in}, \
                  MODIFIED = {wall} WHERE ID = ? AND WORKER IS NULL AND TOKEN = ? AND {holder}"
             )),
             disposable_peers: s(format!(
-                "SELECT ID, REPORTED_US FROM {t} WHERE CLUSTER = ? AND WORKER IS NULL AND ID <> ? \
+                "SELECT ID, REPORTED_US, {age} FROM {t} WHERE CLUSTER = ? AND WORKER IS NULL AND ID <> ? \
                  AND TOKEN IS NOT NULL AND LEASE_EXPIRES > {now} AND REPORTED_US IS NOT NULL \
                  ORDER BY ID"
             )),
@@ -645,7 +701,14 @@ mod tests {
         for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
             let set = migrations(dialect, &table);
             set.validate().unwrap();
-            assert_eq!(set.latest_version(), 1);
+            assert_eq!(set.latest_version(), 2);
+            let v2 = set.migrations()[1].statements().join("; ");
+            for column in ["REPORTED_AT", "REPORTED_TOKEN"] {
+                assert!(
+                    v2.contains(&format!("ADD COLUMN {column} ")),
+                    "{dialect}: {v2}"
+                );
+            }
             let v1 = &set.migrations()[0];
             let create = v1.statements().last().unwrap();
             assert!(create.starts_with("CREATE TABLE IF NOT EXISTS"), "{create}");

@@ -148,12 +148,19 @@ pub(super) fn migrations(dialect: Dialect, side: &Identifier) -> MigrationSet {
             )"
         ),
     };
-    MigrationSet::new(format!("registry:{side}")).with_migration(
-        1,
-        "create the side table of uid-generator's WORKER_NODE (high-water marks, last \
-         reported times, liveness)",
-        [create],
-    )
+    MigrationSet::new(format!("registry:{side}"))
+        .with_migration(
+            1,
+            "create the side table of uid-generator's WORKER_NODE (high-water marks, last \
+             reported times, liveness)",
+            [create],
+        )
+        .with_migration(
+            2,
+            "stamp each report with the database's clock (REPORTED_AT) and the holding that \
+             wrote it (REPORTED_TOKEN), so a start weighs a report by its age",
+            super::statements::report_stamp_columns(dialect, &t),
+        )
 }
 
 /// The values of a new `WORKER_NODE` row: `(HOST_NAME, PORT, TYPE)`, as
@@ -254,6 +261,8 @@ impl Statements {
         let left = super::micros_left(dialect, "LIVE_UNTIL");
         let raise_mark =
             "MARK_US = CASE WHEN MARK_US IS NULL OR MARK_US < ? THEN ? ELSE MARK_US END";
+        let stamp = super::statements::report_stamp(dialect);
+        let age = super::statements::report_age(dialect);
         let p = |sql: String| dialect.placeholders(&sql);
         let Guards { claim, holder } = guards;
         let dual = if dialect == Dialect::MySql {
@@ -295,11 +304,11 @@ impl Statements {
             // The keeper renews only claims with a lease, but reports every
             // few seconds: each report extends the liveness deadline.
             side_persist: p(format!(
-                "UPDATE {s} SET {raise_mark}, REPORTED_US = ?, LIVE_UNTIL = {live_for}, \
+                "UPDATE {s} SET {raise_mark}, REPORTED_US = ?, {stamp}, LIVE_UNTIL = {live_for}, \
                  MODIFIED = {wall} WHERE WORKER_ID = ? AND TOKEN = ? AND {holder}"
             )),
             side_peers: p(format!(
-                "SELECT WORKER_ID, REPORTED_US FROM {s} WHERE WORKER_ID <> ? \
+                "SELECT WORKER_ID, REPORTED_US, {age} FROM {s} WHERE WORKER_ID <> ? \
                  AND TOKEN IS NOT NULL AND LIVE_UNTIL > {db_now} AND REPORTED_US IS NOT NULL \
                  ORDER BY WORKER_ID"
             )),

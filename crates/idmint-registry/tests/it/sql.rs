@@ -389,6 +389,63 @@ async fn disposable_ids_increase_and_are_never_reused(env: SqlBackend) {
     assert!(err.to_string().contains("disposable mode"), "{err}");
 }
 
+/// A report's age is the database's: only where the holding that wrote the
+/// report stamped it (`REPORTED_TOKEN`). A node of an idmint before the
+/// stamp (migration 2) that takes a row over and reports leaves the earlier
+/// holding's stamp behind: its report's age is unknown, not that stamp's
+/// (which would make the peer's clock look later than it is). Disposable
+/// rows are stamped alike.
+async fn a_report_stamped_by_another_holding_has_no_age(env: SqlBackend) {
+    let node = env.node_with(env.config(SqlMode::Lease)).await;
+    let me = node.claim(&identity(1), 16).await.unwrap();
+    let peer = node.claim(&identity(2), 16).await.unwrap();
+    let reported = mark_at(SignedDuration::ZERO);
+    node.persist_mark(&peer, mark_at(SignedDuration::from_secs(3)), reported)
+        .await
+        .unwrap();
+    let age = |peers: Vec<idmint_registry::PeerReport>| {
+        let p = peers.into_iter().find(|p| p.worker == peer.worker).unwrap();
+        assert_eq!(p.reported, reported, "{:?}", env.db);
+        p.age
+    };
+    let fresh = age(node.peers(&me).await.unwrap());
+    assert!(
+        fresh.is_some_and(|a| a < Duration::from_secs(2)),
+        "{:?}: {fresh:?}",
+        env.db
+    );
+    // An old binary's holding of the row: another token, the same report
+    // column written, the stamp left as it was.
+    let admin = env.admin().await;
+    exec(
+        &admin,
+        &[format!(
+            "UPDATE {} SET TOKEN = 'an-older-idmint' WHERE WORKER = {}",
+            env.table, peer.worker
+        )],
+    )
+    .await;
+    admin.close().await;
+    assert_eq!(age(node.peers(&me).await.unwrap()), None, "{:?}", env.db);
+
+    let node = env
+        .node_with(env.config(SqlMode::Disposable).with_cluster("disposable"))
+        .await;
+    let me = node.claim(&identity(1), 16).await.unwrap();
+    let peer = node.claim(&identity(2), 16).await.unwrap();
+    node.persist_mark(&peer, mark_at(SignedDuration::from_secs(3)), reported)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let peers = node.peers(&me).await.unwrap();
+    let age = peers[0].age.expect("a disposable row's report is stamped");
+    assert!(
+        age >= Duration::from_millis(280) && age < Duration::from_secs(3),
+        "{:?}: {age:?}",
+        env.db
+    );
+}
+
 async fn bad_configs_and_urls_are_typed_errors(env: SqlBackend) {
     let err = SqlRegistry::connect(&env.url, env.config(SqlMode::Lease).with_table("a b"))
         .await
@@ -472,22 +529,27 @@ async fn a_fresh_table_records_its_migration(env: SqlBackend) {
     let admin = env.admin().await;
     let recorded = admin.applied_migrations(&env.component()).await.unwrap();
     admin.close().await;
-    assert_eq!(recorded.len(), 1, "{:?}: {recorded:?}", env.db);
-    assert_eq!(recorded[0].version, 1);
+    assert_eq!(recorded.len(), 2, "{:?}: {recorded:?}", env.db);
+    assert_eq!((recorded[0].version, recorded[1].version), (1, 2));
     assert!(
         recorded[0].description.contains("worker table"),
+        "{recorded:?}"
+    );
+    assert!(
+        recorded[1].description.contains("REPORTED_AT"),
         "{recorded:?}"
     );
     let claim = node.claim(&identity(1), 4).await.unwrap();
     assert_eq!((claim.worker, claim.stored_mark), (0, None));
     // Connecting again finds everything applied and changes nothing.
     let again = env.node_with(env.config(SqlMode::Lease)).await;
-    assert_eq!(env.recorded_versions().await, [1]);
+    assert_eq!(env.recorded_versions().await, [1, 2]);
     assert_eq!(again.claim(&identity(2), 4).await.unwrap().worker, 1);
 }
 
 /// A table the pre-migration code created, with a worker's row and mark in it,
-/// is adopted: version 1 is recorded, and the row (so the mark) is still there.
+/// is adopted: version 1 is recorded, version 2 adds the report's stamp, and
+/// the row (so the mark) is still there.
 async fn a_pre_migration_table_is_adopted(env: SqlBackend) {
     let admin = env.admin().await;
     let dialect = admin.dialect();
@@ -525,7 +587,7 @@ async fn a_pre_migration_table_is_adopted(env: SqlBackend) {
                 .with_mark_window(Duration::from_millis(200)),
         )
         .await;
-    assert_eq!(env.recorded_versions().await, [1], "{:?}", env.db);
+    assert_eq!(env.recorded_versions().await, [1, 2], "{:?}", env.db);
     let err = node.claim(&identity(1), 4).await.unwrap_err();
     let RegistryError::Held { retry_after, .. } = &err else {
         panic!("{:?}: an upgrade's first claim is held, not {err}", env.db);
@@ -550,10 +612,10 @@ async fn a_pre_migration_table_is_adopted(env: SqlBackend) {
     node.release(&claim).await.unwrap();
     // And a node connecting later finds it recorded.
     env.node_with(config).await;
-    assert_eq!(env.recorded_versions().await, [1]);
+    assert_eq!(env.recorded_versions().await, [1, 2]);
 }
 
-/// A database a newer idmint migrated (it records version 2 of the registry's
+/// A database a newer idmint migrated (it records version 3 of the registry's
 /// component) is refused at connect with a configuration error naming both
 /// versions, before anything is claimed.
 async fn a_newer_schema_version_is_refused(env: SqlBackend) {
@@ -564,7 +626,7 @@ async fn a_newer_schema_version_is_refused(env: SqlBackend) {
         &admin,
         &[format!(
             "INSERT INTO {MIGRATIONS_TABLE} (component, version, description, applied_at) \
-             VALUES ('{}', 2, 'from a newer idmint', {})",
+             VALUES ('{}', 3, 'from a newer idmint', {})",
             env.component(),
             dialect.now()
         )],
@@ -586,8 +648,8 @@ async fn a_newer_schema_version_is_refused(env: SqlBackend) {
         env.db
     );
     let text = err.to_string();
-    assert!(text.contains("schema version 2"), "{text}");
-    assert!(text.contains("newer than version 1"), "{text}");
+    assert!(text.contains("schema version 3"), "{text}");
+    assert!(text.contains("newer than version 2"), "{text}");
     assert!(text.contains(&env.component()), "{text}");
 }
 
@@ -608,7 +670,7 @@ async fn concurrent_connects_on_a_fresh_table_both_succeed(env: SqlBackend) {
             .unwrap_or_else(|e| panic!("{:?}: {e}", env.db));
         nodes.push(node);
     }
-    assert_eq!(env.recorded_versions().await, [1], "{:?}", env.db);
+    assert_eq!(env.recorded_versions().await, [1, 2], "{:?}", env.db);
     let a = nodes[0].claim(&identity(1), 4).await.unwrap();
     let b = nodes[1].claim(&identity(2), 4).await.unwrap();
     assert_ne!(a.worker, b.worker);
@@ -877,6 +939,7 @@ macro_rules! per_database {
             sql_only!(backend:
                 clusters_sharing_a_table_stay_apart,
                 disposable_ids_increase_and_are_never_reused,
+                a_report_stamped_by_another_holding_has_no_age,
                 the_fleet_in_disposable_mode_has_no_leases,
                 bad_configs_and_urls_are_typed_errors,
                 a_fresh_table_records_its_migration,
