@@ -27,6 +27,14 @@
 //!   Unix milliseconds. An entry counts as live only while the worker's lease key
 //!   exists; stale entries are removed when peers are listed, when a worker is
 //!   claimed and when it is released.
+//! - `reported_at`: a hash from worker ID to `<ms>/<reported ms>`: Redis's
+//!   `TIME` when the persist (or clean stop) script wrote that report. The
+//!   peers script gives each report's age by `TIME` from it, in the same
+//!   script: a start weighs a peer's clock as `reported + age`. Only a
+//!   stamp of the very report counts: an idmint without stamps writes
+//!   `reported` alone, and an earlier holder's stamp names another report.
+//!   An entry is overwritten by the worker's next report and removed with
+//!   its `reported` entry by the peers script.
 //! - `holders`: a set of the worker IDs claimed and not released, so that
 //!   [`WorkerRegistry::fleet`] finds holders without scanning the keyspace
 //!   (`KEYS` blocks Redis). Added after the other keys: workers claimed by an
@@ -62,7 +70,7 @@
 //! - **release**: `DEL` only if the lease key holds our token; the mark stays.
 //! - **peers**: reads the `reported` hash (a random sample of 64 entries when
 //!   it holds more than 128) and keeps the entries whose lease key exists,
-//!   dropping the others.
+//!   dropping the others, each with its age by `TIME` (`reported_at`).
 //! - **fleet**: reads `holders` and `reported`, and for each worker whose lease
 //!   key exists its token, `PTTL`, report and mark, in one read-only script
 //!   (one moment). Only live holdings are listed: Redis deletes an expired
@@ -266,8 +274,10 @@ return 0
 ";
 
 /// Persist: only while the lease holds our token, in our epoch; the mark only
-/// rises. KEYS: lease, mark, reported hash, epoch hash. ARGV: token, mark ms,
-/// reported ms, worker, epoch ID.
+/// rises. KEYS: lease, mark, reported hash, epoch hash, reported-at hash.
+/// ARGV: token, mark ms, reported ms, worker, epoch ID. The report is
+/// stamped with Redis's `TIME` (`<redis ms>/<reported ms>` in the
+/// reported-at hash) so `peers` can tell its age.
 /// Returns 1 done, 0 expired, -1 held by another token, -2 a new epoch.
 const PERSIST_LUA: &str = r"
 if redis.call('HGET', KEYS[4], 'id') ~= ARGV[5] then return -2 end
@@ -281,6 +291,9 @@ if (not old) or tonumber(ARGV[2]) > tonumber(old) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[5], ARGV[4], string.format('%d', now) .. '/' .. ARGV[3])
 return 1
 ";
 
@@ -297,6 +310,9 @@ if holder ~= ARGV[1] then
 end
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', KEYS[5], ARGV[4], string.format('%d', now) .. '/' .. ARGV[3])
 return 1
 ";
 
@@ -342,11 +358,14 @@ return 0
 ";
 
 /// Peers: the reported times of workers whose lease key exists; drops the rest.
-/// Returns a flat list `id, ms, id, ms, ...`. When the hash holds more than
-/// twice `ARGV[2]` entries, a random sample of `ARGV[2]` of them
-/// (`HRANDFIELD`, Redis 6.2 and later; all of them on an older server): N
-/// nodes starting at once would otherwise cost Redis O(N²) in scripts that
-/// block it.
+/// KEYS: reported hash, reported-at hash. Returns a flat list `id, ms, age
+/// ms or '', ...`: a report's age by Redis's `TIME`, from the stamp the
+/// persist script left beside it, when that stamp is of this very report
+/// (an idmint without stamps, or an earlier holder's stamp, leaves none
+/// that matches). When the hash holds more than twice `ARGV[2]` entries, a
+/// random sample of `ARGV[2]` of them (`HRANDFIELD`, Redis 6.2 and later;
+/// all of them on an older server): N nodes starting at once would
+/// otherwise cost Redis O(N²) in scripts that block it.
 const PEERS_LUA: &str = r"
 local sample = tonumber(ARGV[2])
 local all
@@ -355,13 +374,25 @@ if redis.call('HLEN', KEYS[1]) > 2 * sample then
   if type(got) == 'table' and not got.err then all = got end
 end
 if not all then all = redis.call('HGETALL', KEYS[1]) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
 for i = 1, #all, 2 do
   if redis.call('EXISTS', ARGV[1] .. 'worker:' .. all[i]) == 1 then
     out[#out + 1] = all[i]
     out[#out + 1] = all[i + 1]
+    local age = ''
+    local stamp = redis.call('HGET', KEYS[2], all[i])
+    if stamp then
+      local at, of = string.match(stamp, '^(%d+)/(.*)$')
+      if at and of == all[i + 1] then
+        age = string.format('%d', math.max(0, now - tonumber(at)))
+      end
+    end
+    out[#out + 1] = age
   else
     redis.call('HDEL', KEYS[1], all[i])
+    redis.call('HDEL', KEYS[2], all[i])
   end
 end
 return out
@@ -1188,6 +1219,7 @@ impl WorkerRegistry for RedisRegistry {
         let lease_key = self.key("worker:", claim.worker);
         let mark_key = self.key("mark:", claim.worker);
         let reported_key = format!("{}reported", self.config.prefix);
+        let reported_at_key = format!("{}reported_at", self.config.prefix);
         let epoch_key = format!("{}epoch", self.config.prefix);
         let mark_ms = ceil_ms(mark);
         {
@@ -1204,6 +1236,7 @@ impl WorkerRegistry for RedisRegistry {
                     .key(&mark_key)
                     .key(&reported_key)
                     .key(&epoch_key)
+                    .key(&reported_at_key)
                     .arg(&claim.token)
                     .arg(mark_ms)
                     .arg(reported.as_millisecond())
@@ -1231,6 +1264,7 @@ impl WorkerRegistry for RedisRegistry {
         let lease_key = self.key("worker:", claim.worker);
         let mark_key = self.key("mark:", claim.worker);
         let reported_key = format!("{}reported", self.config.prefix);
+        let reported_at_key = format!("{}reported_at", self.config.prefix);
         let epoch_key = format!("{}epoch", self.config.prefix);
         let code: i64 = self
             .call(OP, |mut conn| {
@@ -1239,6 +1273,7 @@ impl WorkerRegistry for RedisRegistry {
                     .key(&mark_key)
                     .key(&reported_key)
                     .key(&epoch_key)
+                    .key(&reported_at_key)
                     .arg(&claim.token)
                     .arg(ceil_ms(high))
                     .arg(reported.as_millisecond())
@@ -1258,25 +1293,32 @@ impl WorkerRegistry for RedisRegistry {
 
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
         let reported_key = format!("{}reported", self.config.prefix);
+        let reported_at_key = format!("{}reported_at", self.config.prefix);
         let flat: Vec<String> = self
             .call("list peers", |mut conn| {
                 let mut invocation = self.peers_script.key(&reported_key);
-                invocation.arg(self.config.prefix.as_ref()).arg(PEER_SAMPLE);
+                invocation
+                    .key(&reported_at_key)
+                    .arg(self.config.prefix.as_ref())
+                    .arg(PEER_SAMPLE);
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;
-        let mut peers = Vec::with_capacity(flat.len() / 2);
-        for pair in flat.chunks_exact(2) {
-            let worker: u32 = pair[0].parse().map_err(|_| RegistryError::Backend {
+        let mut peers = Vec::with_capacity(flat.len() / 3);
+        for row in flat.chunks_exact(3) {
+            let worker: u32 = row[0].parse().map_err(|_| RegistryError::Backend {
                 registry: KIND,
                 operation: "list peers",
-                message: format!("reported hash has a non-numeric worker field {:?}", pair[0]),
+                message: format!("reported hash has a non-numeric worker field {:?}", row[0]),
             })?;
             if worker == claim.worker {
                 continue;
             }
-            let reported = parse_ms("list peers", worker, &pair[1])?;
-            peers.push(PeerReport::new(worker, reported));
+            let report = PeerReport::new(worker, parse_ms("list peers", worker, &row[1])?);
+            peers.push(match row[2].parse::<u64>() {
+                Ok(ms) => report.with_age(Duration::from_millis(ms)),
+                Err(_) => report,
+            });
         }
         peers.sort_by_key(|p| p.worker);
         Ok(peers)

@@ -341,3 +341,54 @@ async fn a_server_that_never_answers_times_out_with_a_typed_error() {
         "redis registry: connect timed out after 300ms"
     );
 }
+
+/// A report's age is Redis's `TIME` since the persist script stamped it, and
+/// only for the very report it stamped: an idmint from before the stamps
+/// writes `reported` alone, and its report then has no age (the stamp left
+/// beside it names another report), until a stamped write again.
+#[tokio::test]
+async fn a_report_is_aged_only_by_its_own_stamp() {
+    let Some(b) = backend("report-stamp") else {
+        return;
+    };
+    let registry = b.registry(LONG).await;
+    let me = registry.claim(&identity(1), 16).await.unwrap();
+    let peer = registry.claim(&identity(2), 16).await.unwrap();
+    let age = |peers: Vec<idmint_registry::PeerReport>| {
+        let p = peers.into_iter().find(|p| p.worker == peer.worker).unwrap();
+        (p.reported, p.age)
+    };
+    registry
+        .persist_mark(&peer, ms(1_900_000_000_000), ms(1_800_000_000_000))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (reported, aged) = age(registry.peers(&me).await.unwrap());
+    assert_eq!(reported, ms(1_800_000_000_000));
+    let aged = aged.expect("a stamped report has an age");
+    assert!(
+        aged >= Duration::from_millis(295) && aged < Duration::from_secs(3),
+        "{aged:?}"
+    );
+    // An older idmint reports without the stamp.
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{}reported", b.prefix))
+        .arg(peer.worker)
+        .arg(1_800_000_000_500_i64)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        age(registry.peers(&me).await.unwrap()),
+        (ms(1_800_000_000_500), None)
+    );
+    registry
+        .persist_mark(&peer, ms(1_900_000_000_000), ms(1_800_000_001_000))
+        .await
+        .unwrap();
+    let (reported, aged) = age(registry.peers(&me).await.unwrap());
+    assert_eq!(reported, ms(1_800_000_001_000));
+    assert!(aged.is_some_and(|a| a < Duration::from_secs(1)), "{aged:?}");
+}
