@@ -751,6 +751,34 @@ async fn open_session(connect_string: &str, config: &ZooKeeperConfig) -> Result<
 /// reads cost about one round trip, where reading them one after another
 /// cost a thousand (and timed out when 1,000 nodes started together).
 /// `None` for a node that is gone (its session ended since the listing).
+/// Reports with their ages by the ZooKeeper leader's clock: each report
+/// comes with its node's `mtime` (the leader's clock when the report was
+/// written), and the age is the leader's "now" minus that.
+///
+/// ZooKeeper has no "what time is it" call, so "now" is the latest `mtime`
+/// the same read saw: the reports' own and `own`, the mtime of a node this
+/// node wrote anyway (its worker node, written at its claim or its last
+/// report). Not a probe write per start: what an overloaded ensemble can't
+/// take is one more write from every node that starts. The latest `mtime`
+/// is at or before the leader's clock at the read, so every age errs short,
+/// and a short age only makes this node look further ahead of a peer,
+/// never excuses it. In the ephemeral mode this node's own node was just
+/// created by its claim, so its `mtime` is close to now; in the forever
+/// mode the newest node of the fleet is the reference, which lags when
+/// nobody could write for a while (ages then err short by that much).
+fn with_ages(found: Vec<(PeerReport, i64)>, own: Option<i64>) -> Vec<PeerReport> {
+    let now = found.iter().map(|(_, mtime)| *mtime).max().max(own);
+    found
+        .into_iter()
+        .map(|(report, mtime)| match now {
+            Some(now) => report.with_age(std::time::Duration::from_millis(
+                now.saturating_sub(mtime).max(0).unsigned_abs(),
+            )),
+            None => report,
+        })
+        .collect()
+}
+
 async fn read_children(
     client: &zk::Client,
     operation: &'static str,

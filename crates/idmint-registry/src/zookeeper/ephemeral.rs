@@ -17,7 +17,7 @@ use zookeeper_client as zk;
 
 use super::{
     CAS_ATTEMPTS, KIND, NodeRecord, Session, backend, identity_lines, node_address,
-    parse_mark_node, parse_record, read_children, split_address,
+    parse_mark_node, parse_record, read_children, split_address, with_ages,
 };
 use crate::error::{RegistryError, Result};
 use crate::registry::{Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry};
@@ -310,6 +310,7 @@ impl WorkerRegistry for Ephemeral {
     /// one after another took over the 2 s call timeout when the fleet
     /// started together (591 of 1,000 starts refused); a random sample
     /// gives the clock check's median as well (etcd and Redis do the same).
+    /// Each report's age is told by the leader's clock ([`with_ages`]).
     async fn peers(&self, claim: &Claim) -> Result<Vec<PeerReport>> {
         const OP: &str = "list peers";
         let client = self.session.live_client(OP).await?;
@@ -331,17 +332,23 @@ impl WorkerRegistry for Ephemeral {
                         .map(|i| children[i as usize].clone())
                         .collect();
                 }
-                let names: Vec<String> = children.iter().map(|(_, c)| c.clone()).collect();
-                let read = read_children(&client, OP, &dir, &names).await?;
-                let mut peers = Vec::new();
-                for ((worker, _), found) in children.into_iter().zip(read) {
-                    let Some((data, _)) = found else {
+                // This node's own worker node is read in the same batch:
+                // its mtime (its claim, or its last report) is the
+                // leader's clock at a write this node made anyway.
+                let mut names: Vec<String> = children.iter().map(|(_, c)| c.clone()).collect();
+                names.push(claim.worker.to_string());
+                let mut read = read_children(&client, OP, &dir, &names).await?;
+                let own = read.pop().flatten().map(|(_, stat)| stat.mtime);
+                let mut found = Vec::new();
+                for ((worker, _), node) in children.into_iter().zip(read) {
+                    let Some((data, stat)) = node else {
                         continue;
                     };
                     if let Some(reported) = parse_record(OP, worker, &data)?.reported {
-                        peers.push(PeerReport::new(worker, reported));
+                        found.push((PeerReport::new(worker, reported), stat.mtime));
                     }
                 }
+                let mut peers = with_ages(found, own);
                 peers.sort_by_key(|p| p.worker);
                 Ok(peers)
             })

@@ -27,7 +27,7 @@ use zookeeper_client as zk;
 
 use super::{
     CAS_ATTEMPTS, KIND, Session, backend, identity_lines, ms_to_ts, node_address, parse_record,
-    read_children, split_address,
+    read_children, split_address, with_ages,
 };
 use crate::error::{RegistryError, Result};
 use crate::registry::{
@@ -406,7 +406,7 @@ impl WorkerRegistry for Forever {
         // Liveness by ZooKeeper's own modification times, not our clock.
         let newest = nodes.iter().map(|n| n.2).max().unwrap_or(0);
         let window = i64::try_from(self.session.config.peer_window.as_millis()).unwrap_or(i64::MAX);
-        let mut peers = Vec::new();
+        let mut found = Vec::new();
         for (seq, data, mtime) in nodes {
             let Ok(worker) = u32::try_from(seq) else {
                 continue;
@@ -415,9 +415,12 @@ impl WorkerRegistry for Forever {
                 continue;
             }
             if let Some(reported) = parse_record("list peers", worker, &data)?.reported {
-                peers.push(PeerReport::new(worker, reported));
+                found.push((PeerReport::new(worker, reported), mtime));
             }
         }
+        // Every node's mtime was read, this node's own among them: the
+        // newest is the leader's clock at the latest write ([`with_ages`]).
+        let mut peers = with_ages(found, Some(newest));
         peers.sort_by_key(|p| p.worker);
         Ok(peers)
     }
