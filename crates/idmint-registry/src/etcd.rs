@@ -126,8 +126,8 @@ use jiff::Timestamp;
 
 use crate::error::{RegistryError, Result};
 use crate::registry::{
-    Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker,
-    check_range,
+    Claim, FleetMember, Lease, NodeIdentity, PeerReport, ReportRevision, WorkerRegistry,
+    check_given_worker, check_range,
 };
 use crate::util::{bounded, ceil_ms, check_timeout, distinct_below, random_u64, sample_free};
 
@@ -1501,6 +1501,7 @@ impl EtcdRegistry {
             );
             let mut client = self.client();
             let resp = self.call(OP, client.txn(txn)).await?;
+            let read = resp.header().map(|h| h.revision());
             let mut peers = Vec::new();
             for (worker, op) in sample.iter().zip(resp.op_responses()) {
                 if let TxnOpResponse::Get(get) = op
@@ -1508,7 +1509,7 @@ impl EtcdRegistry {
                     && *worker != claim.worker
                 {
                     let reported = parse_ms(OP, *worker, kv.value())?;
-                    peers.push(PeerReport::new(*worker, reported));
+                    peers.push(report_of(*worker, reported, kv, read));
                 }
             }
             // Enough for a median; a sparse space (few nodes in many IDs)
@@ -1541,6 +1542,7 @@ impl EtcdRegistry {
         ]);
         let mut client = self.client();
         let resp = self.call(OP, client.txn(txn)).await?;
+        let read = resp.header().map(|h| h.revision());
         let mut peers = Vec::new();
         for op in resp.op_responses() {
             let TxnOpResponse::Get(get) = op else {
@@ -1560,7 +1562,7 @@ impl EtcdRegistry {
                     continue;
                 }
                 let reported = parse_ms(OP, worker, kv.value())?;
-                peers.push(PeerReport::new(worker, reported));
+                peers.push(report_of(worker, reported, kv, read));
             }
         }
         peers.sort_by_key(|p| p.worker);
@@ -1712,6 +1714,23 @@ impl WorkerRegistry for EtcdRegistry {
 
     async fn release(&self, claim: &Claim) -> Result<()> {
         self.pinned_call(self.release_on_pinned(claim)).await
+    }
+}
+
+/// A peer's report as etcd stores it: etcd keeps no clock, so its age is
+/// unknown (`None`), but the revision of the write that stored it
+/// (`mod_revision`) and the read's (the response header's) let a start's
+/// second read weigh only the reports written after its first one (a
+/// sample draws other peers the second time, whose reports may be as stale
+/// as the first ones).
+fn report_of(worker: u32, reported: Timestamp, kv: &KeyValue, read: Option<i64>) -> PeerReport {
+    let report = PeerReport::new(worker, reported);
+    match read {
+        Some(read) => report.with_revision(ReportRevision {
+            written: kv.mod_revision(),
+            read,
+        }),
+        None => report,
     }
 }
 
