@@ -49,6 +49,16 @@ pub enum Holding {
     Forever,
 }
 
+/// How a backend tells how old a peer's report is ([`PeerReport`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportClock {
+    /// Its age, by the coordinator's clock (SQL, Redis, ZooKeeper).
+    Age,
+    /// The revisions of its write and of the read (etcd, which keeps no
+    /// clock).
+    Revision,
+}
+
 /// What the suite needs of a backend: nodes, each a registry with a connection
 /// (pool, session) of its own, as separate processes would have, all in one
 /// namespace private to the test. Dropping the backend removes the namespace.
@@ -66,6 +76,11 @@ pub trait Backend: Send + Sync + 'static {
     /// Whether [`WorkerRegistry::claim_worker`] is implemented.
     fn claims_given_workers(&self) -> bool {
         true
+    }
+
+    /// How the backend tells how old a peer's report is.
+    fn report_clock(&self) -> ReportClock {
+        ReportClock::Age
     }
 
     /// A new node whose leases last about `ttl` (the backend rounds it to what
@@ -89,6 +104,7 @@ macro_rules! contract_suite {
             takeover_after_expiry_starts_above_the_dead_nodes_mark_and_fences_it,
             peers_are_the_live_workers_that_reported,
             a_new_holder_does_not_inherit_the_old_holders_report,
+            a_reports_age_is_told_by_the_coordinators_clock,
             a_restart_with_the_clock_behind_issues_above_every_earlier_id,
             a_takeover_by_a_node_with_its_clock_behind_issues_above_the_dead_nodes_ids,
             a_given_worker_is_claimed_once_and_the_holder_is_named,
@@ -652,6 +668,81 @@ pub async fn peers_are_the_live_workers_that_reported<B: Backend>(b: B) {
             "{kind}: released or dead peers never dropped out: {peers:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Issue 33: a peer's report is weighed by its age as the coordinator
+/// measures it. A peer whose clock runs a minute behind this test's reports
+/// its reading, then nothing for 1.5 s; a
+/// node that claims then reads the report 1.5 s old by the coordinator's
+/// clock, so `reported + age` is the peer's clock now. Reported again, the
+/// report is fresh. On etcd, which keeps no clock, the age is unknown and
+/// the revisions say instead that the second report was written after the
+/// first read.
+pub async fn a_reports_age_is_told_by_the_coordinators_clock<B: Backend>(b: B) {
+    let kind = b.kind();
+    let node = b.node(LONG).await;
+    let peer = node.claim(&identity(2), 16).await.unwrap();
+    let peer_clock = || ms((Timestamp::now() - SignedDuration::from_secs(60)).as_millisecond());
+    let old = peer_clock();
+    node.persist_mark(&peer, mark(3_000), old).await.unwrap();
+    let idle = Duration::from_millis(1_500);
+    tokio::time::sleep(idle).await;
+    // The claim is the write this node makes before its first read of the
+    // peers (ZooKeeper measures ages from the latest write it reads).
+    let me = node.claim(&identity(1), 16).await.unwrap();
+    let read = |peers: Vec<PeerReport>| {
+        peers
+            .into_iter()
+            .find(|p| p.worker == peer.worker)
+            .unwrap_or_else(|| panic!("{kind}: the peer's report is missing"))
+    };
+    let first = read(node.peers(&me).await.unwrap());
+    assert_eq!(first.reported, old, "{kind}");
+    match b.report_clock() {
+        ReportClock::Age => {
+            let age = first
+                .age
+                .unwrap_or_else(|| panic!("{kind}: no age: {first:?}"));
+            // The coordinator's clock is this machine's: the age is the
+            // idle time, plus the calls' own time, in whole milliseconds.
+            assert!(
+                age >= idle - Duration::from_millis(20) && age < idle + Duration::from_secs(3),
+                "{kind}: the report read {age:?} old after {idle:?}"
+            );
+            let behind = peer_clock().duration_since(first.estimated_now());
+            assert!(
+                behind >= SignedDuration::ZERO && behind < SignedDuration::from_secs(3),
+                "{kind}: reported + age is {behind:?} behind the peer's clock"
+            );
+        }
+        ReportClock::Revision => {
+            assert_eq!(first.age, None, "{kind}: {first:?}");
+            let r = first
+                .revision
+                .unwrap_or_else(|| panic!("{kind}: no revision: {first:?}"));
+            assert!(r.written <= r.read, "{kind}: {r:?}");
+        }
+    }
+    node.persist_mark(&peer, mark(3_000), peer_clock())
+        .await
+        .unwrap();
+    let again = read(node.peers(&me).await.unwrap());
+    match b.report_clock() {
+        ReportClock::Age => {
+            let age = again.age.unwrap();
+            assert!(
+                age < Duration::from_secs(1),
+                "{kind}: a report just written read {age:?} old"
+            );
+        }
+        ReportClock::Revision => {
+            let (r1, r2) = (first.revision.unwrap(), again.revision.unwrap());
+            assert!(
+                r2.written > r1.read,
+                "{kind}: the second report's write {r2:?} is not after the first read {r1:?}"
+            );
+        }
     }
 }
 

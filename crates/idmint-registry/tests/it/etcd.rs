@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use idmint_registry::etcd::{EtcdConfig, EtcdRegistry};
 use idmint_registry::{RegistryError, WorkerRegistry};
 
-use crate::contract::{Backend, Holding, LONG, ReadsMarks, contract_suite};
+use crate::contract::{Backend, Holding, LONG, ReadsMarks, ReportClock, contract_suite};
 use crate::support::{block_on_side, identity, require_service, unique_name};
 
 /// etcd's smallest lease with its default election timeout.
@@ -65,6 +65,10 @@ impl Backend for EtcdBackend {
 
     fn short_ttl(&self) -> Duration {
         SHORT
+    }
+
+    fn report_clock(&self) -> ReportClock {
+        ReportClock::Revision
     }
 
     async fn node(&self, ttl: Duration) -> Arc<dyn WorkerRegistry> {

@@ -134,6 +134,7 @@ mod forever {
         a_given_worker_is_claimed_once_and_the_holder_is_named,
         a_second_node_deriving_the_same_worker_fails_at_start_naming_both,
         the_fleet_lists_every_holder_with_its_identity_report_and_mark,
+        a_reports_age_is_told_by_the_coordinators_clock,
     );
 }
 
