@@ -55,7 +55,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use fleet::{Outcome, SimConfig, Stats};
-use registry::{Flaw, Target};
+use registry::{Flaw, ReportClocks, Target};
 
 /// The seeds `cargo test` runs, and their scale.
 const CI_SEEDS: [u64; 3] = [1, 2, 3];
@@ -130,6 +130,11 @@ impl Plan {
             fault_every: Duration::from_secs_f64(self.fault_minutes * 60.0),
             oracle_nodes: self.nodes.min(3),
             flaw: self.flaw,
+            reports: reports_of(seed),
+            peer_sample: None,
+            overload: None,
+            clock_faults: true,
+            fast_node: None,
         }
     }
 
@@ -155,6 +160,17 @@ impl Plan {
         .unwrap();
         cmd
     }
+}
+
+/// What a seed's worker registry tells of each report: its age (SQL, Redis,
+/// ZooKeeper), its revisions (etcd) or nothing (an idmint before ages), in
+/// turn, so the CI seeds run each.
+fn reports_of(seed: u64) -> ReportClocks {
+    [
+        ReportClocks::Ages,
+        ReportClocks::Revisions,
+        ReportClocks::Unknown,
+    ][(seed % 3) as usize]
 }
 
 /// `7`, `1,5,9`, `1..100` (1 to 100, both included) or `1..=100`.
@@ -293,6 +309,8 @@ fn add(total: &mut Stats, s: &Stats) {
         a.held += b.held;
         a.registered_again += b.registered_again;
         a.register_refused += b.register_refused;
+        a.overloaded += b.overloaded;
+        a.stalest_report = a.stalest_report.max(b.stalest_report);
     };
     sum(&mut total.workers, &s.workers);
     sum(&mut total.oracle, &s.oracle);
@@ -372,6 +390,11 @@ fn small(seed: u64, flaw: Option<(Flaw, Target)>) -> SimConfig {
         fault_every: Duration::from_secs(5 * 60),
         oracle_nodes: 3,
         flaw,
+        reports: reports_of(seed),
+        peer_sample: None,
+        overload: None,
+        clock_faults: true,
+        fast_node: None,
     }
 }
 
@@ -525,4 +548,129 @@ fn a_node_stopped_past_its_lease_refuses_before_its_keeper_runs() {
     fleet::drive(&rt_a, t_a.local_at(31 * s));
     let _in = rt_a.enter();
     assert_ne!(a.handle().status().lease, LeaseState::Held);
+}
+
+/// The node of [`overloaded`] runs whose clock is truly ahead.
+const FAST: usize = 15;
+
+/// Issue 33's overload: 16 nodes for 10 simulated minutes on a worker
+/// registry that is overloaded most of the time (for 30 to 90 s, about a
+/// minute apart): 90 % of report writes and 30 % of renewals hang past the
+/// caller's timeout, so live peers' reports go stale by tens of seconds.
+/// Every wall clock is right (no steps; drift under 500 ppm) but node
+/// [`FAST`]'s, 30 s ahead from its first boot a minute in. `peers` reads a
+/// sample of 4 live reports, as a large fleet's etcd, Redis or ZooKeeper
+/// reads a sample of 64.
+fn overloaded(seed: u64, reports: ReportClocks) -> SimConfig {
+    SimConfig {
+        seed,
+        nodes: 16,
+        duration: Duration::from_secs(10 * 60),
+        step: Duration::from_millis(100),
+        rate: 2.0,
+        fault_every: Duration::from_secs(60),
+        oracle_nodes: 0,
+        flaw: None,
+        reports,
+        peer_sample: Some(4),
+        overload: Some((
+            Duration::from_secs(30),
+            Duration::from_secs(30),
+            Duration::from_secs(90),
+        )),
+        clock_faults: false,
+        fast_node: Some((FAST, Duration::from_secs(30))),
+    }
+}
+
+/// Clock-skew refusals of nodes whose clocks are right: every one but
+/// [`FAST`]'s in an [`overloaded`] run.
+fn false_refusals(s: &Stats) -> u64 {
+    s.skew_refused
+        .iter()
+        .filter(|(node, _)| **node != FAST)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Issue 33: with each report weighed by its age on the registry's clock,
+/// an overloaded registry refuses no start whose clock is right, while the
+/// node whose clock is 30 s ahead is refused at every try and never
+/// issues; and no ID is issued twice. With the revisions etcd gives (no
+/// ages), the second read weighs only reports written after the first,
+/// and refuses no correct clock either. With neither, the same runs
+/// refuse correct clocks, as the 10,000-node run did: the overload is
+/// strong enough to test what ages change.
+#[test]
+fn an_overloaded_registry_refuses_no_correct_clock() {
+    let mut unknown_refused = 0;
+    for seed in 1..=3 {
+        let out = fleet::run(overloaded(seed, ReportClocks::Ages));
+        let s = &out.stats;
+        eprintln!(
+            "ages, seed {seed}: starts {:?}, clock skew refusals {:?}, stalest report {:?}, \
+             {} calls dropped by overloads, {} IDs",
+            s.started, s.skew_refused, s.workers.stalest_report, s.workers.overloaded, s.ids
+        );
+        if let Some(f) = failure(seed, &Plan::from_env(), &out) {
+            panic!("{f}");
+        }
+        assert!(
+            s.workers.stalest_report > Duration::from_secs(30),
+            "seed {seed}: reports went stale by {:?} only",
+            s.workers.stalest_report
+        );
+        assert!(
+            s.faults.get("overload").is_some_and(|n| *n >= 3),
+            "{:?}",
+            s.faults
+        );
+        assert!(s.ids > 1_000, "seed {seed}: {} IDs", s.ids);
+        assert_eq!(
+            false_refusals(s),
+            0,
+            "seed {seed}: correct clocks refused: {:?}",
+            s.skew_refused
+        );
+        assert!(
+            s.skew_refused.get(&FAST).is_some_and(|n| *n >= 10),
+            "seed {seed}: the fast node was refused {:?} times",
+            s.skew_refused.get(&FAST)
+        );
+        assert_eq!(
+            s.started.get(&FAST),
+            None,
+            "seed {seed}: the fast node started"
+        );
+
+        let out = fleet::run(overloaded(seed, ReportClocks::Revisions));
+        if let Some(f) = failure(seed, &Plan::from_env(), &out) {
+            panic!("{f}");
+        }
+        eprintln!(
+            "revisions, seed {seed}: clock skew refusals {:?}",
+            out.stats.skew_refused
+        );
+        assert_eq!(
+            false_refusals(&out.stats),
+            0,
+            "seed {seed}: correct clocks refused: {:?}",
+            out.stats.skew_refused
+        );
+
+        let out = fleet::run(overloaded(seed, ReportClocks::Unknown));
+        if let Some(f) = failure(seed, &Plan::from_env(), &out) {
+            panic!("{f}");
+        }
+        eprintln!(
+            "unknown ages, seed {seed}: clock skew refusals {:?}",
+            out.stats.skew_refused
+        );
+        unknown_refused += false_refusals(&out.stats);
+    }
+    assert!(
+        unknown_refused > 0,
+        "without ages or revisions no correct clock was refused: the overload is too weak \
+         to show what they change"
+    );
 }

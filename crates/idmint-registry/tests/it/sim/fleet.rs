@@ -45,7 +45,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::checker::{Checker, Holding, Violation};
-use super::registry::{CallFaults, Flaw, Injected, Net, SimLink, SimRegistry, Target};
+use super::registry::{
+    CallFaults, Flaw, Injected, Net, ReportClocks, SimLink, SimRegistry, Target,
+};
 use super::rng::Rng;
 use super::time::{NodeTime, SimClock, Source, Wall};
 use super::trace::{Trace, What};
@@ -65,6 +67,20 @@ pub struct SimConfig {
     pub oracle_nodes: usize,
     /// A broken registry, and which.
     pub flaw: Option<(Flaw, Target)>,
+    /// What the worker registry's `peers` tells of each report, and the
+    /// size of the sample it reads (all live reports: `None`).
+    pub reports: ReportClocks,
+    pub peer_sample: Option<usize>,
+    /// Overloads of the worker registry: the mean gap between two, and how
+    /// long each lasts (uniform between the two).
+    pub overload: Option<(Duration, Duration, Duration)>,
+    /// Whether wall clocks step (and restarts find them behind). Off, every
+    /// clock is right but for its drift (under 500 ppm), and the run's
+    /// clock-skew refusals are all false but those of the fast node.
+    pub clock_faults: bool,
+    /// A node whose wall clock is this far ahead from the start, and stays
+    /// so (no NTP), which first boots a minute in, once peers report.
+    pub fast_node: Option<(usize, Duration)>,
 }
 
 /// What a run did.
@@ -86,6 +102,10 @@ pub struct Stats {
     pub resumed_past_lease_issued: u64,
     pub workers: Injected,
     pub oracle: Injected,
+    /// Per node: starts refused with `clock_skew`, and starts that went
+    /// through.
+    pub skew_refused: BTreeMap<usize, u64>,
+    pub started: BTreeMap<usize, u64>,
 }
 
 pub struct Outcome {
@@ -155,6 +175,8 @@ struct World {
     nodes: Vec<Node>,
     /// When the worker registry next fails over to a stale replica.
     next_failover: u64,
+    /// When it is next overloaded.
+    next_overload: u64,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -176,14 +198,17 @@ pub fn run(cfg: SimConfig) -> Outcome {
     let trace = Arc::new(Trace::default());
     let mut rng = Rng::new(cfg.seed);
     let ttl = [Duration::from_secs(10), Duration::from_secs(30)][rng.below(2) as usize];
-    let workers = Arc::new(SimRegistry::new(
-        "workers",
-        ttl,
-        rng.next_u64(),
-        CallFaults::DEFAULT,
-        flaw_of(&cfg, "workers"),
-        trace.clone(),
-    ));
+    let workers = Arc::new(
+        SimRegistry::new(
+            "workers",
+            ttl,
+            rng.next_u64(),
+            CallFaults::DEFAULT,
+            flaw_of(&cfg, "workers"),
+            trace.clone(),
+        )
+        .with_reports(cfg.reports, cfg.peer_sample),
+    );
     let oracle = Arc::new(SimRegistry::new(
         "oracle",
         Duration::from_secs(3),
@@ -197,6 +222,11 @@ pub fn run(cfg: SimConfig) -> Outcome {
     let nodes = (0..cfg.nodes)
         .map(|i| new_node(&mut rng, &cfg, i))
         .collect();
+    // Drawn after everything else, so a run without overloads draws as before.
+    let next_overload = match cfg.overload {
+        Some((every, _, _)) => ns(rng.uniform(Duration::ZERO, every * 2)),
+        None => u64::MAX,
+    };
     let mut world = World {
         rng,
         now: 0,
@@ -208,6 +238,7 @@ pub fn run(cfg: SimConfig) -> Outcome {
         trace: trace.clone(),
         nodes,
         next_failover,
+        next_overload,
         cfg,
     };
     let violation = world.run();
@@ -252,18 +283,24 @@ fn new_node(rng: &mut Rng, cfg: &SimConfig, i: usize) -> Node {
     let keeper = KeeperConfig::new()
         .with_call_timeout([Duration::from_secs(1), Duration::from_secs(2)][rng.below(2) as usize]);
     let first_fault = ns(rng.uniform(Duration::ZERO, cfg.fault_every * 2));
+    // Nodes come up over the first seconds, not all at once.
+    let mut restart_at = ns(rng.uniform(Duration::ZERO, Duration::from_secs(5)));
+    let wall = Arc::new(Wall::new(ppm));
+    if let Some((fast, ahead)) = cfg.fast_node
+        && fast == i
+    {
+        wall.step(i64::try_from(ahead.as_nanos()).expect("fits"));
+        restart_at = ns(Duration::from_secs(60));
+    }
     Node {
         identity: crate::support::identity(i),
         ppm,
-        wall: Arc::new(Wall::new(ppm)),
+        wall,
         net: Arc::new(Net::default()),
         source,
         policy,
         keeper,
-        // Nodes come up over the first seconds, not all at once.
-        life: Life::Down {
-            restart_at: ns(rng.uniform(Duration::ZERO, Duration::from_secs(5))),
-        },
+        life: Life::Down { restart_at },
         incarnations: 0,
         next_fault: first_fault,
         next_issue: 0,
@@ -371,6 +408,9 @@ impl World {
             if self.next_failover <= self.now {
                 self.fail_over();
             }
+            if self.next_overload <= self.now {
+                self.overload();
+            }
             for i in 0..self.nodes.len() {
                 self.events(i);
             }
@@ -404,6 +444,23 @@ impl World {
         self.fault(
             0,
             format!("the worker registry fails over to a replica {lag:?} behind (a new epoch)"),
+        );
+    }
+
+    /// The worker registry is overloaded for a while
+    /// (`SimRegistry::overload`): report writes and renewals mostly hang.
+    fn overload(&mut self) {
+        let Some((every, shortest, longest)) = self.cfg.overload else {
+            return;
+        };
+        let lasts = self.rng.uniform(shortest, longest);
+        let gap = self.rng.uniform(Duration::ZERO, every * 2);
+        self.next_overload = self.now + ns(lasts) + ns(gap).max(1);
+        self.workers.overload(self.now + ns(lasts));
+        self.count("overload");
+        self.fault(
+            0,
+            format!("the worker registry is overloaded for {lasts:?} (reports and renewals hang)"),
         );
     }
 
@@ -491,7 +548,7 @@ impl World {
                     format!("pause (SIGSTOP) for {pause:?}; lease left {left:?}"),
                 );
             }
-            3 => {
+            3 if self.cfg.clock_faults => {
                 let back = self.rng.chance(0.7);
                 let by = if back {
                     self.rng
@@ -566,7 +623,7 @@ impl World {
     fn boot(&mut self, i: usize) {
         let now = self.now;
         // Restarts (not the first start) may find the clock behind.
-        if self.nodes[i].incarnations > 0 && self.rng.chance(0.3) {
+        if self.nodes[i].incarnations > 0 && self.cfg.clock_faults && self.rng.chance(0.3) {
             let by = self
                 .rng
                 .log_uniform(Duration::from_millis(5), Duration::from_secs(3600));
@@ -696,6 +753,7 @@ impl World {
                         let worker = guard.handle().worker();
                         let incarnation = p.incarnation;
                         p.keeper = Keeper::Running(guard);
+                        *self.stats.started.entry(i).or_default() += 1;
                         self.trace.push(
                             now,
                             i,
@@ -717,6 +775,9 @@ impl World {
                             retry_at: now + ns(wait),
                         };
                         *self.stats.start_failed.entry(e.code()).or_default() += 1;
+                        if matches!(e, RegistryError::ClockSkew { .. }) {
+                            *self.stats.skew_refused.entry(i).or_default() += 1;
+                        }
                         self.trace.push(now, i, What::StartFailed(e.to_string()));
                     }
                 }

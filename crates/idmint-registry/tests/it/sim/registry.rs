@@ -30,6 +30,11 @@
 //!   caller sees an error for something that happened);
 //! - per node, set by the driver: the **link down** (every call refused at
 //!   once) or **blackholed** (every call hangs);
+//! - set by the driver, for the whole registry: an **overload**
+//!   ([`SimRegistry::overload`]): until a given time, most report writes
+//!   (`persist`, `clean stop`) and some renewals hang past the caller's
+//!   timeout, as on a coordinator serving a crowd, so live peers' reports
+//!   go stale by tens of seconds while their leases hold;
 //! - set by the driver, for the whole registry: a **failover to a stale
 //!   replica** ([`SimRegistry::fail_over_to_stale_replica`]): the store rolls
 //!   back to a prefix of its history (one of the snapshots it takes every
@@ -40,6 +45,12 @@
 //!   claim's mark) to the highest mark the caller's process ever sent, as
 //!   the real registries do; a holder may register again
 //!   ([`WorkerRegistry::register_again`]) under that method's rules.
+//!
+//! What `peers` tells of each report ([`ReportClocks`]): its age by the
+//! registry's clock (as SQL, Redis and ZooKeeper do), the revisions of its
+//! write and of the read (etcd), or nothing; and it may read a random
+//! sample of the live reports, as etcd, Redis and ZooKeeper do on a large
+//! fleet ([`SimRegistry::with_reports`]).
 //!
 //! [`Flaw`] breaks one rule of the contract on purpose, for the tests that
 //! prove the checker catches a broken registry.
@@ -52,7 +63,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idmint_registry::{
     Claim, FLEET_RECENT, FleetMember, Lease, NodeIdentity, PeerReport, RegistryError,
-    WorkerRegistry,
+    ReportRevision, WorkerRegistry,
 };
 use jiff::Timestamp;
 use tokio::time::Instant;
@@ -137,6 +148,22 @@ impl Flaw {
     }
 }
 
+/// What `peers` tells of each report beside its time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportClocks {
+    /// Its age by the registry's clock (SQL, Redis, ZooKeeper).
+    Ages,
+    /// The revisions of its write and of the read (etcd).
+    Revisions,
+    /// Nothing (an idmint before ages).
+    Unknown,
+}
+
+/// During an overload, the share of report writes (`persist`, `clean
+/// stop`) and of renewals that hang past the caller's timeout.
+const OVERLOAD_DROPS_REPORTS: f64 = 0.9;
+const OVERLOAD_DROPS_RENEWALS: f64 = 0.3;
+
 /// How often each per-call fault strikes (probabilities per call).
 #[derive(Debug, Clone, Copy)]
 pub struct CallFaults {
@@ -195,6 +222,10 @@ pub struct Injected {
     /// Registrations again refused (the worker held by another, a higher
     /// mark stored, or the claim of the current epoch).
     pub register_refused: u64,
+    /// Report writes and renewals an overload dropped (hung).
+    pub overloaded: u64,
+    /// The oldest report (by the registry's clock) a peers read returned.
+    pub stalest_report: Duration,
 }
 
 #[derive(Debug)]
@@ -207,8 +238,20 @@ pub struct SimRegistry {
     flaw: Option<Flaw>,
     seed: u64,
     faults: CallFaults,
+    reports: ReportClocks,
+    /// `peers` reads a random sample of this many live reports.
+    sample: Option<usize>,
     state: Mutex<State>,
     trace: Arc<Trace>,
+}
+
+/// A stored report: the peer's time, and when (true time) and at which
+/// revision the registry stored it.
+#[derive(Debug, Clone, Copy)]
+struct Report {
+    reported: Timestamp,
+    at: u64,
+    revision: u64,
 }
 
 #[derive(Debug, Default)]
@@ -219,7 +262,11 @@ struct State {
     marks: BTreeMap<u32, Timestamp>,
     /// Workers whose mark is a clean stop's record (no persist since).
     clean: std::collections::BTreeSet<u32>,
-    reports: BTreeMap<u32, Timestamp>,
+    reports: BTreeMap<u32, Report>,
+    /// Counts report writes: a report's revision.
+    revision: u64,
+    /// Until this true time, report writes and renewals are mostly dropped.
+    overload_until: u64,
     /// Holdings that ended (released, or expired and taken over), for `fleet`.
     ended: BTreeMap<u32, (NodeIdentity, u64)>,
     /// Every claim's stored mark is raised to it (a new epoch's floor).
@@ -243,7 +290,7 @@ struct Stored {
     holders: BTreeMap<u32, Holding>,
     marks: BTreeMap<u32, Timestamp>,
     clean: std::collections::BTreeSet<u32>,
-    reports: BTreeMap<u32, Timestamp>,
+    reports: BTreeMap<u32, Report>,
     ended: BTreeMap<u32, (NodeIdentity, u64)>,
     floor: Option<Timestamp>,
 }
@@ -315,9 +362,47 @@ impl SimRegistry {
             flaw,
             seed,
             faults,
+            reports: ReportClocks::Unknown,
+            sample: None,
             state: Mutex::new(State::default()),
             trace,
         }
+    }
+
+    /// What `peers` tells of each report, and whether it reads a sample.
+    pub fn with_reports(mut self, reports: ReportClocks, sample: Option<usize>) -> SimRegistry {
+        self.reports = reports;
+        self.sample = sample;
+        self
+    }
+
+    /// An overload until true time `until`: most report writes and some
+    /// renewals hang from now on.
+    pub fn overload(&self, until: u64) {
+        let mut s = self.state.lock().unwrap();
+        s.overload_until = s.overload_until.max(until);
+    }
+
+    /// The share of `op` calls an overload drops at true time `g`.
+    fn overload_drops(&self, op: &str, g: u64) -> f64 {
+        if g >= self.state.lock().unwrap().overload_until {
+            return 0.0;
+        }
+        match op {
+            "persist" | "clean stop" => OVERLOAD_DROPS_REPORTS,
+            "renew" => OVERLOAD_DROPS_RENEWALS,
+            _ => 0.0,
+        }
+    }
+
+    fn store_report(s: &mut State, worker: u32, reported: Timestamp) {
+        s.revision += 1;
+        let report = Report {
+            reported,
+            at: s.now,
+            revision: s.revision,
+        };
+        s.reports.insert(worker, report);
     }
 
     pub fn injected(&self) -> Injected {
@@ -611,7 +696,7 @@ impl SimRegistry {
         let m = s.marks.entry(claim.worker).or_insert(mark);
         *m = (*m).max(mark);
         s.clean.remove(&claim.worker);
-        s.reports.insert(claim.worker, reported);
+        Self::store_report(s, claim.worker, reported);
         Ok(())
     }
 
@@ -627,18 +712,48 @@ impl SimRegistry {
         s.marks.insert(claim.worker, high);
         s.clean.insert(claim.worker);
         s.injected.clean_stops += 1;
-        s.reports.insert(claim.worker, reported);
+        Self::store_report(s, claim.worker, reported);
         Ok(())
     }
 
-    fn peers(s: &State, claim: &Claim) -> Vec<PeerReport> {
-        s.holders
+    fn peers(&self, s: &mut State, claim: &Claim) -> Vec<PeerReport> {
+        let mut live: Vec<(u32, Report)> = s
+            .holders
             .iter()
             .filter(|(w, h)| **w != claim.worker && h.expires > s.now)
-            .filter_map(|(w, _)| {
-                s.reports.get(w).map(|r| PeerReport::new(*w, *r))
+            .filter_map(|(w, _)| s.reports.get(w).map(|r| (*w, *r)))
+            .collect();
+        if let Some(n) = self.sample {
+            // A partial Fisher-Yates shuffle, seeded by the read.
+            let key = mix(&[self.seed, 0x5a3b, u64::from(claim.worker), s.now]);
+            for i in 0..n.min(live.len()) {
+                let j = i + below(mix(&[key, i as u64]), (live.len() - i) as u64) as usize;
+                live.swap(i, j);
+            }
+            live.truncate(n);
+            live.sort_by_key(|(w, _)| *w);
+        }
+        let now = s.now;
+        let read = s.revision;
+        let mut stalest = s.injected.stalest_report;
+        let peers = live
+            .into_iter()
+            .map(|(w, r)| {
+                let age = Duration::from_nanos(now - r.at);
+                stalest = stalest.max(age);
+                let report = PeerReport::new(w, r.reported);
+                match self.reports {
+                    ReportClocks::Ages => report.with_age(age),
+                    ReportClocks::Revisions => report.with_revision(ReportRevision {
+                        written: i64::try_from(r.revision).expect("fits"),
+                        read: i64::try_from(read).expect("fits"),
+                    }),
+                    ReportClocks::Unknown => report,
+                }
             })
-            .collect()
+            .collect();
+        s.injected.stalest_report = stalest;
+        peers
     }
 
     fn release(s: &mut State, claim: &Claim) {
@@ -667,7 +782,7 @@ impl SimRegistry {
             let mut m = FleetMember::new(w).with_node(&node);
             m.live = live;
             m.lease_left = Some(Duration::from_nanos(left));
-            m.reported = s.reports.get(&w).copied();
+            m.reported = s.reports.get(&w).map(|r| r.reported);
             m.mark = s.marks.get(&w).copied();
             members.push(m);
         }
@@ -781,6 +896,16 @@ impl SimLink {
         if u < f.fail + f.stall {
             self.count(|i| i.stalled += 1);
             self.event(g, name, worker, "stalls (injected)".to_owned());
+            return std::future::pending().await;
+        }
+        if unit(mix(&[key, 3])) < r.overload_drops(name, g) {
+            self.count(|i| i.overloaded += 1);
+            self.event(
+                g,
+                name,
+                worker,
+                "hangs: the registry is overloaded".to_owned(),
+            );
             return std::future::pending().await;
         }
         let lost = u >= f.fail + f.stall + f.slow && u < f.fail + f.stall + f.slow + f.lost;
@@ -981,7 +1106,7 @@ impl WorkerRegistry for SimLink {
         self.call(
             "peers",
             Some(claim.worker),
-            Box::new(move |_, s, _| Ok(SimRegistry::peers(s, claim))),
+            Box::new(move |r, s, _| Ok(r.peers(s, claim))),
         )
         .await
     }
