@@ -7,16 +7,35 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::cluster::Cluster;
 use crate::service::require_service;
-use crate::{assert_idmint_error, say};
+use crate::{CREATE, INSERT, assert_idmint_error, config_file, say};
 
 /// libfaketime for threaded programs (the keeper runs a tokio thread).
 const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
-const INSERT: &str = "INSERT INTO t (round) VALUES ($1)";
 
 /// Every ID after the crash is above every ID before it: the ones made under
 /// the shifted clock (if any were) and the ones after the clock is right.
+/// The embedded default, the file registry in `$PGDATA/idmint`.
 #[test]
 fn sigkill_and_a_restart_an_hour_behind_repeat_no_id() {
+    sigkill_and_restart_an_hour_behind("faketime", "", "file");
+}
+
+/// The same with a worker fixed in the config (`registry = "static"`, one
+/// server): no coordinator to ask, so the mark file in the data directory
+/// alone stands between the restart and a repeat.
+#[test]
+fn the_static_registry_repeats_no_id_after_a_sigkill_an_hour_behind() {
+    let config = config_file(
+        "crash-static",
+        "[snowflake]\nregistry = \"static\"\nworker = 9\n",
+    );
+    sigkill_and_restart_an_hour_behind("faketime-static", &config.setting(), "static");
+}
+
+/// A cluster started with `settings` (its worker from `registry`): inserts,
+/// SIGKILL, a start an hour behind (refused or above, typed), then a start
+/// with the clock right.
+fn sigkill_and_restart_an_hour_behind(name: &str, settings: &str, registry: &str) {
     if !require_service(
         "libfaketime",
         Path::new(FAKETIME).exists(),
@@ -24,15 +43,15 @@ fn sigkill_and_a_restart_an_hour_behind_repeat_no_id() {
     ) {
         return;
     }
-    let cluster = Cluster::start("faketime");
+    let cluster = Cluster::start_with(name, settings);
     let mut client = cluster.client();
-    client
-        .batch_execute(
-            "CREATE EXTENSION idmint;
-             CREATE TABLE t (id bigint PRIMARY KEY DEFAULT idmint_next_id(), round int NOT NULL);",
-        )
-        .unwrap();
+    client.batch_execute(CREATE).unwrap();
     cluster.insert(8, 2_000, INSERT, 1);
+    let used: String = client
+        .query_one("SELECT registry FROM idmint_status()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(used, registry);
     let max_before: i64 = client
         .query_one("SELECT max(id) FROM t", &[])
         .unwrap()

@@ -8,11 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
 use crate::service::{Service, require_service};
-use crate::{assert_idmint_error, config_file, rows_per_connection, say};
-
-const CREATE: &str = "CREATE EXTENSION idmint;
-     CREATE TABLE t (id bigint PRIMARY KEY DEFAULT idmint_next_id(), round int NOT NULL);";
-const INSERT: &str = "INSERT INTO t (round) VALUES ($1)";
+use crate::{CREATE, INSERT, assert_idmint_error, config_file, rows_per_connection, say};
 
 /// An idmint config naming `etcd` as the registry (the file `idmint serve
 /// --config` reads), in `cluster` with `lease_ttl`.
@@ -54,7 +50,7 @@ fn three_clusters_on_one_etcd_repeat_no_id() {
     let started = Instant::now();
     std::thread::scope(|scope| {
         for c in &clusters {
-            scope.spawn(move || c.insert(8, rows, INSERT, 1));
+            scope.spawn(move || c.insert_bulk(8, rows, "t", 1));
         }
     });
     let took = started.elapsed();
@@ -83,20 +79,27 @@ fn three_clusters_on_one_etcd_repeat_no_id() {
             nodes.insert((dc, worker)),
             "two clusters hold ({dc}, {worker})"
         );
-        let foreign: i64 = client
+        // The newest and oldest IDs through idmint_decode, every ID by its
+        // bits: the default layout (twitter) keeps 12 sequence bits under 5
+        // worker bits under 5 datacenter bits.
+        let decoded: i64 = client
             .query_one(
-                "SELECT count(*) FROM t, idmint_decode(t.id) d
-                 WHERE d.datacenter <> $1 OR d.worker <> $2",
+                "SELECT count(*) FROM idmint_decode((SELECT min(id) FROM t)) a,
+                 idmint_decode((SELECT max(id) FROM t)) b
+                 WHERE (a.datacenter, a.worker, b.datacenter, b.worker) = ($1, $2, $1, $2)",
                 &[&dc, &worker],
             )
             .unwrap()
             .get(0);
+        assert_eq!(decoded, 1, "idmint_decode: not ({dc}, {worker})'s IDs");
+        let node = i64::from(dc << 5 | worker);
+        let ids = ids(&mut client);
+        assert_eq!(ids.len() as u64, 8 * rows);
+        let foreign = ids.iter().filter(|id| (*id >> 12) & 1023 != node).count();
         assert_eq!(
             foreign, 0,
             "IDs of another node in ({dc}, {worker})'s table"
         );
-        let ids = ids(&mut client);
-        assert_eq!(ids.len() as u64, 8 * rows);
         for id in ids {
             if !all.insert(id) {
                 duplicates += 1;
@@ -199,9 +202,7 @@ fn a_bad_config_is_an_error_not_an_id() {
     );
     let cluster = Cluster::start_with("badconfig", &config.setting());
     let mut client = cluster.client();
-    client
-        .batch_execute("CREATE EXTENSION idmint; CREATE TABLE t (id bigint DEFAULT idmint_next_id(), round int);")
-        .unwrap();
+    client.batch_execute(CREATE).unwrap();
     let started = Instant::now();
     let err = client.execute(INSERT, &[&1]).unwrap_err();
     assert_idmint_error(&err, "22023", &["invalid_config"]);
