@@ -143,13 +143,14 @@ async fn a_cluster_refuses_a_prefix_whose_keys_span_slots() {
     assert!(err.to_string().contains("hash tag"), "{err}");
 }
 
-/// The failover tests' settings: a 2 s lease (the steps between a renewal
-/// and the next write run the scripts, which a busy machine can slow past
-/// a shorter one) and a 500 ms mark window: a hold of 2.5 s.
+/// The failover tests' settings: a 4 s lease (between a renewal and the
+/// next write the scripts pause the replicas, after waiting for them to
+/// catch up, which a busy machine slowed past a 2 s lease) and a 500 ms
+/// mark window: a hold of 4.5 s.
 fn ha_config() -> RedisConfig {
     RedisConfig::new()
         .with_cluster("ha")
-        .with_lease_ttl(Duration::from_secs(2))
+        .with_lease_ttl(Duration::from_secs(4))
         .with_mark_window(Duration::from_millis(500))
         .with_timeout(Duration::from_millis(500))
 }
