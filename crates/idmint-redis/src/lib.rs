@@ -37,6 +37,16 @@ pub use facts::ServerFacts;
 pub use target::{ClusterTarget, RedisTarget, SentinelTarget, check_single_slot, hash_tag};
 pub use topology::{ClusterShard, Topology, TopologyNode};
 
+// The `tls` feature's rustls is there for its `ring` feature alone: rustls
+// then installs ring as the process's provider at the first TLS connection.
+#[cfg(feature = "tls")]
+use rustls as _;
+
+/// Whether this build speaks TLS to Redis (the crate's `tls` feature).
+/// Without it [`RedisTarget::validate`] refuses a target that asks for TLS
+/// ([`RedisTarget::tls_setting`]).
+pub const TLS: bool = cfg!(feature = "tls");
+
 /// Why a call on a [`RedisConnection`] failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -579,6 +589,30 @@ mod tests {
             matches!(err, CallError::Config(ref m) if m.contains("invalid redis url")),
             "{err:?}"
         );
+    }
+
+    /// TLS to a server that speaks plain Redis (or to no server): with the
+    /// `tls` feature the handshake fails as an error, which shows rustls
+    /// found its crypto provider (it panics when it has none); without it
+    /// the target is refused before connecting.
+    #[tokio::test]
+    async fn tls_fails_as_an_error_never_a_panic() {
+        let Err(err) =
+            RedisConnection::connect("rediss://127.0.0.1:6379/", Duration::from_secs(2)).await
+        else {
+            panic!("a TLS handshake with a plain Redis server succeeded");
+        };
+        if TLS {
+            assert!(
+                matches!(err, CallError::Redis(_)) && !err.to_string().contains("panic"),
+                "{err:?}"
+            );
+        } else {
+            assert!(
+                matches!(err, CallError::Config(ref m) if m.contains("no Redis TLS")),
+                "{err:?}"
+            );
+        }
     }
 
     #[test]
