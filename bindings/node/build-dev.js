@@ -6,7 +6,7 @@
 // with it, cargo builds every dependency again under target/<triple>/,
 // where here they are shared with `cargo test --workspace` in target/debug.
 // It also writes native.d.ts, the declarations napi generates (types.js).
-// Users build with `npm run build` (`napi build --release`).
+// Users build with `npm run build` (`napi build --profile release-lto`).
 'use strict'
 
 const { execFileSync } = require('node:child_process')

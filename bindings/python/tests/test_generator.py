@@ -186,6 +186,18 @@ def test_configs_an_embedded_process_cannot_use_are_refused(config):
     assert e.value.code == "invalid_config" and "ran out" in e.value.message
 
 
+def test_redis_tls_is_refused_by_name_in_a_build_without_it(config):
+    """The shipped extension has no Redis TLS (the `redis-tls` feature): a
+    config that asks for it is refused before anything connects, never a
+    panic at the first TLS handshake. A `--features redis-tls` build would
+    try to connect instead (no server listens on port 1)."""
+    tls = config('[snowflake]\nregistry = "redis"\n[snowflake.redis]\nurl = "rediss://127.0.0.1:1/0"\n')
+    with pytest.raises(idmint.IdmintError) as e:
+        idmint.Generator.from_config(tls)
+    assert e.value.code == "invalid_config"
+    assert "snowflake.redis.url" in e.value.message and "`redis-tls` feature" in e.value.message
+
+
 DATA_DIR_CHILD = """
 import idmint, os, sys
 with idmint.Generator.from_config(sys.argv[1]) as g:

@@ -1330,4 +1330,60 @@ mod tests {
         );
         assert!(err.contains("snowflake.redis.cluster"), "{err}");
     }
+
+    /// Each Redis setting that asks for TLS, as a build without Redis TLS
+    /// (a binding's default) refuses it: by its key, naming the feature;
+    /// with the `redis-tls` feature (the server's build) it passes.
+    #[test]
+    fn redis_tls_is_refused_by_name_in_a_build_without_it() {
+        let sentinel = "sentinels = [\"a:26379\"]\nmaster_name = \"m\"\n";
+        let cases = [
+            (
+                "[snowflake]\nregistry = \"redis\"\n[snowflake.redis]\nurl = \"rediss://h:6379/0\"\n".to_owned(),
+                "snowflake.redis.url",
+            ),
+            (
+                format!("[snowflake]\nregistry = \"redis\"\n[snowflake.redis.sentinel]\n{sentinel}tls = true\n"),
+                "snowflake.redis.sentinel.tls",
+            ),
+            (
+                format!("[snowflake]\nregistry = \"redis\"\n[snowflake.redis.sentinel]\n{sentinel}sentinel_tls = true\n"),
+                "snowflake.redis.sentinel.sentinel_tls",
+            ),
+            (
+                "[snowflake]\nregistry = \"redis\"\n[snowflake.redis.redis_cluster]\nnodes = [\"a:7000\"]\ntls = true\n".to_owned(),
+                "snowflake.redis.redis_cluster.tls",
+            ),
+            (
+                "[segment]\nurl = \"rediss://h:6379/0\"\n".to_owned(),
+                "segment.url",
+            ),
+            (
+                format!("[segment.redis_sentinel]\n{sentinel}tls = true\n"),
+                "segment.redis_sentinel.tls",
+            ),
+            (
+                "[segment.redis_cluster]\nnodes = [\"a:7000\"]\ntls = true\n".to_owned(),
+                "segment.redis_cluster.tls",
+            ),
+        ];
+        for (toml, key) in cases {
+            let f = file(&toml);
+            let checked = Config::load(Some(f.path()), env(&[])).and_then(|c| c.validate());
+            if idmint_redis::TLS {
+                assert!(checked.is_ok(), "{toml}: {checked:?}");
+                continue;
+            }
+            let err = checked.unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::Invalid { key: k, .. } if k == key),
+                "{toml}: {err:?}"
+            );
+            let message = err.to_string();
+            assert!(
+                message.contains("no Redis TLS") && message.contains("`redis-tls` feature"),
+                "{message}"
+            );
+        }
+    }
 }

@@ -37,6 +37,16 @@ pub use facts::ServerFacts;
 pub use target::{ClusterTarget, RedisTarget, SentinelTarget, check_single_slot, hash_tag};
 pub use topology::{ClusterShard, Topology, TopologyNode};
 
+// The `tls` feature's rustls is there for its `ring` feature alone: rustls
+// then installs ring as the process's provider at the first TLS connection.
+#[cfg(feature = "tls")]
+use rustls as _;
+
+/// Whether this build speaks TLS to Redis (the crate's `tls` feature).
+/// Without it [`RedisTarget::validate`] refuses a target that asks for TLS
+/// ([`RedisTarget::tls_setting`]).
+pub const TLS: bool = cfg!(feature = "tls");
+
 /// Why a call on a [`RedisConnection`] failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -579,6 +589,31 @@ mod tests {
             matches!(err, CallError::Config(ref m) if m.contains("invalid redis url")),
             "{err:?}"
         );
+    }
+
+    /// TLS to a port nothing listens on. The `redis` crate builds the
+    /// rustls config before it connects, and rustls panics there when its
+    /// crate features name no crypto provider: with the `tls` feature the
+    /// call gets as far as the refused connection, an error; without it
+    /// the target is refused before connecting.
+    #[tokio::test]
+    async fn tls_fails_as_an_error_never_a_panic() {
+        let Err(err) =
+            RedisConnection::connect("rediss://127.0.0.1:1/", Duration::from_secs(5)).await
+        else {
+            panic!("a TLS connection to port 1 succeeded");
+        };
+        if TLS {
+            assert!(
+                matches!(err, CallError::Redis(ref e) if e.is_connection_refusal() || e.is_io_error()),
+                "{err:?}"
+            );
+        } else {
+            assert!(
+                matches!(err, CallError::Config(ref m) if m.contains("no Redis TLS")),
+                "{err:?}"
+            );
+        }
     }
 
     #[test]

@@ -26,8 +26,14 @@ impl RedisTarget {
     /// # Errors
     /// [`CallError::Config`] naming the setting that can't work: an empty
     /// list, an address that is not `host:port`, an empty master name, a
-    /// negative database.
+    /// negative database; a target that asks for TLS ([`Self::tls_setting`])
+    /// in a build without the `tls` feature.
     pub fn validate(&self) -> Result<(), CallError> {
+        if let Some(setting) = self.tls_setting().filter(|_| !crate::TLS) {
+            return Err(CallError::Config(format!(
+                "redis {setting} asks for TLS, but this build has no Redis TLS (the `tls` feature of idmint-redis)"
+            )));
+        }
         match self {
             RedisTarget::Url(url) => redis::Client::open(url.as_str())
                 .map(drop)
@@ -65,6 +71,23 @@ impl RedisTarget {
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// The setting of this target that asks for TLS, if one does: `url` (a
+    /// `rediss://` or `valkeys://` URL), `tls` (to the Sentinel's primary,
+    /// or to the cluster's nodes) or `sentinel_tls` (to the sentinels).
+    pub fn tls_setting(&self) -> Option<&'static str> {
+        match self {
+            RedisTarget::Url(url) => {
+                let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+                (scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys"))
+                    .then_some("url")
+            }
+            RedisTarget::Sentinel(s) if s.tls => Some("tls"),
+            RedisTarget::Sentinel(s) if s.sentinel_tls => Some("sentinel_tls"),
+            RedisTarget::Sentinel(_) => None,
+            RedisTarget::Cluster(c) => c.tls.then_some("tls"),
         }
     }
 
@@ -306,6 +329,39 @@ pub(crate) fn host_of(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tls_target_is_refused_by_name_unless_the_build_has_tls() {
+        let url = |u: &str| RedisTarget::Url(u.to_owned());
+        let sentinel = SentinelTarget::new(vec!["a:26379".to_owned()], "m".to_owned());
+        let cluster = ClusterTarget::new(vec!["a:7000".to_owned()]);
+        let cases = [
+            (url("rediss://h:6379/0"), Some("url")),
+            (url("RedisS://h:6379/0"), Some("url")),
+            (url("valkeys://h:6379/0"), Some("url")),
+            (url("redis://h:6379/0"), None),
+            (RedisTarget::Sentinel(sentinel.clone()), None),
+            (
+                RedisTarget::Sentinel(sentinel.clone().with_tls(true)),
+                Some("tls"),
+            ),
+            (
+                RedisTarget::Sentinel(sentinel.with_sentinel_tls(true)),
+                Some("sentinel_tls"),
+            ),
+            (RedisTarget::Cluster(cluster.clone()), None),
+            (RedisTarget::Cluster(cluster.with_tls(true)), Some("tls")),
+        ];
+        for (target, setting) in cases {
+            assert_eq!(target.tls_setting(), setting, "{target:?}");
+            match (setting, crate::TLS, target.validate()) {
+                (None, _, Ok(())) | (Some(_), true, Ok(())) => {}
+                (Some(setting), false, Err(CallError::Config(m)))
+                    if m.contains(setting) && m.contains("no Redis TLS") => {}
+                (_, _, other) => panic!("{target:?} (TLS built: {}): {other:?}", crate::TLS),
+            }
+        }
+    }
 
     #[test]
     fn hash_tags_are_found_as_redis_finds_them() {

@@ -55,6 +55,30 @@ fn check_target(keys: [&str; 2], sentinel: bool, target: &RedisTarget) -> Result
     }
 }
 
+/// A Redis setting that asks for TLS, refused by name (as the other Redis
+/// checks, whether or not the section is used) in a build without
+/// Redis TLS (idmint-node's `redis-tls` feature; the bindings ship without
+/// it). `sections` are the key of the URL's section, the Sentinel's and the
+/// Cluster's.
+fn check_tls(sections: [&str; 3], target: &RedisTarget) -> Result<(), ConfigError> {
+    if idmint_redis::TLS {
+        return Ok(());
+    }
+    let Some(setting) = target.tls_setting() else {
+        return Ok(());
+    };
+    let section = match target {
+        RedisTarget::Sentinel(_) => sections[1],
+        RedisTarget::Cluster(_) => sections[2],
+        _ => sections[0],
+    };
+    Err(invalid(
+        &format!("{section}.{setting}"),
+        "asks for TLS to Redis, but this build has no Redis TLS: build it with the `redis-tls` \
+         feature (idmint-embed's, or the binding's; `idmint serve` has it)",
+    ))
+}
+
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: key.to_owned(),
@@ -376,6 +400,14 @@ impl Config {
             r.redis_cluster.is_some(),
             r.url.expose() != DEFAULT_REDIS_URL,
         )?;
+        check_tls(
+            [
+                "snowflake.redis",
+                "snowflake.redis.sentinel",
+                "snowflake.redis.redis_cluster",
+            ],
+            &r.target(),
+        )?;
         check_target(
             ["snowflake.redis.sentinel", "snowflake.redis.redis_cluster"],
             r.sentinel.is_some(),
@@ -398,6 +430,10 @@ impl Config {
             seg.url.is_some(),
         )?;
         if let Some(target) = self.segment_redis_target() {
+            check_tls(
+                ["segment", "segment.redis_sentinel", "segment.redis_cluster"],
+                &target,
+            )?;
             check_target(
                 ["segment.redis_sentinel", "segment.redis_cluster"],
                 seg.redis_sentinel.is_some(),
