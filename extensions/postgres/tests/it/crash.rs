@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::cluster::Cluster;
 use crate::service::require_service;
-use crate::{CREATE, INSERT, assert_idmint_error, config_file, say};
+use crate::{CREATE, INSERT, assert_idmint_error, config_file, max_id, say};
 
 /// libfaketime for threaded programs (the keeper runs a tokio thread).
 const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
@@ -52,10 +52,7 @@ fn sigkill_and_restart_an_hour_behind(name: &str, settings: &str, registry: &str
         .unwrap()
         .get(0);
     assert_eq!(used, registry);
-    let max_before: i64 = client
-        .query_one("SELECT max(id) FROM t", &[])
-        .unwrap()
-        .get(0);
+    let max_before = max_id(&mut client);
     drop(client);
 
     cluster.kill();

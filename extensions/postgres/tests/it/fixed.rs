@@ -6,7 +6,7 @@
 //! no worker is `invalid_config`, never an ID.
 
 use crate::cluster::Cluster;
-use crate::{CREATE, INSERT, assert_idmint_error, config_file, say};
+use crate::{CREATE, INSERT, assert_idmint_error, config_file, inserts_go_on_above, max_id, say};
 
 /// The worker `idmint_status()` reports, datacenter and worker bits joined as
 /// the default layout (twitter: 5 datacenter bits over 5 worker bits) puts
@@ -54,27 +54,15 @@ fn static_host_and_k8s_workers_come_from_their_settings() {
         client.batch_execute(CREATE).unwrap();
         cluster.insert(4, 500, INSERT, 1);
         assert_eq!(status_worker(&mut client, registry), expected, "{registry}");
-        let max_before: i64 = client
-            .query_one("SELECT max(id) FROM t", &[])
-            .unwrap()
-            .get(0);
+        let max_before = max_id(&mut client);
         drop(client);
 
         cluster.restart();
-        cluster.insert(4, 500, INSERT, 2);
-        let mut client = cluster.client();
-        assert_eq!(status_worker(&mut client, registry), expected, "{registry}");
-        let row = client
-            .query_one(
-                "SELECT count(*), count(DISTINCT id), min(id) FILTER (WHERE round = 2) FROM t",
-                &[],
-            )
-            .unwrap();
-        let (n, distinct, min_after): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
-        assert_eq!((n, distinct), (4_000, 4_000), "{registry}");
-        assert!(
-            min_after > max_before,
-            "{registry}: {min_after} after a clean restart, {max_before} before"
+        inserts_go_on_above(&cluster, max_before, 500, 4_000);
+        assert_eq!(
+            status_worker(&mut cluster.client(), registry),
+            expected,
+            "{registry}"
         );
         say(&format!(
             "{registry}: worker {expected}, 4,000 IDs across a restart, no duplicate"

@@ -44,6 +44,34 @@ fn rows_per_connection() -> u64 {
         .unwrap_or(125_000)
 }
 
+/// The newest ID in `t`.
+fn max_id(client: &mut postgres::Client) -> i64 {
+    client
+        .query_one("SELECT max(id) FROM t", &[])
+        .unwrap()
+        .get(0)
+}
+
+/// After a clean restart of `cluster`: 4 connections insert `rows` rows
+/// each as round 2; `t` then holds `total` distinct IDs and every one of
+/// round 2 is above `max_before`.
+fn inserts_go_on_above(cluster: &Cluster, max_before: i64, rows: u64, total: i64) {
+    cluster.insert(4, rows, INSERT, 2);
+    let mut client = cluster.client();
+    let row = client
+        .query_one(
+            "SELECT count(*), count(DISTINCT id), min(id) FILTER (WHERE round = 2) FROM t",
+            &[],
+        )
+        .unwrap();
+    let (n, distinct, min_after): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!((n, distinct), (total, total));
+    assert!(
+        min_after > max_before,
+        "{min_after} after the restart, {max_before} before"
+    );
+}
+
 /// Writes a figure to the real stderr (the harness hides a passing test's
 /// captured output), so a run shows what it measured.
 fn say(line: &str) {
@@ -133,10 +161,7 @@ fn concurrent_inserts_repeat_no_id_across_a_crash() {
     let (n, distinct) = count(&mut client, 1);
     assert_eq!(n, 8 * rows as i64);
     assert_eq!(distinct, n, "{} duplicate IDs", n - distinct);
-    let max_before: i64 = client
-        .query_one("SELECT max(id) FROM t", &[])
-        .unwrap()
-        .get(0);
+    let max_before = max_id(&mut client);
     drop(client);
 
     cluster.crash_and_restart();

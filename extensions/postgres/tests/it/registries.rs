@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
 use crate::service::{Service, require_service};
-use crate::{CREATE, INSERT, assert_idmint_error, config_file, rows_per_connection, say};
+use crate::{
+    CREATE, INSERT, assert_idmint_error, config_file, inserts_go_on_above, max_id,
+    rows_per_connection, say,
+};
 
 /// An idmint config naming `etcd` as the registry (the file `idmint serve
 /// --config` reads), in `cluster` with `lease_ttl`.
@@ -126,10 +129,7 @@ fn an_etcd_outage_past_the_lease_fails_inserts_until_it_returns() {
     for _ in 0..100 {
         client.execute(INSERT, &[&1]).unwrap();
     }
-    let max_before: i64 = client
-        .query_one("SELECT max(id) FROM t", &[])
-        .unwrap()
-        .get(0);
+    let max_before = max_id(&mut client);
 
     etcd.stop();
     let stopped = Instant::now();
@@ -374,24 +374,8 @@ fn the_sql_registry_on_the_same_server() {
         (status.get::<_, String>(0), status.get::<_, String>(1)),
         ("sql".to_owned(), "held".to_owned())
     );
-    let max_before: i64 = client
-        .query_one("SELECT max(id) FROM t", &[])
-        .unwrap()
-        .get(0);
+    let max_before = max_id(&mut client);
     drop(client);
     cluster.restart();
-    cluster.insert(4, 1_000, INSERT, 2);
-    let mut client = cluster.client();
-    let row = client
-        .query_one(
-            "SELECT count(*), count(DISTINCT id), min(id) FILTER (WHERE round = 2) FROM t",
-            &[],
-        )
-        .unwrap();
-    let (n, distinct, min_after): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
-    assert_eq!((n, distinct), (8_000, 8_000));
-    assert!(
-        min_after > max_before,
-        "{min_after} after the restart, {max_before} before"
-    );
+    inserts_go_on_above(&cluster, max_before, 1_000, 8_000);
 }
