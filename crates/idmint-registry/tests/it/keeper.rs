@@ -366,12 +366,7 @@ async fn stale_reports_do_not_refuse_a_start_ahead_of_them() {
     let err = start(shared(&reg), settings(&c), KeeperConfig::new())
         .await
         .unwrap_err();
-    match &err {
-        RegistryError::ClockSkew {
-            offset_ms, peers, ..
-        } => assert_eq!((*offset_ms, *peers), (59_000, 1)),
-        other => panic!("{other}"),
-    }
+    assert_skew(&err, 59_000, 1);
     reporting.await.unwrap();
 }
 
@@ -430,12 +425,7 @@ async fn reports_of_known_age_are_weighed_as_the_peers_clocks_now() {
     let err = start(shared(&reg), settings(&c), KeeperConfig::new())
         .await
         .unwrap_err();
-    match &err {
-        RegistryError::ClockSkew {
-            offset_ms, peers, ..
-        } => assert_eq!((*offset_ms, *peers), (30_000, 3)),
-        other => panic!("{other}"),
-    }
+    assert_skew(&err, 30_000, 3);
     assert!(began.elapsed() < Duration::from_secs(1));
     assert!(!reg.is_held(0));
 
@@ -539,12 +529,7 @@ async fn a_clock_off_from_the_peers_is_refused() {
     let err = start(shared(&reg), settings(&c), KeeperConfig::new())
         .await
         .unwrap_err();
-    match &err {
-        RegistryError::ClockSkew {
-            offset_ms, peers, ..
-        } => assert_eq!((*offset_ms, *peers), (-20_000, 2)),
-        other => panic!("{other}"),
-    }
+    assert_skew(&err, -20_000, 2);
     assert!(!reg.is_held(0));
     // Within the threshold it starts.
     let config = KeeperConfig::new().with_peer_skew_threshold(Duration::from_secs(30));
@@ -579,12 +564,7 @@ async fn one_peer_with_a_wild_clock_does_not_refuse_every_start() {
     let err = start(shared(&reg), settings(&c), KeeperConfig::new())
         .await
         .unwrap_err();
-    match &err {
-        RegistryError::ClockSkew {
-            offset_ms, peers, ..
-        } => assert_eq!((*offset_ms, *peers), (-20_000, 5)),
-        other => panic!("{other}"),
-    }
+    assert_skew(&err, -20_000, 5);
     assert!(err.to_string().contains("median of 5 live peers"), "{err}");
 }
 
@@ -731,4 +711,16 @@ async fn a_shared_registry_that_cannot_claim_a_given_worker_fails_the_start_type
         .await
         .unwrap_err();
     assert_eq!(err.code(), "registry_unsupported");
+}
+
+/// Requires `err` to be a clock-skew refusal of `offset_ms` against `peers`.
+fn assert_skew(err: &RegistryError, offset_ms: i64, peers: usize) {
+    match err {
+        RegistryError::ClockSkew {
+            offset_ms: got,
+            peers: of,
+            ..
+        } => assert_eq!((*got, *of), (offset_ms, peers), "{err}"),
+        other => panic!("{other}"),
+    }
 }
