@@ -686,7 +686,7 @@ impl SqlRegistry {
     ///
     /// let set = SqlRegistry::migrations(Dialect::Postgres, &Identifier::new("Workers")?);
     /// assert_eq!(set.component(), "registry:workers");
-    /// assert_eq!(set.latest_version(), 1);
+    /// assert_eq!(set.latest_version(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn migrations(dialect: Dialect, table: &Identifier) -> MigrationSet {
