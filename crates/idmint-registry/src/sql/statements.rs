@@ -217,6 +217,19 @@ pub(super) type FleetRow = (
     Option<i64>,
 );
 
+/// SQLite's clock (`'now'`, fixed for a whole statement) in microseconds
+/// since the Unix epoch, as a SQL expression. SQLite keeps time in whole
+/// milliseconds, and `julianday` hands it out as a fraction of a day: rounded
+/// back to the millisecond it is exact, where truncating the float put a
+/// reading a microsecond either side, so a report's age by this clock could
+/// come out a microsecond longer than the time that passed.
+macro_rules! sqlite_now_us {
+    () => {
+        "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
+    };
+}
+pub(super) use sqlite_now_us;
+
 /// `LEASE_EXPIRES`-like `column` minus the database's now, in microseconds,
 /// as a `BIGINT` on each dialect.
 pub(super) fn micros_left(dialect: Dialect, column: &str) -> String {
@@ -226,7 +239,7 @@ pub(super) fn micros_left(dialect: Dialect, column: &str) -> String {
         }
         Dialect::MySql => format!("TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), {column})"),
         Dialect::Sqlite => {
-            format!("({column} - CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))")
+            format!("({column} - {})", sqlite_now_us!())
         }
     }
 }
@@ -260,8 +273,8 @@ impl Clock {
             // SQLite has no timestamp type: LEASE_EXPIRES is microseconds since
             // the Unix epoch. `'now'` is fixed for the whole statement.
             Dialect::Sqlite => Clock {
-                now: "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
-                expires_in: "(CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER) + ?)",
+                now: sqlite_now_us!(),
+                expires_in: concat!("(", sqlite_now_us!(), " + ?)"),
                 wall: "strftime('%Y-%m-%d %H:%M:%f', 'now')",
                 today: "date('now')",
             },

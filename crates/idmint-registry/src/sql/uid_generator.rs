@@ -55,7 +55,7 @@ use async_trait::async_trait;
 use idmint_sql::{Bind, Dialect, Identifier, MigrationSet};
 use jiff::Timestamp;
 
-use super::statements::Guards;
+use super::statements::{Guards, sqlite_now_us};
 use super::{
     Base, REGISTRY, SqlMode, backend_error, new_token, recent_us, row_ids_only, timestamp_from_us,
     worker_u32,
@@ -250,8 +250,8 @@ impl Statements {
                 "CURDATE()",
             ),
             Dialect::Sqlite => (
-                "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
-                "(CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER) + ?)",
+                sqlite_now_us!(),
+                concat!("(", sqlite_now_us!(), " + ?)"),
                 "strftime('%Y-%m-%d %H:%M:%f', 'now')",
                 "datetime('now', 'localtime')",
                 "date('now', 'localtime')",

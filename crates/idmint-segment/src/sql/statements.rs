@@ -233,7 +233,9 @@ impl Statements {
             // reads Leaf's TIMESTAMP and idmint's UTC DATETIME(6) alike.
             Dialect::MySql => "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', update_time)",
             Dialect::Sqlite => {
-                "CAST((julianday(update_time) - 2440587.5) * 86400000000.0 AS INTEGER)"
+                // Rounded to SQLite's millisecond: truncating the float could
+                // put it a microsecond off.
+                "(CAST(ROUND((julianday(update_time) - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
             }
         };
         // MySQL reads binary-collated text as bytes; give sqlx plain text.
