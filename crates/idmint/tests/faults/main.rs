@@ -62,6 +62,9 @@ struct Args {
     /// Only ignored tests were asked for (`--ignored`): there are none.
     ignored_only: bool,
     exact: bool,
+    /// Keep the suite's directory (the nodes' logs) after a passing run too
+    /// (`--keep`); a failed run always keeps it.
+    keep: bool,
     filters: Vec<String>,
 }
 
@@ -82,6 +85,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Args {
         list: false,
         ignored_only: false,
         exact: false,
+        keep: false,
         filters: Vec::new(),
     };
     let mut args = args.into_iter();
@@ -91,6 +95,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Args {
             "--list" => parsed.list = true,
             "--ignored" => parsed.ignored_only = true,
             "--exact" => parsed.exact = true,
+            "--keep" => parsed.keep = true,
             flag if FLAGS_WITH_VALUE.contains(&flag) => {
                 args.next();
             }
@@ -324,11 +329,15 @@ fn run() -> Result<bool> {
         failed.len(),
         path.display()
     );
-    if failed.is_empty() {
+    if failed.is_empty() && !args.keep {
         return Ok(true);
     }
-    // Keep the nodes' logs of a failed run.
+    // Keep the nodes' logs of a failed run, or when asked to.
     let kept = root.keep();
+    if failed.is_empty() {
+        println!("logs kept under {}", kept.display());
+        return Ok(true);
+    }
     println!(
         "FAILED: {}; logs kept under {}",
         failed.join(", "),
