@@ -143,7 +143,12 @@
 //! key of one idmint cluster shares one hash slot (the prefix's `{...}` hash
 //! tag, required there), the scripts that build key names at run time
 //! declare the epoch key so that they run on that slot's master, and `INFO`
-//! is asked of that master.
+//! is asked of that master. `INFO` has no key, so while the client's slot
+//! map is stale (the master just died) another node may answer it: the
+//! epoch script checks that the `run_id` it was given is its own server's
+//! and otherwise changes nothing (the call fails as unavailable and is
+//! asked again), so a failover is one new epoch, not one per node that
+//! happened to answer.
 //!
 //! Run Redis with `appendonly yes` and `appendfsync always`, on a single
 //! primary, and a restart costs nothing: the epoch goes on. Any other way
@@ -229,8 +234,21 @@ return {0, held, ''}
 /// fresh (1: the server shows it never held an epoch), keeps every write
 /// (1), this registry's highest persisted mark ms (the floor it raises),
 /// a new epoch ID. Returns `{id, hold ms left (may be < 0), why}`, `why`
-/// empty unless this call started a new epoch.
+/// empty unless this call started a new epoch; `{'', 0, 'misrouted'}`,
+/// changing nothing, when the server running the script is not the one
+/// whose `run_id` the caller read.
+///
+/// That check is what keeps a Redis Cluster's failover from flapping the
+/// epoch: `INFO` has no key, so the cluster client sends it where its slot
+/// map says, and while that map is stale (the slot's master just died) the
+/// answer may come from another node. The script itself runs on the
+/// slot's master (a stale map gets `MOVED`), so what it reads is the
+/// server behind the registry's keys. Without the check, nodes recorded
+/// three servers in 33 ms after one failover, each a new epoch with its
+/// hold.
 const EPOCH_LUA: &str = r"
+local here = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+if here ~= ARGV[1] then return {'', 0, 'misrouted'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local e = redis.call('HMGET', KEYS[1], 'id', 'server', 'hold_until', 'hold_ms', 'floor')
@@ -257,6 +275,11 @@ if why ~= '' then
 end
 return {id, hold_until - now, why}
 ";
+
+/// The epoch script's source, for this crate's tests of what it does on a
+/// server it was not meant for; not an API.
+#[doc(hidden)]
+pub const EPOCH_SCRIPT_FOR_TESTS: &str = EPOCH_LUA;
 
 /// Renew: `PEXPIRE` only while the lease holds our token, in our epoch.
 /// KEYS: lease, epoch hash. ARGV: token, ttl ms, epoch ID.
@@ -759,6 +782,19 @@ impl RedisRegistry {
                 async move { invocation.invoke_async(&mut conn).await }
             })
             .await?;
+        if why == "misrouted" {
+            // Asked again by the caller's retry, once the client's slot map
+            // names the slot's master (module docs, "Sentinel and Cluster").
+            return Err(RegistryError::unavailable(
+                KIND,
+                operation,
+                format!(
+                    "INFO was answered by another server (run_id {}) than the one holding \
+                     the registry's keys: a failover is under way",
+                    facts.run_id
+                ),
+            ));
+        }
         let hold_left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
         let mut known = self.known();
         if let Some(warning) = facts.persistence_warning()

@@ -392,3 +392,59 @@ async fn a_report_is_aged_only_by_its_own_stamp() {
     assert_eq!(reported, ms(1_800_000_001_000));
     assert!(aged.is_some_and(|a| a < Duration::from_secs(1)), "{aged:?}");
 }
+
+/// The epoch script changes nothing on a server other than the one whose
+/// `run_id` it is given: on a Redis Cluster mid-failover, `INFO` (no key)
+/// can be answered by another node than the slot's master the script runs
+/// on, and each such answer had started a new epoch with its hold.
+#[tokio::test]
+async fn the_epoch_script_refuses_a_run_id_that_is_not_its_servers() {
+    let Some(b) = backend("epoch_script_run_id") else {
+        return;
+    };
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let run_id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .expect("INFO names the run_id")
+        .trim()
+        .to_owned();
+    let keys = ["epoch", "holders", "reported"].map(|k| format!("{}{k}", b.prefix));
+    let script = redis::Script::new(idmint_registry::redis::EPOCH_SCRIPT_FOR_TESTS);
+    let shared = conn.clone();
+    let run = |run_id: String| {
+        let mut invocation = script.key(&keys[0]);
+        invocation.key(&keys[1]).key(&keys[2]);
+        invocation
+            .arg(run_id)
+            .arg(13_000)
+            .arg(0)
+            .arg(0)
+            .arg(0)
+            .arg("e1");
+        let mut conn = shared.clone();
+        async move {
+            invocation
+                .invoke_async::<(String, i64, String)>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    let other = "f".repeat(40);
+    assert_eq!(run(other).await, (String::new(), 0, "misrouted".to_owned()));
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&keys[0])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "a misrouted check wrote the epoch");
+    let (id, hold, why) = run(run_id).await;
+    assert_eq!((id.as_str(), why.as_str()), ("e1", "epoch_missing"));
+    assert!(hold > 12_000, "{hold}");
+}
