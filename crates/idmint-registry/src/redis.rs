@@ -236,16 +236,9 @@ return {0, held, ''}
 /// a new epoch ID. Returns `{id, hold ms left (may be < 0), why}`, `why`
 /// empty unless this call started a new epoch; `{'', 0, 'misrouted'}`,
 /// changing nothing, when the server running the script is not the one
-/// whose `run_id` the caller read.
-///
-/// That check is what keeps a Redis Cluster's failover from flapping the
-/// epoch: `INFO` has no key, so the cluster client sends it where its slot
-/// map says, and while that map is stale (the slot's master just died) the
-/// answer may come from another node. The script itself runs on the
-/// slot's master (a stale map gets `MOVED`), so what it reads is the
-/// server behind the registry's keys. Without the check, nodes recorded
-/// three servers in 33 ms after one failover, each a new epoch with its
-/// hold.
+/// whose `run_id` the caller read (module docs, "Sentinel and Cluster":
+/// without it, one Cluster failover recorded three servers in 33 ms, each
+/// a new epoch with its hold).
 const EPOCH_LUA: &str = r"
 local here = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 if here ~= ARGV[1] then return {'', 0, 'misrouted'} end
