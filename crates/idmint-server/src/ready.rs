@@ -89,15 +89,77 @@ pub(crate) fn layout_not_ready(state: &AppState) -> Option<String> {
 /// Records until when snowflake IDs fail after a clock error (`error`'s own
 /// verdict: the time the clock must reach), for [`clock_not_ready`].
 pub(crate) fn note_clock_failure(state: &AppState, error: &idmint_core::Error) {
-    let now = state.clock.now_nanos();
-    let until = match error {
-        idmint_core::Error::ClockBehind { behind, .. } => {
-            now.saturating_add(i64::try_from(behind.as_nanos()).unwrap_or(i64::MAX))
-        }
-        idmint_core::Error::RollbackExhausted { retry_after, .. } => {
-            i64::try_from(retry_after.as_nanosecond()).unwrap_or(i64::MAX)
-        }
-        _ => return,
-    };
-    state.clock_failed_until.fetch_max(until, Ordering::AcqRel);
+    let last = state.worker.generator().last_tick_time();
+    if let Some(until) = failing_until(error, last) {
+        state.clock_failed_until.fetch_max(until, Ordering::AcqRel);
+    }
+}
+
+/// The clock reading (nanoseconds) from which IDs no longer fail as `error`
+/// said, the last issued ID being in the tick starting at `last_tick`; `None`
+/// for an error that isn't the clock's.
+///
+/// A `clock_behind` failure lasts until the clock is within the policy's
+/// allowance of the last ID's time. That is measured from the ID's time, the
+/// one thing the failure was measured against, and never as `now + behind`
+/// with a clock read of our own: the clock may have been set right between
+/// the generator's read and ours, and `behind` added to the corrected time
+/// would keep the node out of rotation for the whole step (an hour) while it
+/// issues again. The fault suite's `clock[wall,fail,back-1h]` row hit that
+/// race on a loaded machine.
+fn failing_until(error: &idmint_core::Error, last_tick: jiff::Timestamp) -> Option<i64> {
+    let nanos = |t: jiff::Timestamp| i64::try_from(t.as_nanosecond()).unwrap_or(i64::MAX);
+    match error {
+        idmint_core::Error::ClockBehind { allowed, .. } => Some(
+            nanos(last_tick).saturating_sub(i64::try_from(allowed.as_nanos()).unwrap_or(i64::MAX)),
+        ),
+        idmint_core::Error::RollbackExhausted { retry_after, .. } => Some(nanos(*retry_after)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use idmint_core::Error;
+    use jiff::Timestamp;
+
+    use super::failing_until;
+
+    #[test]
+    fn a_clock_behind_failure_lasts_until_the_last_ids_time_less_the_allowance() {
+        let last = Timestamp::from_second(1_800_000_000).unwrap();
+        let behind = |allowed| Error::ClockBehind {
+            behind: Duration::from_secs(3600),
+            policy: "fail",
+            allowed,
+        };
+        let ns = 1_800_000_000 * 1_000_000_000_i64;
+        // However far behind the clock read: the hour is not added to any
+        // later reading (which may already be set right).
+        assert_eq!(failing_until(&behind(Duration::ZERO), last), Some(ns));
+        assert_eq!(
+            failing_until(&behind(Duration::from_millis(5)), last),
+            Some(ns - 5_000_000)
+        );
+    }
+
+    #[test]
+    fn rollback_exhaustion_lasts_until_its_retry_time_and_other_errors_not_at_all() {
+        let last = Timestamp::from_second(1_800_000_000).unwrap();
+        let retry_after = Timestamp::from_second(1_800_000_002).unwrap();
+        let exhausted = Error::RollbackExhausted {
+            counters: 4,
+            retry_after,
+        };
+        assert_eq!(
+            failing_until(&exhausted, last),
+            Some(1_800_000_002 * 1_000_000_000)
+        );
+        assert_eq!(
+            failing_until(&Error::InvalidCount { count: 0, max: 1 }, last),
+            None
+        );
+    }
 }
