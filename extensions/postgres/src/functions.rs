@@ -58,11 +58,14 @@ fn with_generator<T>(mut issue: impl FnMut(&Snowflake) -> Result<T, Error>) -> R
     // A bad config fails at once, with its own code, not after a wait.
     let settings = crate::settings::settings()?;
     let shared = shared_state()?;
-    let start = Instant::now();
+    // Read only once a call has to wait: the path of an ID (a ready
+    // generator, an ID below the mark) reads no clock but the generator's.
+    let mut started: Option<Instant> = None;
+    let mut waited = || started.get_or_insert_with(Instant::now).elapsed();
     loop {
         let generation = shared.generation.load(Ordering::Acquire);
         if generation == 0 {
-            if start.elapsed() >= crate::READY_WAIT {
+            if waited() >= crate::READY_WAIT {
                 let why = shared.error_code().unwrap_or("not_ready");
                 return Err(Failure::new(
                     "not_ready",
@@ -107,7 +110,7 @@ fn with_generator<T>(mut issue: impl FnMut(&Snowflake) -> Result<T, Error>) -> R
                         ),
                     ));
                 }
-                if start.elapsed() >= MARK_WAIT {
+                if waited() >= MARK_WAIT {
                     return Err(e.into());
                 }
                 pause(Duration::from_millis(5));
