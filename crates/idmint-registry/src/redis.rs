@@ -178,7 +178,7 @@ use crate::registry::{
     Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry, check_given_worker,
     check_range,
 };
-use crate::util::{ceil_ms, check_timeout, random_u64};
+use crate::util::{ceil_ms, check_timeout, random_u64, registration_suffix};
 
 /// The registry kind, as in config and in errors.
 const KIND: &str = "redis";
@@ -334,8 +334,9 @@ return 1
 
 /// Register again: a holder whose claim is from an earlier epoch takes its
 /// worker in the current one (see `WorkerRegistry::register_again`). Only
-/// while the lease key is gone or still holds the old token, and the stored
-/// mark is not above the holder's; the mark is raised to the holder's.
+/// while the lease key is gone, still holds the old token or already the new
+/// one (an earlier try of this registration, whose answer was lost), and the
+/// stored mark is not above the holder's; the mark is raised to the holder's.
 /// KEYS: lease, mark, epoch hash, holders set. ARGV: old token, new token,
 /// ttl ms, mark ms, the epoch checked, the old token's epoch, worker.
 /// Returns `{1, stored mark or ''}` done (the mark found), `{-1, holder}` held by another
@@ -346,7 +347,7 @@ local epoch = redis.call('HGET', KEYS[3], 'id')
 if epoch ~= ARGV[5] then return {-2, ''} end
 if epoch == ARGV[6] then return {-3, ''} end
 local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then return {-1, holder} end
+if holder and holder ~= ARGV[1] and holder ~= ARGV[2] then return {-1, holder} end
 local mark = redis.call('GET', KEYS[2])
 if mark and tonumber(mark) > tonumber(ARGV[4]) then return {-4, mark} end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
@@ -1156,7 +1157,8 @@ impl WorkerRegistry for RedisRegistry {
                 claim.worker
             )));
         }
-        let token = new_token(node, &epoch.id);
+        // The same token on every try (see `registration_suffix`).
+        let token = registration_token(node, &claim.token, &epoch.id);
         let mark_ms = ceil_ms(mark);
         {
             let mut known = self.known();
@@ -1215,7 +1217,8 @@ impl WorkerRegistry for RedisRegistry {
             }
             _ => {
                 return Err(lost(format!(
-                    "worker {} has mark {value} ms stored, above this holding's {mark_ms} ms:                      another holding wrote it",
+                    "worker {} has mark {value} ms stored, above this holding's {mark_ms} ms: \
+                     another holding wrote it",
                     claim.worker
                 )));
             }
@@ -1443,6 +1446,20 @@ fn new_token(node: &NodeIdentity, epoch: &str) -> String {
         std::process::id(),
         random_u64(),
         random_u64()
+    )
+}
+
+/// The token of `old`'s registration again in `epoch`: [`new_token`]'s
+/// form, its random part derived from `old` (`registration_suffix`), so
+/// each try of one registration asks with the same token.
+fn registration_token(node: &NodeIdentity, old: &str, epoch: &str) -> String {
+    format!(
+        "{}@{}:{}/{}/{epoch}/{}",
+        node.host,
+        node.address,
+        node.port,
+        std::process::id(),
+        registration_suffix(old, epoch)
     )
 }
 

@@ -318,7 +318,12 @@ pub trait WorkerRegistry: Send + Sync + fmt::Debug {
     /// - the claim was made in an **earlier epoch** than the current one (a
     ///   lease lost within one epoch is lost for good);
     /// - the current epoch shows the worker **free or held by this very
-    ///   claim** (its token), never by another live holding;
+    ///   claim** (its token), or by an earlier try of this same
+    ///   registration, never by another live holding. Every try of one
+    ///   registration asks with the same new token, derived from the old
+    ///   one: a try whose answer was lost (a timeout after the store
+    ///   committed it) must not read to the next try as another node's
+    ///   lease;
     /// - the worker's stored mark is **at or below `mark`** (above it, some
     ///   other holding wrote it after this one: its IDs may be above this
     ///   generator's).

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, DefaultHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -25,6 +25,31 @@ pub(crate) fn random_u64() -> u64 {
     hasher.write_u128(nanos);
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     hasher.finish()
+}
+
+/// What a registration again in `epoch` (`WorkerRegistry::register_again`)
+/// puts in its new token beside the epoch: 128 bits derived from the
+/// holding's old token, the same for every try of that registration. A try
+/// whose answer was lost (the call timed out after the store had committed
+/// it, seen on a loaded machine just after a PostgreSQL promotion) has left
+/// the worker under this token; the next try finds it there and takes it
+/// as its own, where a token drawn afresh each time read as another node's
+/// lease, and the holder fenced and lost its worker to the hold.
+///
+/// Only the old token's holder asks with it, and tokens are unique, so no
+/// other holding derives the same one. `DefaultHasher::new` has fixed keys:
+/// the same input hashes the same within one process, which is all the
+/// tries of one registration span.
+pub(crate) fn registration_suffix(old_token: &str, epoch: &str) -> String {
+    let hash = |salt: u8| {
+        let mut h = DefaultHasher::new();
+        h.write_u8(salt);
+        h.write(old_token.as_bytes());
+        h.write_u8(0xff);
+        h.write(epoch.as_bytes());
+        h.finish()
+    };
+    format!("{:016x}{:016x}", hash(1), hash(2))
 }
 
 /// `ts` in Unix milliseconds, rounded up: a stored mark never understates what

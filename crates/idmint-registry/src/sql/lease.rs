@@ -17,7 +17,7 @@ use super::{
 };
 use crate::error::{RegistryError, Result};
 use crate::registry::{Claim, FleetMember, Lease, NodeIdentity, PeerReport, WorkerRegistry};
-use crate::util::random_u64;
+use crate::util::{random_u64, registration_suffix};
 
 /// How many expired candidates one claim attempt reads at once.
 const CANDIDATE_BATCH: i64 = 32;
@@ -310,7 +310,12 @@ impl WorkerRegistry for Leased {
                     .base
                     .lease_lost(claim, "register again: the lease was lost within its epoch"));
             }
-            let token = new_token(&epoch.id);
+            // The same token on every try (see `registration_suffix`).
+            let token = format!(
+                "{}/{}",
+                epoch.id,
+                registration_suffix(&claim.token, &epoch.id)
+            );
             let mark_us = mark_to_us_ceil(mark);
             self.base.note_mark(mark_us);
             let cluster = self.base.config.cluster.as_str();
@@ -333,6 +338,7 @@ impl WorkerRegistry for Leased {
                         Bind::Text(cluster),
                         Bind::Int(worker),
                         Bind::Text(&claim.token),
+                        Bind::Text(&token),
                         Bind::Int(mark_us),
                         e_table,
                         e_cluster,

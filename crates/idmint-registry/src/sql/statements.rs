@@ -180,10 +180,12 @@ pub(super) struct Statements {
     pub(super) lease_holder: String,
     pub(super) lease_renew: String,
     /// A holder registering again in a new epoch (see
-    /// `WorkerRegistry::register_again`): takes the row if it is free or
-    /// still the old token's and its mark is not above the holder's, raising
-    /// the mark (binds: new token, ttl, host, port, address, mark, mark,
-    /// cluster, worker, old token, mark, the holder's epoch condition).
+    /// `WorkerRegistry::register_again`): takes the row if it is free, still
+    /// the old token's or already the new one's (an earlier try of this
+    /// registration, whose answer was lost), and its mark is not above the
+    /// holder's, raising the mark (binds: new token, ttl, host, port,
+    /// address, mark, mark, cluster, worker, old token, new token, mark, the
+    /// holder's epoch condition).
     pub(super) lease_register: String,
     /// The same, when the row is gone (the database lost it): creates it
     /// with the holder's mark (binds: cluster, worker, host, port, address,
@@ -601,7 +603,7 @@ impl Statements {
             lease_register: s(format!(
                 "UPDATE {t} SET TOKEN = ?, LEASE_EXPIRES = {expires_in}, HOST_NAME = ?, PORT = ?, \
                  ADDRESS = ?, {raise_mark}, MODIFIED = {wall} \
-                 WHERE CLUSTER = ? AND WORKER = ? AND ({free} OR TOKEN = ?) \
+                 WHERE CLUSTER = ? AND WORKER = ? AND ({free} OR TOKEN = ? OR TOKEN = ?) \
                  AND (MARK_US IS NULL OR MARK_US <= ?) AND {holder}"
             )),
             lease_register_insert: s(format!(
@@ -766,7 +768,7 @@ mod tests {
         assert_eq!(count(&s.lease_insert), 8 + 3);
         assert_eq!(count(&s.lease_holder), 2);
         assert_eq!(count(&s.lease_renew), 4 + 3);
-        assert_eq!(count(&s.lease_register), 11 + 3);
+        assert_eq!(count(&s.lease_register), 12 + 3);
         assert_eq!(count(&s.lease_register_insert), 9 + 3);
         assert_eq!(count(&s.lease_persist), 6 + 3);
         assert_eq!(count(&s.lease_peers), 2);

@@ -684,6 +684,13 @@ pub async fn a_reports_age_is_told_by_the_coordinators_clock<B: Backend>(b: B) {
     let node = b.node(LONG).await;
     let peer = node.claim(&identity(2), 16).await.unwrap();
     let peer_clock = || ms((Timestamp::now() - SignedDuration::from_secs(60)).as_millisecond());
+    // The upper bounds are what this test saw pass, not fixed allowances: on
+    // a loaded machine (CI runs the fault suite and builds beside these
+    // tests) one claim can take seconds, and a fixed bound failed there.
+    // Slack covers whole-millisecond readings and a coordinator clock read a
+    // moment after the call's own.
+    let slack = Duration::from_millis(5);
+    let started = Instant::now();
     let old = peer_clock();
     node.persist_mark(&peer, mark(3_000), old).await.unwrap();
     let idle = Duration::from_millis(1_500);
@@ -698,6 +705,8 @@ pub async fn a_reports_age_is_told_by_the_coordinators_clock<B: Backend>(b: B) {
             .unwrap_or_else(|| panic!("{kind}: the peer's report is missing"))
     };
     let first = read(node.peers(&me).await.unwrap());
+    let now = peer_clock();
+    let seen = started.elapsed();
     assert_eq!(first.reported, old, "{kind}");
     match b.report_clock() {
         ReportClock::Age => {
@@ -707,13 +716,14 @@ pub async fn a_reports_age_is_told_by_the_coordinators_clock<B: Backend>(b: B) {
             // The coordinator's clock is this machine's: the age is the
             // idle time, plus the calls' own time, in whole milliseconds.
             assert!(
-                age >= idle - Duration::from_millis(20) && age < idle + Duration::from_secs(3),
-                "{kind}: the report read {age:?} old after {idle:?}"
+                age >= idle - Duration::from_millis(20) && age <= seen + slack,
+                "{kind}: the report read {age:?} old after {idle:?} idle, {seen:?} in all"
             );
-            let behind = peer_clock().duration_since(first.estimated_now());
+            let behind = now.duration_since(first.estimated_now());
             assert!(
-                behind >= SignedDuration::ZERO && behind < SignedDuration::from_secs(3),
-                "{kind}: reported + age is {behind:?} behind the peer's clock"
+                behind >= -SignedDuration::try_from(slack).unwrap()
+                    && behind <= SignedDuration::try_from(seen + slack).unwrap(),
+                "{kind}: reported + age is {behind:?} behind the peer's clock ({seen:?} in all)"
             );
         }
         ReportClock::Revision => {
@@ -724,16 +734,20 @@ pub async fn a_reports_age_is_told_by_the_coordinators_clock<B: Backend>(b: B) {
             assert!(r.written <= r.read, "{kind}: {r:?}");
         }
     }
+    let started = Instant::now();
     node.persist_mark(&peer, mark(3_000), peer_clock())
         .await
         .unwrap();
     let again = read(node.peers(&me).await.unwrap());
+    let seen = started.elapsed();
     match b.report_clock() {
         ReportClock::Age => {
+            // Fresh: no older than the two calls took, where the first
+            // report is now 1.5 s old or more.
             let age = again.age.unwrap();
             assert!(
-                age < Duration::from_secs(1),
-                "{kind}: a report just written read {age:?} old"
+                age <= seen + slack,
+                "{kind}: a report just written read {age:?} old, {seen:?} after it was sent"
             );
         }
         ReportClock::Revision => {

@@ -472,6 +472,13 @@ async fn a_holder_registers_again_only_in_a_new_epoch_and_only_its_own_worker() 
         stored.as_millisecond() >= mark.as_millisecond(),
         "{stored} < {mark}"
     );
+    // A second try of the same registration (the first one's answer lost)
+    // gets the same holding, not "held by another node".
+    let retried = holder
+        .register_again(&identity(1), &claim, mark)
+        .await
+        .unwrap();
+    assert_eq!((retried.worker, &retried.token), (w, &again.token));
     holder.renew(&again).await.unwrap().expect("held");
     holder.persist_mark(&again, mark, now()).await.unwrap();
     // Registering the new claim again in its own epoch: refused.

@@ -840,6 +840,66 @@ async fn a_changed_server_holds_disposable_claims(env: SqlBackend) {
     a_changed_server_holds_claims_and_fences_holders(env, SqlMode::Disposable).await;
 }
 
+/// Issue 32: a holder registers its worker again in the new epoch of a
+/// changed server, and a second try of that registration (the first one's
+/// answer lost: done at the database, the call timed out, as on a loaded
+/// CI machine just after a PostgreSQL promotion) gets the same holding,
+/// where it used to read as another node's lease and the holder lost its
+/// worker to the hold. Another node's claim of the worker stays refused.
+async fn a_registration_again_tried_twice_gets_one_holding(env: SqlBackend) {
+    let config = env.config(SqlMode::Lease);
+    let cluster = config.cluster().to_owned();
+    let holder = env.node_with(config.clone()).await;
+    let claim = holder.claim(&identity(1), 8).await.unwrap();
+    let mark = mark_at(SignedDuration::from_secs(5));
+    holder
+        .persist_mark(&claim, mark, Timestamp::now())
+        .await
+        .unwrap();
+    env.record_another_server(&cluster).await;
+    let err = holder.renew(&claim).await.unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{:?}: {err}", env.db);
+
+    let again = holder
+        .register_again(&identity(1), &claim, mark)
+        .await
+        .unwrap_or_else(|e| panic!("{:?}: the first try: {e}", env.db));
+    assert_eq!(again.worker, claim.worker);
+    assert_ne!(again.token, claim.token);
+    let retried = holder
+        .register_again(&identity(1), &claim, mark)
+        .await
+        .unwrap_or_else(|e| panic!("{:?}: the second try: {e}", env.db));
+    assert_eq!(
+        (retried.worker, &retried.token),
+        (claim.worker, &again.token),
+        "{:?}: one holding",
+        env.db
+    );
+    holder.renew(&again).await.unwrap().expect("a lease");
+    holder
+        .persist_mark(&again, mark, Timestamp::now())
+        .await
+        .unwrap();
+    // The old claim fences as before: only a registration takes it on.
+    let err = holder
+        .persist_mark(&claim, mark, Timestamp::now())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "lease_lost", "{:?}: {err}", env.db);
+
+    let newcomer = env.node_with(config).await;
+    let err = newcomer
+        .claim_worker(&identity(2), claim.worker, 8)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err.code(), "registry_held" | "worker_taken"),
+        "{:?}: {err}",
+        env.db
+    );
+}
+
 /// Worker rows without their epoch (rows restored without it; the epoch
 /// row deleted): the holder finds its epoch gone at its next renewal and
 /// fences, which begins a new epoch, held once.
@@ -951,6 +1011,7 @@ macro_rules! per_database {
                 a_changed_server_holds_lease_claims,
                 a_changed_server_holds_disposable_claims,
                 rows_without_an_epoch_hold_claims_once,
+                a_registration_again_tried_twice_gets_one_holding,
                 the_server_identity_is_the_servers,
             );
         }

@@ -322,8 +322,9 @@ fn serve_sql_lease_keeps_its_worker_through_a_postgres_promotion() {
     assert_eq!(s["worker"]["generation"], 1, "no new claim: {s}");
     assert!(
         during[0].1 < promoted_in + Duration::from_secs(3),
-        "a gap of {:?} for a promotion of {promoted_in:?}",
-        during[0].1
+        "a gap of {:?} for a promotion of {promoted_in:?}; the node's log:\n{}",
+        during[0].1,
+        node.log()
     );
     let (status_code, body) = get(&c, &node.url("/v1/ids/orders?count=100"));
     assert_eq!(status_code, 200, "{body}");

@@ -642,7 +642,8 @@ impl SimRegistry {
     }
 
     /// [`WorkerRegistry::register_again`]'s rules: a claim of an earlier
-    /// epoch, its worker free or still its own, no higher mark stored.
+    /// epoch, its worker free, still its own or already this registration's,
+    /// no higher mark stored.
     fn register_again(
         &self,
         s: &mut State,
@@ -662,8 +663,13 @@ impl SimRegistry {
         if token_epoch(&claim.token) == s.epoch {
             return refuse(s, "the lease was lost within its epoch".to_owned());
         }
+        // Every try of one registration asks with the same new token, as
+        // the real registries do: a try whose answer was lost left the
+        // worker under it, and the next try takes it as its own.
+        let token = format!("{}-{}-again-{}", self.name, s.epoch, claim.token);
         if let Some(h) = s.holders.get(&claim.worker)
             && h.token != claim.token
+            && h.token != token
             && h.expires > s.now
         {
             let why = format!("the new epoch shows the worker held by {}", h.node);
@@ -674,6 +680,8 @@ impl SimRegistry {
             return refuse(s, format!("a higher mark is stored ({stored:?})"));
         }
         let mut again = self.hold(s, claim.worker, node, sent);
+        s.holders.get_mut(&claim.worker).expect("just held").token = token.clone();
+        again.token = token;
         again.stored_mark = Some(mark);
         let m = s.marks.entry(claim.worker).or_insert(mark);
         *m = (*m).max(mark);
