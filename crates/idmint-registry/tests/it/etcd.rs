@@ -440,3 +440,66 @@ async fn a_slow_cluster_gets_the_whole_call_timeout() {
     }
     reg.release(&claim).await.unwrap();
 }
+
+/// Issue 32: with several members, a mark whose member can't be reached
+/// (its connections cut, as when the leader is SIGKILLed) or doesn't answer
+/// (blackholed, as a follower holding a write for a dead leader) is made
+/// again on the next member within the same call, so the keeper's pause
+/// before its next try no longer adds to a node's gap in IDs. With every
+/// member away the call still fails, as a transient error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_moves_to_the_next_member_within_the_call() {
+    let Some(b) = backend("moving-call") else {
+        return;
+    };
+    let upstream = b.endpoint.trim_start_matches("http://").to_owned();
+    let proxies: Vec<_> = (0..3)
+        .map(|_| idmint_testkit::proxy::CutProxy::start(&upstream).unwrap())
+        .collect();
+    let endpoints: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("http://{}", p.addr()))
+        .collect();
+    let config = EtcdConfig::new()
+        .with_prefix(b.prefix.clone())
+        .with_lease_ttl(Duration::from_secs(30));
+    let reg = EtcdRegistry::connect(&endpoints, config).await.unwrap();
+    let claim = reg.claim(&identity(1), 1024).await.unwrap();
+    let mark = || jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3);
+    let now = jiff::Timestamp::now;
+    reg.persist_mark(&claim, mark(), now()).await.unwrap();
+
+    proxies[0].cut();
+    reg.persist_mark(&claim, mark(), now())
+        .await
+        .unwrap_or_else(|e| panic!("the first member's connections cut: {e}"));
+    proxies[1].blackhole();
+    let started = Instant::now();
+    reg.persist_mark(&claim, mark(), now())
+        .await
+        .unwrap_or_else(|e| panic!("the second member silent: {e}"));
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "the silent member was waited on for its bound first: {:?}",
+        started.elapsed()
+    );
+    reg.renew(&claim).await.unwrap().expect("a lease");
+
+    proxies[2].cut();
+    let err = reg
+        .persist_mark(&claim, mark(), now())
+        .await
+        .expect_err("every member away");
+    assert!(err.is_transient(), "{err}");
+    for p in &proxies {
+        p.restore();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(e) = reg.release(&claim).await {
+        assert!(
+            Instant::now() < deadline,
+            "release after the members came back: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -165,6 +165,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Runs `idmint bench fleet`.
 pub fn run(args: FleetArgs) -> Result<()> {
+    // Logs only when asked (`IDMINT_LOG=idmint_registry=debug`): a thousand
+    // nodes' start lines would bury the report.
+    if std::env::var_os("IDMINT_LOG").is_some() {
+        super::serve::init_logging(super::serve::LogFormat::Text);
+    }
     let config = super::serve::checked_config(Some(&args.config), |_| {})?;
     let Some(ttl) = idmint_node::open::lease_ttl(&config) else {
         return Err(bad_input(format!(

@@ -106,7 +106,7 @@ impl ConfigFlags {
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
+pub(crate) enum LogFormat {
     /// One line of text per event.
     Text,
     /// One JSON object per line.
@@ -187,7 +187,7 @@ pub(super) fn checked_config(
 
 /// Logs to stderr in `format`, filtered by `IDMINT_LOG` (or `RUST_LOG`),
 /// `info` by default.
-fn init_logging(format: LogFormat) {
+pub(crate) fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = std::env::var("IDMINT_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
