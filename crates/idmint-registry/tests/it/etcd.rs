@@ -389,6 +389,21 @@ async fn unreachable_etcd_is_a_typed_error_within_the_timeout() {
     assert_eq!(err.code(), "registry_config", "{err}");
 }
 
+/// Three "members" of one etcd: a proxy each in front of the test's server,
+/// so a test can slow, cut or silence one member at a time. Returns the
+/// proxies and the endpoints to connect to, in the same order.
+fn three_members(b: &EtcdBackend) -> (Vec<idmint_testkit::proxy::CutProxy>, Vec<String>) {
+    let upstream = b.endpoint.trim_start_matches("http://").to_owned();
+    let proxies: Vec<_> = (0..3)
+        .map(|_| idmint_testkit::proxy::CutProxy::start(&upstream).unwrap())
+        .collect();
+    let endpoints = proxies
+        .iter()
+        .map(|p| format!("http://{}", p.addr()))
+        .collect();
+    (proxies, endpoints)
+}
+
 /// Three endpoints that all answer slowly (over a second, under the call
 /// timeout): an overloaded cluster, not a member away. After one round of
 /// timed-out members, calls get the whole call timeout and succeed, and
@@ -399,14 +414,7 @@ async fn a_slow_cluster_gets_the_whole_call_timeout() {
     let Some(b) = backend("slow-cluster") else {
         return;
     };
-    let upstream = b.endpoint.trim_start_matches("http://").to_owned();
-    let proxies: Vec<_> = (0..3)
-        .map(|_| idmint_testkit::proxy::CutProxy::start(&upstream).unwrap())
-        .collect();
-    let endpoints: Vec<String> = proxies
-        .iter()
-        .map(|p| format!("http://{}", p.addr()))
-        .collect();
+    let (proxies, endpoints) = three_members(&b);
     let config = EtcdConfig::new()
         .with_prefix(b.prefix.clone())
         .with_lease_ttl(Duration::from_secs(30))
@@ -452,14 +460,7 @@ async fn a_mark_moves_to_the_next_member_within_the_call() {
     let Some(b) = backend("moving-call") else {
         return;
     };
-    let upstream = b.endpoint.trim_start_matches("http://").to_owned();
-    let proxies: Vec<_> = (0..3)
-        .map(|_| idmint_testkit::proxy::CutProxy::start(&upstream).unwrap())
-        .collect();
-    let endpoints: Vec<String> = proxies
-        .iter()
-        .map(|p| format!("http://{}", p.addr()))
-        .collect();
+    let (proxies, endpoints) = three_members(&b);
     let config = EtcdConfig::new()
         .with_prefix(b.prefix.clone())
         .with_lease_ttl(Duration::from_secs(30));
