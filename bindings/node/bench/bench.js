@@ -67,12 +67,19 @@ function window(next) {
   return { rate: n / took, ids: ids.subarray(0, n) }
 }
 
-function atTheCap(name, makeNext) {
+/**
+ * `RUNS` windows, each with a new generator from `open`, which returns
+ * `[next, close]`: a window's generator is closed before the next one opens
+ * (one layout and worker ID make one live generator in a process).
+ */
+function atTheCap(name, open) {
   const rates = []
   let dups = 0
   let total = 0
   for (let r = 0; r < RUNS; r++) {
-    const { rate, ids } = window(makeNext())
+    const [next, close] = open()
+    const { rate, ids } = window(next)
+    close()
     rates.push(rate)
     dups += duplicates(ids)
     total += ids.length
@@ -80,6 +87,17 @@ function atTheCap(name, makeNext) {
   const rate = median(rates)
   const fmt = (x) => Math.round(x).toLocaleString('en-US')
   console.log(`| nextId at the cap, ${name} | ${fmt(rate)} IDs/s | ${(rate / CAP).toFixed(2)} of the cap | ${fmt(dups)} duplicates in ${fmt(total)} |`)
+}
+
+/**
+ * A datacenter and worker ID no earlier call gave (datacenter 0 is the cap's):
+ * a generator that borrowed ahead leaves its node's last ID in the future,
+ * and the next generator on that node would start behind it (clock_behind).
+ */
+let freshNodes = 0
+function freshNode() {
+  const i = freshNodes++
+  return { datacenter: 1 + Math.floor(i / 32), worker: i % 32 }
 }
 
 /** Nanoseconds per call of `f` over `n` calls. */
@@ -105,16 +123,16 @@ function main() {
 
   atTheCap('idmint', () => {
     const g = new Generator({ layout: 'twitter', worker: 1 })
-    return () => g.nextId()
+    return [() => g.nextId(), () => g.close()]
   })
   atTheCap('idmint, shared with other threads (no buffer)', () => {
     const g = new Generator({ layout: 'twitter', worker: 4 })
     void g.handle // read: shared, as when sent to a worker thread
-    return () => g.nextId()
+    return [() => g.nextId(), () => g.close()]
   })
   atTheCap(`@sapphire/snowflake ${peerVersion} (peer)`, () => {
     const s = new Snowflake(1288834974657n)
-    return () => s.generate()
+    return [() => s.generate(), () => {}]
   })
 
   // The issue's measurement of the peer: 3,000,000 IDs in one process.
@@ -139,9 +157,9 @@ function main() {
   const num = []
   const big = []
   for (let r = 0; r < RUNS; r++) {
-    const g = new Generator({ layout: 'twitter', worker: 2, sequenceExhausted: 'borrow:1s' })
+    const g = new Generator({ layout: 'twitter', ...freshNode(), sequenceExhausted: 'borrow:1s' })
     idm.push(perCall(n, () => g.nextId()))
-    const h = new Generator({ layout: 'twitter', worker: 5, sequenceExhausted: 'borrow:1s' })
+    const h = new Generator({ layout: 'twitter', ...freshNode(), sequenceExhausted: 'borrow:1s' })
     void h.handle
     shared.push(perCall(n, () => h.nextId()))
     h.close()
@@ -162,7 +180,7 @@ function main() {
   const batch = []
   const fill = []
   for (let r = 0; r < RUNS * 20; r++) {
-    const g = new Generator({ layout: 'twitter', worker: 3, sequenceExhausted: 'borrow:1s' })
+    const g = new Generator({ layout: 'twitter', ...freshNode(), sequenceExhausted: 'borrow:1s' })
     let start = performance.now()
     const ids = g.nextIds(100_000)
     batch.push(performance.now() - start)
