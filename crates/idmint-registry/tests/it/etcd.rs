@@ -504,3 +504,49 @@ async fn a_mark_moves_to_the_next_member_within_the_call() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Calls made at once on one registry that all time out on the same member
+/// (a follower holding writes for a dead leader) say that member is away,
+/// not that the cluster is slow: the next member still gets the one-second
+/// bound, and the calls move on past it to the member that answers. Before,
+/// three timeouts in a row (these three calls' first tries) switched every
+/// call to the whole call timeout, so their tries on the second silent
+/// member waited out what was left of the call and they failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_timing_out_together_on_one_member_keep_the_short_bound() {
+    let Some(b) = backend("together") else {
+        return;
+    };
+    let (proxies, endpoints) = three_members(&b);
+    let config = EtcdConfig::new()
+        .with_prefix(b.prefix.clone())
+        .with_lease_ttl(Duration::from_secs(30))
+        .with_timeout(Duration::from_secs(4));
+    let reg = EtcdRegistry::connect(&endpoints, config).await.unwrap();
+    let mut claims = Vec::new();
+    for n in 1..=3 {
+        claims.push(reg.claim(&identity(n), 1024).await.unwrap());
+    }
+    proxies[0].blackhole();
+    proxies[1].blackhole();
+    let mark = || jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3);
+    let results = futures_util::future::join_all(
+        claims
+            .iter()
+            .map(|claim| reg.persist_mark(claim, mark(), jiff::Timestamp::now())),
+    )
+    .await;
+    for (n, result) in results.into_iter().enumerate() {
+        result.unwrap_or_else(|e| panic!("call {n}, two members silent: {e}"));
+    }
+    for p in &proxies {
+        p.restore();
+    }
+    for claim in &claims {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Err(e) = reg.release(claim).await {
+            assert!(Instant::now() < deadline, "release: {e}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
