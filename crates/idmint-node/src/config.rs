@@ -882,7 +882,10 @@ mod tests {
         assert_eq!(config.server.max_count, 500);
         assert_eq!(config.server.admin_token.unwrap().expose(), "12345");
         assert_eq!(config.snowflake.sql.cluster, "42");
-        assert_eq!(config.snowflake.window, Duration::from_secs(5));
+        assert_eq!(
+            config.snowflake.window,
+            MarkWindow::Fixed(Duration::from_secs(5))
+        );
         assert_eq!(config.keys["order"].strategy, Strategy::Segment);
     }
 

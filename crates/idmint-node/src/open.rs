@@ -284,10 +284,10 @@ pub fn generator_settings(config: &Config, layout: Layout) -> GeneratorSettings 
 pub fn keeper_config(config: &Config) -> KeeperConfig {
     let sf = &config.snowflake;
     KeeperConfig::new()
-        .with_window(sf.window)
+        .with_window(sf.mark_window())
         .with_peer_skew_threshold(sf.max_peer_skew)
         .with_report_interval(sf.report_interval)
-        .with_max_claim_wait(sf.claim_wait.resolve(lease_ttl(config), sf.window))
+        .with_max_claim_wait(sf.claim_wait.resolve(lease_ttl(config), sf.mark_window()))
 }
 
 /// How long the configured registry's leases last; `None` for registries
@@ -314,7 +314,7 @@ pub fn sql_registry_config(config: &Config) -> SqlConfig {
     let sql_config = SqlConfig::new(mode)
         .with_cluster(s.cluster.clone())
         .with_lease_ttl(s.lease_ttl)
-        .with_mark_window(config.snowflake.window);
+        .with_mark_window(config.snowflake.mark_window());
     // Unset: the mode's own default (`WORKER_NODE` for uid-generator).
     match &s.table {
         Some(table) => sql_config.with_table(table.clone()),
@@ -328,7 +328,7 @@ pub fn redis_registry_config(config: &Config) -> RedisConfig {
     RedisConfig::new()
         .with_cluster(&r.cluster)
         .with_lease_ttl(r.lease_ttl)
-        .with_mark_window(config.snowflake.window)
+        .with_mark_window(config.snowflake.mark_window())
 }
 
 /// The etcd registry settings of `[snowflake.etcd]`.
@@ -545,13 +545,77 @@ pub async fn open_store(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::MarkWindow;
+
+    /// `window = "auto"` (the default) gives the keeper 6 s where a leader
+    /// election stops the coordinator's writes and another node may take the
+    /// worker (etcd, ZooKeeper `ephemeral`), 3 s elsewhere; a duration is
+    /// taken as written, on every registry.
+    #[test]
+    fn the_auto_window_is_wider_where_coordinators_elect_leaders() {
+        let window = |registry: RegistryKind, mode: ZooKeeperModeName, window: MarkWindow| {
+            let mut config = Config::default();
+            config.snowflake.registry = registry;
+            config.snowflake.zookeeper.mode = mode;
+            config.snowflake.window = window;
+            keeper_config(&config).window()
+        };
+        let secs = Duration::from_secs;
+        let (ephemeral, forever) = (ZooKeeperModeName::Ephemeral, ZooKeeperModeName::Forever);
+        assert_eq!(Config::default().snowflake.window, MarkWindow::Auto);
+        assert_eq!(
+            window(RegistryKind::Etcd, ephemeral, MarkWindow::Auto),
+            secs(6)
+        );
+        assert_eq!(
+            window(RegistryKind::Zookeeper, ephemeral, MarkWindow::Auto),
+            secs(6)
+        );
+        assert_eq!(
+            window(RegistryKind::Zookeeper, forever, MarkWindow::Auto),
+            secs(3)
+        );
+        for registry in [
+            RegistryKind::File,
+            RegistryKind::Static,
+            RegistryKind::Host,
+            RegistryKind::K8s,
+            RegistryKind::Sql,
+            RegistryKind::Redis,
+        ] {
+            assert_eq!(
+                window(registry, ephemeral, MarkWindow::Auto),
+                secs(3),
+                "{registry:?}"
+            );
+        }
+        let fixed = MarkWindow::Fixed(Duration::from_millis(1500));
+        assert_eq!(
+            window(RegistryKind::Etcd, ephemeral, fixed),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            window(RegistryKind::Sql, ephemeral, fixed),
+            Duration::from_millis(1500)
+        );
+        assert_eq!("auto".parse::<MarkWindow>(), Ok(MarkWindow::Auto));
+        assert_eq!("4s".parse::<MarkWindow>(), Ok(MarkWindow::Fixed(secs(4))));
+        assert!(
+            "soon"
+                .parse::<MarkWindow>()
+                .unwrap_err()
+                .contains("\"auto\"")
+        );
+        assert_eq!(MarkWindow::Auto.to_string(), "auto");
+        assert_eq!(MarkWindow::Fixed(secs(4)).to_string(), "4s");
+    }
 
     /// After the database forgot, claims wait the lease TTL plus the window
     /// the keepers persist ahead by: each registry is told its keepers'.
     #[test]
     fn sql_registries_hold_for_their_keepers_window() {
         let mut config = Config::default();
-        config.snowflake.window = Duration::from_secs(7);
+        config.snowflake.window = MarkWindow::Fixed(Duration::from_secs(7));
         config.monotonic.window = Duration::from_millis(1500);
         let workers = sql_registry_config(&config);
         assert_eq!(workers.mark_window(), Duration::from_secs(7));

@@ -143,10 +143,19 @@ impl KeeperConfig {
 
     /// How far ahead of the generator's time the mark is persisted (default 3 s).
     /// A restart waits up to this long for the clock to pass the stored mark
-    /// (unless [`KeeperConfig::with_max_start_wait`] says otherwise).
+    /// (unless [`KeeperConfig::with_max_start_wait`] says otherwise). The mark
+    /// is persisted again when less than half of it is left, so half the
+    /// window is what the node issues on while the registry takes no write:
+    /// where a coordinator's leader election stops writes for 1 to 3 s (etcd,
+    /// ZooKeeper), give it 6 s, as `idmint-node`'s `window = "auto"` does.
     pub const fn with_window(mut self, window: Duration) -> KeeperConfig {
         self.window = window;
         self
+    }
+
+    /// How far ahead of the generator's time the mark is persisted.
+    pub const fn window(&self) -> Duration {
+        self.window
     }
 
     /// How often the node reports its time (and the mark is re-persisted),

@@ -60,7 +60,7 @@ fn full() -> Config {
             registry: RegistryKind::File,
             worker: Some(1),
             datacenter: Some(1),
-            window: secs(3),
+            window: MarkWindow::Fixed(secs(5)),
             max_peer_skew: secs(10),
             report_interval: secs(3),
             claim_wait: ClaimWait::Auto,

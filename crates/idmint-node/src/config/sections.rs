@@ -183,9 +183,12 @@ pub struct SnowflakeConfig {
     pub worker: Option<u32>,
     /// A fixed datacenter: registries then hand out only the worker part.
     pub datacenter: Option<u32>,
-    /// How far ahead the high-water mark is persisted (default `3s`).
-    #[serde(deserialize_with = "duration", serialize_with = "show::duration")]
-    pub window: Duration,
+    /// How far ahead the high-water mark is persisted: `auto` (default: 6 s
+    /// on `etcd` and ZooKeeper `ephemeral`, 3 s elsewhere;
+    /// [`MarkWindow::resolve`]) or a duration. Read it through
+    /// [`SnowflakeConfig::mark_window`].
+    #[serde(deserialize_with = "from_text", serialize_with = "show::text")]
+    pub window: MarkWindow,
     /// The most this node's clock may differ at start from the median of the
     /// times live peers reported (default `10s`, Twitter's check); further
     /// off, the start is refused (`clock_skew`).
@@ -234,6 +237,13 @@ pub struct SnowflakeConfig {
     pub zookeeper: ZooKeeperSection,
 }
 
+impl SnowflakeConfig {
+    /// The mark window this config gives its registry: `window`, resolved.
+    pub fn mark_window(&self) -> Duration {
+        self.window.resolve(self.registry, self.zookeeper.mode)
+    }
+}
+
 impl Default for SnowflakeConfig {
     fn default() -> SnowflakeConfig {
         SnowflakeConfig {
@@ -241,7 +251,7 @@ impl Default for SnowflakeConfig {
             registry: RegistryKind::File,
             worker: None,
             datacenter: None,
-            window: Duration::from_secs(3),
+            window: MarkWindow::Auto,
             max_peer_skew: Duration::from_secs(10),
             report_interval: Duration::from_secs(3),
             claim_wait: ClaimWait::Auto,
@@ -888,6 +898,73 @@ impl Default for TlsSection {
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     idmint_core::duration::parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// `snowflake.window`: `auto` or a duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkWindow {
+    /// 6 s where the registry's coordinator elects a leader and a node's
+    /// worker may go to another node (`etcd`, ZooKeeper `ephemeral`), 3 s
+    /// elsewhere.
+    Auto,
+    /// This long.
+    Fixed(Duration),
+}
+
+impl MarkWindow {
+    /// The window `auto` gives a registry with leader elections.
+    ///
+    /// A node persists its mark when less than half the window is left, so
+    /// half of this is the room it has when a write can't go through. An etcd
+    /// or ZooKeeper leader's death stops writes for the election: etcd's
+    /// timeout is randomised between 1 and 2 s at its defaults, and 1,000
+    /// nodes on a 3-member etcd measured up to about 3 s until their next
+    /// write went through (BENCHMARKS.md, "How cost grows"). 3 s of room
+    /// rides that through; 1.5 s, the other registries' default, did not.
+    pub const ELECTED: Duration = Duration::from_secs(6);
+
+    /// The window `auto` gives every other registry. SQL and Redis
+    /// failovers last longer than any window, so a wider one buys them
+    /// little, and it lengthens what the window costs: the wait of a restart
+    /// after a crash and the hold after a coordinator forgets.
+    pub const OTHER: Duration = Duration::from_secs(3);
+
+    /// The window for `registry` (and, on ZooKeeper, its mode).
+    pub fn resolve(self, registry: RegistryKind, zookeeper: ZooKeeperModeName) -> Duration {
+        match (self, registry, zookeeper) {
+            (MarkWindow::Fixed(window), _, _) => window,
+            (MarkWindow::Auto, RegistryKind::Etcd, _)
+            | (MarkWindow::Auto, RegistryKind::Zookeeper, ZooKeeperModeName::Ephemeral) => {
+                MarkWindow::ELECTED
+            }
+            (MarkWindow::Auto, _, _) => MarkWindow::OTHER,
+        }
+    }
+}
+
+impl FromStr for MarkWindow {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<MarkWindow, String> {
+        if text.trim() == "auto" {
+            return Ok(MarkWindow::Auto);
+        }
+        idmint_core::duration::parse_duration(text)
+            .map(MarkWindow::Fixed)
+            .map_err(|e| format!("{e}; or \"auto\""))
+    }
+}
+
+impl fmt::Display for MarkWindow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MarkWindow::Auto => f.write_str("auto"),
+            MarkWindow::Fixed(window) => match idmint_core::duration::format_duration(*window) {
+                Ok(text) => f.write_str(&text),
+                Err(_) => Err(fmt::Error),
+            },
+        }
+    }
 }
 
 /// `snowflake.claim_wait`: `auto` or a duration.

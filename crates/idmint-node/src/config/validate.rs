@@ -450,12 +450,12 @@ impl Config {
     /// The snowflake window, and that the chosen registry has what it needs.
     fn check_registry(&self) -> Result<(), ConfigError> {
         let sf = &self.snowflake;
-        if sf.window < Duration::from_millis(600) {
+        if sf.mark_window() < Duration::from_millis(600) {
             return Err(invalid(
                 "snowflake.window",
                 format!(
                     "{:?} is too short: at least 600ms, so the mark can be persisted ahead of need",
-                    sf.window
+                    sf.mark_window()
                 ),
             ));
         }
