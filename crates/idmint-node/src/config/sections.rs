@@ -946,23 +946,37 @@ impl FromStr for MarkWindow {
     type Err = String;
 
     fn from_str(text: &str) -> Result<MarkWindow, String> {
-        if text.trim() == "auto" {
-            return Ok(MarkWindow::Auto);
-        }
-        idmint_core::duration::parse_duration(text)
-            .map(MarkWindow::Fixed)
-            .map_err(|e| format!("{e}; or \"auto\""))
+        Ok(parse_auto_or_duration(text)?.map_or(MarkWindow::Auto, MarkWindow::Fixed))
     }
 }
 
 impl fmt::Display for MarkWindow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            MarkWindow::Auto => f.write_str("auto"),
-            MarkWindow::Fixed(window) => match idmint_core::duration::format_duration(*window) {
-                Ok(text) => f.write_str(&text),
-                Err(_) => Err(fmt::Error),
-            },
+            MarkWindow::Auto => write_auto_or_duration(f, None),
+            MarkWindow::Fixed(window) => write_auto_or_duration(f, Some(*window)),
+        }
+    }
+}
+
+/// Reads `auto` (`None`) or a duration: the text of the settings that take
+/// either ([`MarkWindow`], [`ClaimWait`]).
+fn parse_auto_or_duration(text: &str) -> Result<Option<Duration>, String> {
+    if text.trim() == "auto" {
+        return Ok(None);
+    }
+    idmint_core::duration::parse_duration(text)
+        .map(Some)
+        .map_err(|e| format!("{e}; or \"auto\""))
+}
+
+/// Writes `auto` (`None`) or a duration, as [`parse_auto_or_duration`] reads it.
+fn write_auto_or_duration(f: &mut fmt::Formatter<'_>, value: Option<Duration>) -> fmt::Result {
+    match value {
+        None => f.write_str("auto"),
+        Some(duration) => {
+            let text = idmint_core::duration::format_duration(duration).map_err(|_| fmt::Error)?;
+            f.write_str(&text)
         }
     }
 }
@@ -996,23 +1010,15 @@ impl FromStr for ClaimWait {
     type Err = String;
 
     fn from_str(text: &str) -> Result<ClaimWait, String> {
-        if text.trim() == "auto" {
-            return Ok(ClaimWait::Auto);
-        }
-        idmint_core::duration::parse_duration(text)
-            .map(ClaimWait::Fixed)
-            .map_err(|e| format!("{e}; or \"auto\""))
+        Ok(parse_auto_or_duration(text)?.map_or(ClaimWait::Auto, ClaimWait::Fixed))
     }
 }
 
 impl fmt::Display for ClaimWait {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ClaimWait::Auto => f.write_str("auto"),
-            ClaimWait::Fixed(wait) => match idmint_core::duration::format_duration(*wait) {
-                Ok(text) => f.write_str(&text),
-                Err(_) => Err(fmt::Error),
-            },
+            ClaimWait::Auto => write_auto_or_duration(f, None),
+            ClaimWait::Fixed(wait) => write_auto_or_duration(f, Some(*wait)),
         }
     }
 }
