@@ -39,8 +39,9 @@ mod worker;
 pgrx::pg_module_magic!();
 
 /// How long a backend waits for the keeper's first mark before it fails with
-/// `not_ready` (a restart after a crash waits up to the keeper's window, 3 s,
-/// for the clock to pass the stored mark).
+/// `not_ready` (a restart after a crash waits up to the keeper's window, 3 s or
+/// 6 s on etcd and ZooKeeper `ephemeral`, for the clock to pass the stored
+/// mark).
 pub const READY_WAIT: Duration = Duration::from_secs(10);
 
 /// `idmint.config`: an idmint config file (the one `idmint serve --config`
