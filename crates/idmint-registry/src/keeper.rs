@@ -1544,7 +1544,8 @@ impl Task {
             return !expired;
         }
         let tried = tokio::time::Instant::now();
-        match self.ctx.call("renew", self.ctx.registry.renew(claim)).await {
+        let renewing = self.ctx.call("renew", self.ctx.registry.renew(claim));
+        match self.local_mark_kept_during(claim, renewing).await {
             Ok(lease) => {
                 self.call_failures = 0;
                 self.lease = lease;
@@ -1598,27 +1599,11 @@ impl Task {
         let report_due = mono >= self.next_report;
         let low = mark < add(ahead, self.ctx.config.window / 2);
         let target = add(ahead, self.ctx.lead(self.lease.as_ref()));
-        if low && !self.ctx.reassigns {
-            // No other node can ever hold this worker ID: what must hold the
-            // mark before the generator may issue up to it is what a restart
-            // reads without the coordinator (persist, then allow), and the
-            // coordinator is told after, whether it answers or not.
-            match self
-                .ctx
-                .call(
-                    "persist mark locally",
-                    self.ctx.registry.persist_local(claim, target),
-                )
-                .await
-            {
-                Ok(()) => self.generator.advance_mark(target),
-                Err(e) => {
-                    // The mark stays; the generator stops there by itself.
-                    self.set_error(&e);
-                    self.retry_at = mono_now() + self.ctx.config.check_interval;
-                    return;
-                }
-            }
+        if low && let Err(e) = self.keep_local_mark_ahead(claim, ahead, target).await {
+            // The mark stays; the generator stops there by itself.
+            self.set_error(&e);
+            self.retry_at = mono_now() + self.ctx.config.check_interval;
+            return;
         }
         if !(report_due || low) || mono < self.retry_at {
             return;
@@ -1626,14 +1611,11 @@ impl Task {
         let persist = target.max(self.persisted);
         self.attempted = self.attempted.max(persist);
         let tried = tokio::time::Instant::now();
-        match self
-            .ctx
-            .call(
-                "persist mark",
-                self.ctx.registry.persist_mark(claim, persist, now),
-            )
-            .await
-        {
+        let persisting = self.ctx.call(
+            "persist mark",
+            self.ctx.registry.persist_mark(claim, persist, now),
+        );
+        match self.local_mark_kept_during(claim, persisting).await {
             Ok(()) => {
                 self.call_failures = 0;
                 self.persisted = persist;
@@ -1671,10 +1653,13 @@ impl Task {
                     );
                 }
                 drop(s);
-                // Tried again before the new mark runs out (at most half of
-                // what it leaves apart), so a coordinator that can't be
-                // reached for a long time costs no refused ID.
-                let left = Some(since(target, self.ctx.settings.now()));
+                // Tried again within half of what the mark kept locally
+                // leaves (kept ahead during the call too, so not the target
+                // asked for before it): a coordinator that comes back is
+                // caught up within about that, not after a pause paced by a
+                // long failed call.
+                let now = self.ctx.settings.now();
+                let left = Some(since(self.generator.mark().unwrap_or(target), now));
                 self.retry_at = mono_now() + self.retry_pause(&e, tried.elapsed(), left);
             }
             Err(e) => {
@@ -1683,6 +1668,70 @@ impl Task {
                 let left = (mark > now)
                     .then(|| Duration::try_from(mark.duration_since(now)).unwrap_or_default());
                 self.retry_at = mono_now() + self.retry_pause(&e, tried.elapsed(), left);
+            }
+        }
+    }
+
+    /// Where no other node can ever hold this worker ID, moves the mark to
+    /// `target` (`ahead` plus the lead) once it is below `ahead` plus half
+    /// the window: what must hold the mark before the generator may issue up
+    /// to it is what a restart reads without the coordinator (persist, then
+    /// allow), and the coordinator is told after, whether it answers or not.
+    /// Does nothing where a lease decides (the registry reassigns workers).
+    async fn keep_local_mark_ahead(
+        &self,
+        claim: &Claim,
+        ahead: Timestamp,
+        target: Timestamp,
+    ) -> Result<()> {
+        let mark = self.generator.mark().unwrap_or(Timestamp::MIN);
+        if self.ctx.reassigns || mark >= add(ahead, self.ctx.config.window / 2) {
+            return Ok(());
+        }
+        self.ctx
+            .call(
+                "persist mark locally",
+                self.ctx.registry.persist_local(claim, target),
+            )
+            .await?;
+        self.generator.advance_mark(target);
+        Ok(())
+    }
+
+    /// Awaits `call`, a coordinator call of this step; where no other node
+    /// can ever hold this worker ID, keeps the mark ahead locally meanwhile,
+    /// every check interval.
+    ///
+    /// A coordinator that can't be reached holds each call for up to the call
+    /// timeout (2 s), more than the half window (1.5 s) the mark keeps ahead
+    /// of the clock between local persists. A call sent just before the mark
+    /// ran low used to outlast it, and the node refused IDs for the rest of
+    /// the call, in a mode that promises to issue through any outage (seen in
+    /// CI: one `mark_reached` at the start of a ZooKeeper outage, `forever`).
+    async fn local_mark_kept_during<T>(
+        &self,
+        claim: &Claim,
+        call: impl std::future::Future<Output = T>,
+    ) -> T {
+        if self.ctx.reassigns {
+            return call.await;
+        }
+        let mut call = std::pin::pin!(call);
+        let every = self.ctx.config.check_interval;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut call => return out,
+                _ = tick.tick() => {
+                    let now = self.ctx.settings.now();
+                    let ahead = now.max(self.generator.last_tick_time());
+                    let target = add(ahead, self.ctx.lead(self.lease.as_ref()));
+                    if let Err(e) = self.keep_local_mark_ahead(claim, ahead, target).await {
+                        self.set_error(&e);
+                    }
+                }
             }
         }
     }

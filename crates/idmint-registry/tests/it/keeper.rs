@@ -520,6 +520,72 @@ async fn a_registry_that_times_out_is_retried_paced_not_every_second() {
     guard.shutdown().await;
 }
 
+/// A registry that never gives a worker ID to another node, and whose every
+/// call hangs (a coordinator that can't be reached): each call takes the
+/// whole call timeout, longer than the half window (1.5 s) the mark is kept
+/// ahead of the clock between local persists. Issuing never stops, every ID
+/// is below a mark kept first, and the coordinator is caught up once it
+/// answers.
+///
+/// Before the local mark was kept ahead during a call, a persist sent just
+/// before the mark ran low outlasted it, and IDs were refused for the rest of
+/// the call: a CI run saw one `mark_reached` at the start of a ZooKeeper
+/// outage in `forever` mode, at the default 2 s; at 5 s every call did it.
+#[tokio::test(start_paused = true)]
+async fn a_registry_that_keeps_workers_issues_through_calls_that_hang() {
+    for call_timeout in [2, 5].map(Duration::from_secs) {
+        issues_through_calls_that_hang(call_timeout).await;
+    }
+}
+
+async fn issues_through_calls_that_hang(call_timeout: Duration) {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::keeping_workers());
+    let config = KeeperConfig::new().with_call_timeout(call_timeout);
+    let guard = start(shared(&reg), settings(&c), config).await.unwrap();
+    let h = guard.handle().clone();
+    h.next_id().unwrap();
+    let outage = plus(t0(), Duration::from_secs(60));
+    reg.hang.store(true, Ordering::SeqCst);
+    // 60 s of outage, an ID every 10 ms.
+    for step in 0..6_000u32 {
+        let id = h.next_id().unwrap_or_else(|e| {
+            panic!(
+                "calls of {call_timeout:?}: refused {} ms into the outage: {e}",
+                step * 10
+            )
+        });
+        // Persisted before it was issued up to: locally, or by the
+        // coordinator before the outage.
+        let kept = reg.local_mark(h.worker()).max(reg.mark(h.worker()));
+        assert!(
+            id_time(&LAYOUT, id) <= kept.unwrap(),
+            "issued above every mark"
+        );
+        tick(&c, Duration::from_millis(10)).await;
+    }
+    let hung = reg.hung.load(Ordering::SeqCst);
+    assert!(
+        hung >= 2,
+        "{hung} calls hung: the coordinator was not asked"
+    );
+    assert!(h.status().coordinator_away, "{:?}", h.status());
+    reg.hang.store(false, Ordering::SeqCst);
+    for _ in 0..150 {
+        tick(&c, Duration::from_millis(100)).await;
+        h.next_id()
+            .expect("issuing goes on as the coordinator returns");
+        if !h.status().coordinator_away {
+            break;
+        }
+    }
+    let st = h.status();
+    assert!(!st.coordinator_away, "never caught up: {st:?}");
+    let stored = reg.mark(h.worker()).expect("the coordinator caught up");
+    assert!(stored > outage, "{stored} is not past the outage");
+    guard.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_clock_off_from_the_peers_is_refused() {
     let c = clock();

@@ -57,6 +57,10 @@ pub struct MemRegistry {
     /// are written, and `peers` tells each one's age, as SQL, Redis and
     /// ZooKeeper do; off, ages are unknown, as with etcd.
     pub ages: AtomicBool,
+    /// Never gives a worker ID to another node (as SQL `disposable` or
+    /// ZooKeeper `forever`): [`WorkerRegistry::reassigns_workers`] is false,
+    /// and [`WorkerRegistry::persist_local`] keeps a local mark that never hangs.
+    pub keeps_workers: AtomicBool,
     state: Mutex<MemState>,
 }
 
@@ -68,6 +72,8 @@ struct MemState {
     /// Who holds each worker.
     nodes: HashMap<u32, NodeIdentity>,
     marks: HashMap<u32, Timestamp>,
+    /// The marks kept locally, where the registry keeps its workers.
+    local_marks: HashMap<u32, Timestamp>,
     /// Each report and when it was stored (on tokio's clock).
     reports: HashMap<u32, (Timestamp, Instant)>,
     claims: u64,
@@ -87,6 +93,15 @@ impl MemRegistry {
         }
     }
 
+    /// A registry without leases that never gives a worker ID to another
+    /// node ([`MemRegistry::keeps_workers`]).
+    pub fn keeping_workers() -> MemRegistry {
+        MemRegistry {
+            keeps_workers: true.into(),
+            ..MemRegistry::default()
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, MemState> {
         self.state.lock().unwrap()
     }
@@ -94,6 +109,11 @@ impl MemRegistry {
     /// The stored mark of `worker`.
     pub fn mark(&self, worker: u32) -> Option<Timestamp> {
         self.state().marks.get(&worker).copied()
+    }
+
+    /// The mark of `worker` kept locally ([`MemRegistry::keeps_workers`]).
+    pub fn local_mark(&self, worker: u32) -> Option<Timestamp> {
+        self.state().local_marks.get(&worker).copied()
     }
 
     /// Sets the stored mark of `worker` (as an earlier holder would have).
@@ -189,6 +209,17 @@ impl MemRegistry {
 impl WorkerRegistry for MemRegistry {
     fn kind(&self) -> &'static str {
         "mem"
+    }
+
+    fn reassigns_workers(&self) -> bool {
+        !self.keeps_workers.load(Ordering::SeqCst)
+    }
+
+    async fn persist_local(&self, claim: &Claim, mark: Timestamp) -> Result<(), RegistryError> {
+        let mut s = self.state();
+        let m = s.local_marks.entry(claim.worker).or_insert(mark);
+        *m = (*m).max(mark);
+        Ok(())
     }
 
     async fn claim(&self, node: &NodeIdentity, range: u32) -> Result<Claim, RegistryError> {
