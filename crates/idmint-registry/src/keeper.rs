@@ -747,6 +747,7 @@ impl WorkerKeeper {
             retry_at: now,
             failures: 0,
             call_failures: 0,
+            local_failing: AtomicBool::new(false),
             shared,
             ctx,
         };
@@ -1355,6 +1356,12 @@ struct Task {
     /// Renewals and persists that failed in a row (reset by a success of
     /// either): their retries back off by it ([`Task::retry_pause`]).
     call_failures: u32,
+    /// Where no other node can ever hold this worker ID: the mark kept
+    /// locally could not be moved (the data directory can't be written), so
+    /// the generator stops at its mark whatever the coordinator answers, and
+    /// the status shows that failure, not the coordinator's. Atomic: it is
+    /// set while a coordinator call borrows the task.
+    local_failing: AtomicBool,
 }
 
 impl Task {
@@ -1551,7 +1558,9 @@ impl Task {
                 self.lease = lease;
                 self.next_renew = lease.map(|l| mono + renew_every(&l));
                 self.set_state(LeaseState::Held);
-                self.shared.status().last_error = None;
+                if !self.local_failing.load(Ordering::Acquire) {
+                    self.shared.status().last_error = None;
+                }
                 // Resumed after an expiry: the claim was never lost, so the
                 // same generator goes on once the mark is persisted again.
                 true
@@ -1565,6 +1574,13 @@ impl Task {
                     return false;
                 }
                 self.register_again(claim).await
+            }
+            Err(e) if !self.ctx.reassigns => {
+                // No lease fences this worker: it stays held, and the node
+                // issues on from the mark kept locally.
+                self.coordinator_failed(claim, &e);
+                self.next_renew = Some(mono + self.retry_pause(&e, tried.elapsed(), None));
+                true
             }
             Err(e) => {
                 self.set_error(&e);
@@ -1599,9 +1615,13 @@ impl Task {
         let report_due = mono >= self.next_report;
         let low = mark < add(ahead, self.ctx.config.window / 2);
         let target = add(ahead, self.ctx.lead(self.lease.as_ref()));
-        if low && let Err(e) = self.keep_local_mark_ahead(claim, ahead, target).await {
+        if low
+            && self
+                .keep_local_mark_ahead(claim, ahead, target)
+                .await
+                .is_err()
+        {
             // The mark stays; the generator stops there by itself.
-            self.set_error(&e);
             self.retry_at = mono_now() + self.ctx.config.check_interval;
             return;
         }
@@ -1619,11 +1639,19 @@ impl Task {
             Ok(()) => {
                 self.call_failures = 0;
                 self.persisted = persist;
-                self.generator.advance_mark(target);
+                // Where no other node can hold the worker, only the mark
+                // kept locally lets the generator on (above): a restart
+                // without the coordinator reads that one.
+                if self.ctx.reassigns {
+                    self.generator.advance_mark(target);
+                }
                 self.next_report = mono + self.ctx.config.report_interval;
+                let local_failing = self.local_failing.load(Ordering::Acquire);
                 let mut s = self.shared.status();
                 s.persisted = Some(persist);
-                s.last_error = None;
+                if !local_failing {
+                    s.last_error = None;
+                }
                 if std::mem::take(&mut s.coordinator_away) {
                     tracing::info!(
                         worker = claim.worker,
@@ -1639,20 +1667,11 @@ impl Task {
                     self.lose();
                 }
             }
-            Err(e) if !self.ctx.reassigns && e.is_transient() => {
+            Err(e) if !self.ctx.reassigns => {
                 // The generator already issues up to the mark kept locally
                 // (above): issue on, and catch the coordinator up when it
                 // answers.
-                self.set_error(&e);
-                let mut s = self.shared.status();
-                if !std::mem::replace(&mut s.coordinator_away, true) {
-                    tracing::warn!(
-                        worker = claim.worker,
-                        "the registry can't be reached; this worker ID is never given to \
-                         another node, so issuing goes on"
-                    );
-                }
-                drop(s);
+                self.coordinator_failed(claim, &e);
                 // Tried again within half of what the mark kept locally
                 // leaves (kept ahead during the call too, so not the target
                 // asked for before it): a coordinator that comes back is
@@ -1688,14 +1707,51 @@ impl Task {
         if self.ctx.reassigns || mark >= add(ahead, self.ctx.config.window / 2) {
             return Ok(());
         }
-        self.ctx
+        let kept = self
+            .ctx
             .call(
                 "persist mark locally",
                 self.ctx.registry.persist_local(claim, target),
             )
-            .await?;
-        self.generator.advance_mark(target);
-        Ok(())
+            .await;
+        match kept {
+            Ok(()) => {
+                self.generator.advance_mark(target);
+                if self.local_failing.swap(false, Ordering::AcqRel) {
+                    tracing::info!(worker = claim.worker, "the mark is kept locally again");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.local_failing.store(true, Ordering::Release);
+                self.set_error(&e);
+                // Not ready: the generator stops at its mark.
+                self.shared.status().coordinator_away = false;
+                Err(e)
+            }
+        }
+    }
+
+    /// A coordinator call failed (but for [`RegistryError::LeaseLost`]) where
+    /// no other node can ever hold this worker ID: issuing goes on from the
+    /// mark kept locally, and the node stays ready, whatever the failure is
+    /// (a connection reset is no more a reason to stop than a timeout). The
+    /// status says the coordinator is away, unless the mark kept locally
+    /// fails too: that one stops the generator, and the status shows it.
+    fn coordinator_failed(&self, claim: &Claim, e: &RegistryError) {
+        if self.local_failing.load(Ordering::Acquire) {
+            tracing::debug!(worker = claim.worker, error = %e, "the registry fails too");
+            return;
+        }
+        self.set_error(e);
+        let mut s = self.shared.status();
+        if !std::mem::replace(&mut s.coordinator_away, true) {
+            tracing::warn!(
+                worker = claim.worker,
+                "the registry fails; this worker ID is never given to another node, so \
+                 issuing goes on"
+            );
+        }
     }
 
     /// Awaits `call`, a coordinator call of this step; where no other node
@@ -1728,9 +1784,8 @@ impl Task {
                     let now = self.ctx.settings.now();
                     let ahead = now.max(self.generator.last_tick_time());
                     let target = add(ahead, self.ctx.lead(self.lease.as_ref()));
-                    if let Err(e) = self.keep_local_mark_ahead(claim, ahead, target).await {
-                        self.set_error(&e);
-                    }
+                    // A failure is recorded there; the call goes on.
+                    let _ = self.keep_local_mark_ahead(claim, ahead, target).await;
                 }
             }
         }

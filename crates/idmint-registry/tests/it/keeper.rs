@@ -586,6 +586,116 @@ async fn issues_through_calls_that_hang(call_timeout: Duration) {
     guard.shutdown().await;
 }
 
+/// A registry that never gives a worker ID to another node and fails with
+/// backend errors (a connection reset, not a timeout), its renewals too:
+/// issuing goes on and the node stays ready. A failing renewal used to put
+/// the lease in `renewing` and a failing persist showed `worker store
+/// failing`, so `/readyz` answered 503 while IDs were served, and a load
+/// balancer would have taken every such node out through an outage.
+#[tokio::test(start_paused = true)]
+async fn a_registry_that_keeps_workers_stays_ready_through_backend_errors() {
+    let c = clock();
+    let mut reg = MemRegistry::keeping_workers();
+    // Renewed every 20 s: the one at 20 s fails.
+    reg.ttl = Some(Duration::from_secs(60));
+    let reg = Arc::new(reg);
+    let guard = start(shared(&reg), settings(&c), KeeperConfig::new())
+        .await
+        .unwrap();
+    let h = guard.handle().clone();
+    h.next_id().unwrap();
+    reg.fail_persist.store(true, Ordering::SeqCst);
+    reg.fail_renew.store(true, Ordering::SeqCst);
+    for step in 0..300u32 {
+        h.next_id()
+            .unwrap_or_else(|e| panic!("refused {} ms in: {e}", step * 100));
+        let st = h.status();
+        if step >= 60 {
+            assert!(st.is_ready(), "not ready {} ms in: {st:?}", step * 100);
+            assert!(st.coordinator_away, "{st:?}");
+            assert_eq!(st.lease, LeaseState::Held, "{st:?}");
+            assert!(st.last_error.unwrap().contains("injected failure"));
+        }
+        tick(&c, Duration::from_millis(100)).await;
+    }
+    reg.fail_persist.store(false, Ordering::SeqCst);
+    reg.fail_renew.store(false, Ordering::SeqCst);
+    for _ in 0..100 {
+        tick(&c, Duration::from_millis(100)).await;
+        h.next_id().unwrap();
+    }
+    let st = h.status();
+    assert!(!st.coordinator_away && st.last_error.is_none(), "{st:?}");
+    guard.shutdown().await;
+}
+
+/// Where no other node can hold the worker, only the mark kept locally lets
+/// the generator on: that is what a restart reads without the coordinator.
+/// A persist that reached the coordinator between two local ones (a report)
+/// used to let it on further, past what a restart would read. With the local
+/// mark failing (a data directory that can't be written), issuing stops at
+/// the mark, the node is not ready and says why, and it resumes once the
+/// local mark moves again.
+#[tokio::test(start_paused = true)]
+async fn a_registry_that_keeps_workers_issues_only_up_to_the_local_mark() {
+    let c = clock();
+    let reg = Arc::new(MemRegistry::keeping_workers());
+    // A window of 10 s: the reports (every 3 s) fall between local persists.
+    let config = KeeperConfig::new().with_window(Duration::from_secs(10));
+    let guard = start(shared(&reg), settings(&c), config).await.unwrap();
+    let h = guard.handle().clone();
+    h.next_id().unwrap();
+    let first = reg.mark(h.worker()).unwrap();
+    let kept = || reg.local_mark(h.worker()).max(Some(first)).unwrap();
+    // 20 s with every write going through.
+    for _ in 0..2_000 {
+        let id = h.next_id().unwrap();
+        assert!(
+            id_time(&LAYOUT, id) <= kept(),
+            "issued above the local mark"
+        );
+        let st = h.status();
+        assert!(
+            st.mark.unwrap() < plus(kept(), MS),
+            "allowed past the local mark: {st:?}"
+        );
+        tick(&c, Duration::from_millis(10)).await;
+    }
+    assert!(reg.persists() >= 5, "the coordinator was told too");
+    reg.fail_local.store(true, Ordering::SeqCst);
+    let mut refused = None;
+    for step in 0..100u32 {
+        match h.next_id() {
+            Ok(id) => assert!(
+                id_time(&LAYOUT, id) <= kept(),
+                "issued above the local mark"
+            ),
+            Err(e) => {
+                refused = Some((step, e));
+                break;
+            }
+        }
+        tick(&c, Duration::from_millis(100)).await;
+    }
+    let (step, e) = refused.expect("stops at the mark while it can't be kept locally");
+    assert!(matches!(e, CoreError::MarkReached { .. }), "{e}");
+    assert!(step <= 60, "stopped only {} ms in", step * 100);
+    let st = h.status();
+    assert!(!st.is_ready(), "{st:?}");
+    assert!(
+        st.not_ready_reason()
+            .unwrap()
+            .contains("injected local failure"),
+        "{st:?}"
+    );
+    reg.fail_local.store(false, Ordering::SeqCst);
+    tick(&c, Duration::from_millis(600)).await;
+    h.next_id()
+        .expect("resumes once the mark is kept locally again");
+    assert!(h.status().is_ready(), "{:?}", h.status());
+    guard.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_clock_off_from_the_peers_is_refused() {
     let c = clock();

@@ -61,6 +61,8 @@ pub struct MemRegistry {
     /// ZooKeeper `forever`): [`WorkerRegistry::reassigns_workers`] is false,
     /// and [`WorkerRegistry::persist_local`] keeps a local mark that never hangs.
     pub keeps_workers: AtomicBool,
+    /// `persist_local` fails (a data directory that can't be written).
+    pub fail_local: AtomicBool,
     state: Mutex<MemState>,
 }
 
@@ -216,6 +218,13 @@ impl WorkerRegistry for MemRegistry {
     }
 
     async fn persist_local(&self, claim: &Claim, mark: Timestamp) -> Result<(), RegistryError> {
+        if self.fail_local.load(Ordering::SeqCst) {
+            return Err(RegistryError::Backend {
+                registry: "mem",
+                operation: "persist mark locally",
+                message: "injected local failure".to_owned(),
+            });
+        }
         let mut s = self.state();
         let m = s.local_marks.entry(claim.worker).or_insert(mark);
         *m = (*m).max(mark);
