@@ -4,7 +4,8 @@
 //!   `idmint serve --config FILE` does, runs every check `serve` runs before
 //!   it starts (the same code: `serve::checked_config`, no network I/O), and
 //!   prints the resolved config as TOML with every secret hidden (tokens and
-//!   keys as `***`, passwords inside URLs too). A config that passes can still
+//!   keys as `***`, passwords inside URLs too), and a comment beside each
+//!   `auto` of `[snowflake]` with what it comes to here. A config that passes can still
 //!   fail at start only for what needs a connection, the data directory or
 //!   the clock. Then, unless `--offline`, it asks each Redis the config uses
 //!   what it looks like (read-only, 2 s each): `topology:` lines on stderr
@@ -104,10 +105,73 @@ pub fn run(args: ConfigArgs) -> Result<()> {
     let text = config
         .to_toml()
         .map_err(|e| bad_input(format!("config: {e}")))?;
+    let text = explain_auto(&text, &config);
     std::io::stdout()
         .lock()
         .write_all(text.as_bytes())
         .context("writing the config to stdout")
+}
+
+/// `text` (the config as TOML) with what each `auto` of `[snowflake]`
+/// resolves to for this config, as a comment on its line: the window is wider
+/// on registries with leader elections, and the claim wait follows the lease
+/// TTL and the window, so `auto` alone doesn't say how long a start waits.
+fn explain_auto(text: &str, config: &Config) -> String {
+    let sf = &config.snowflake;
+    let window = sf.mark_window();
+    let ttl = idmint_node::open::lease_ttl(config);
+    let window_note = format!(
+        "{} with the {} registry",
+        show(window),
+        registry_label(config)
+    );
+    let wait_note = match ttl {
+        Some(ttl) => format!(
+            "{}: the lease TTL {} + the window {} + 30s, at least 60s",
+            show(sf.claim_wait.resolve(Some(ttl), window)),
+            show(ttl),
+            show(window)
+        ),
+        None => format!(
+            "{}: the floor, as the {} registry has no lease TTL",
+            show(sf.claim_wait.resolve(None, window)),
+            registry_label(config)
+        ),
+    };
+    let mut section = "";
+    let mut out = String::with_capacity(text.len() + 160);
+    for line in text.lines() {
+        if line.starts_with('[') {
+            section = line;
+        }
+        out.push_str(line);
+        if section == "[snowflake]" {
+            if line == "window = \"auto\"" {
+                out.push_str(&format!(" # {window_note}"));
+            } else if line == "claim_wait = \"auto\"" {
+                out.push_str(&format!(" # {wait_note}"));
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The registry as `explain_auto` names it: with ZooKeeper's mode, which
+/// decides the window.
+fn registry_label(config: &Config) -> String {
+    let sf = &config.snowflake;
+    match sf.registry {
+        RegistryKind::Zookeeper => match sf.zookeeper.mode {
+            ZooKeeperModeName::Ephemeral => "zookeeper (ephemeral)".to_owned(),
+            ZooKeeperModeName::Forever => "zookeeper (forever)".to_owned(),
+        },
+        other => other.name().to_owned(),
+    }
+}
+
+fn show(duration: std::time::Duration) -> String {
+    idmint_core::duration::format_duration(duration).unwrap_or_else(|_| format!("{duration:?}"))
 }
 
 /// Prints the worker-space plan for the config's layout and registry on

@@ -774,3 +774,49 @@ fn config_check_reports_the_etcd_and_zookeeper_members() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("names one server"), "{stderr}");
 }
+
+/// `config check` says what each `auto` of `[snowflake]` comes to for the
+/// config it checks: the window is wider where leader elections stop
+/// writes, the claim wait follows the lease TTL and the window. A duration
+/// written out is shown as it is, and the output stays TOML.
+#[test]
+fn config_check_tells_what_auto_resolves_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let offline = |text: &str| {
+        let file = write(dir.path(), "idmint.toml", text);
+        let args = ["config", "check", "--offline", file.to_str().unwrap()];
+        let out = expect_ok(&args, run(&args, &[], ""));
+        let table: toml::Table = out.parse().expect("the output is TOML");
+        assert!(table["snowflake"].is_table(), "{out}");
+        out
+    };
+    let etcd = offline("[snowflake]\nregistry = \"etcd\"\n[snowflake.etcd]\nlease_ttl = \"40s\"\n");
+    assert!(
+        etcd.contains("window = \"auto\" # 6s with the etcd registry\n"),
+        "{etcd}"
+    );
+    assert!(
+        etcd.contains(
+            "claim_wait = \"auto\" # 1m 16s: the lease TTL 40s + the window 6s + 30s, at least 60s\n"
+        ),
+        "{etcd}"
+    );
+    let forever = offline(
+        "[snowflake]\nregistry = \"zookeeper\"\n[snowflake.zookeeper]\nmode = \"forever\"\n",
+    );
+    assert!(
+        forever.contains("window = \"auto\" # 3s with the zookeeper (forever) registry\n"),
+        "{forever}"
+    );
+    let file = offline("[snowflake]\nclaim_wait = \"2m\"\n");
+    assert!(
+        file.contains("window = \"auto\" # 3s with the file registry\n"),
+        "{file}"
+    );
+    assert!(file.contains("claim_wait = \"2m\"\n"), "{file}");
+    // `[monotonic]` has a window of its own, never `auto`.
+    let fixed = offline("[snowflake]\nregistry = \"etcd\"\nwindow = \"5s\"\n");
+    assert!(fixed.contains("window = \"5s\"\n"), "{fixed}");
+    assert!(fixed.contains("+ the window 5s +"), "{fixed}");
+    assert!(!fixed.contains("with the etcd registry"), "{fixed}");
+}
