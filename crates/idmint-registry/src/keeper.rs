@@ -1609,12 +1609,10 @@ impl Task {
     /// Persists the mark ahead when it runs low or a report is due, and only
     /// then lets the generator issue up to it (persist, then allow).
     async fn keep_mark_ahead(&mut self, claim: &Claim, mono: Instant) {
-        let now = self.ctx.settings.now();
-        let ahead = now.max(self.generator.last_tick_time());
+        let (now, ahead, target) = self.aim();
         let mark = self.generator.mark().unwrap_or(Timestamp::MIN);
         let report_due = mono >= self.next_report;
         let low = mark < add(ahead, self.ctx.config.window / 2);
-        let target = add(ahead, self.ctx.lead(self.lease.as_ref()));
         if low
             && self
                 .keep_local_mark_ahead(claim, ahead, target)
@@ -1689,6 +1687,15 @@ impl Task {
                 self.retry_at = mono_now() + self.retry_pause(&e, tried.elapsed(), left);
             }
         }
+    }
+
+    /// The clock now, how far the generator has gone (now, or its last tick
+    /// where that is later), and the mark a persist now aims for: that plus
+    /// the lead.
+    fn aim(&self) -> (Timestamp, Timestamp, Timestamp) {
+        let now = self.ctx.settings.now();
+        let ahead = now.max(self.generator.last_tick_time());
+        (now, ahead, add(ahead, self.ctx.lead(self.lease.as_ref())))
     }
 
     /// Where no other node can ever hold this worker ID, moves the mark to
@@ -1781,9 +1788,7 @@ impl Task {
                 biased;
                 out = &mut call => return out,
                 _ = tick.tick() => {
-                    let now = self.ctx.settings.now();
-                    let ahead = now.max(self.generator.last_tick_time());
-                    let target = add(ahead, self.ctx.lead(self.lease.as_ref()));
+                    let (_, ahead, target) = self.aim();
                     // A failure is recorded there; the call goes on.
                     let _ = self.keep_local_mark_ahead(claim, ahead, target).await;
                 }
