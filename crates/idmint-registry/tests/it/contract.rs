@@ -121,7 +121,11 @@ macro_rules! contract_suite {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
                     if let Some(backend) = super::$make(stringify!($scenario)) {
-                        $crate::contract::$scenario(backend).await;
+                        $crate::support::within_limit(
+                            stringify!($scenario),
+                            $crate::contract::$scenario(backend),
+                        )
+                        .await;
                     }
                 }
             )+

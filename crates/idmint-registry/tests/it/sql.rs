@@ -25,7 +25,7 @@ use idmint_sql::{ConnectOptions, MIGRATIONS_TABLE, on_pool};
 use jiff::{SignedDuration, Timestamp};
 
 use crate::contract::{Backend, Holding};
-use crate::support::{block_on_side, identity, require_service, unique_name};
+use crate::support::{exec_sql, exec_sql_on_drop, identity, require_service, unique_name};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Database {
@@ -136,7 +136,7 @@ impl SqlBackend {
     /// one answering.
     async fn record_another_server(&self, cluster: &str) {
         let admin = self.admin().await;
-        exec(
+        exec_sql(
             &admin,
             &[format!(
                 "UPDATE {EPOCH_TABLE} SET SERVER_IDENTITY = 'the-old-primary' \
@@ -154,14 +154,6 @@ impl SqlBackend {
         let recorded = admin.applied_migrations(&self.component()).await.unwrap();
         admin.close().await;
         recorded.into_iter().map(|m| m.version).collect()
-    }
-}
-
-/// Runs each statement on `db`.
-async fn exec(db: &idmint_sql::Database, statements: &[String]) {
-    for sql in statements {
-        on_pool!(db.pool(), p => sqlx::query(sql).execute(p).await.map(|_| ()))
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 }
 
@@ -199,8 +191,7 @@ impl Drop for SqlBackend {
             }
             return;
         }
-        let (db, url) = (self.db, self.url.clone());
-        let statements = [
+        let statements = vec![
             format!("DROP TABLE IF EXISTS {}", self.table),
             format!(
                 "DELETE FROM {MIGRATIONS_TABLE} WHERE component = '{}'",
@@ -211,28 +202,7 @@ impl Drop for SqlBackend {
                 self.table
             ),
         ];
-        block_on_side(move || {
-            Box::pin(async move {
-                match db {
-                    Database::Postgres => {
-                        if let Ok(pool) = sqlx::PgPool::connect(&url).await {
-                            for sql in &statements {
-                                let _ = sqlx::query(sql).execute(&pool).await;
-                            }
-                            pool.close().await;
-                        }
-                    }
-                    _ => {
-                        if let Ok(pool) = sqlx::MySqlPool::connect(&url).await {
-                            for sql in &statements {
-                                let _ = sqlx::query(sql).execute(&pool).await;
-                            }
-                            pool.close().await;
-                        }
-                    }
-                }
-            })
-        });
+        exec_sql_on_drop(self.url.clone(), statements);
     }
 }
 
@@ -417,7 +387,7 @@ async fn a_report_stamped_by_another_holding_has_no_age(env: SqlBackend) {
     // An old binary's holding of the row: another token, the same report
     // column written, the stamp left as it was.
     let admin = env.admin().await;
-    exec(
+    exec_sql(
         &admin,
         &[format!(
             "UPDATE {} SET TOKEN = 'an-older-idmint' WHERE WORKER = {}",
@@ -555,7 +525,7 @@ async fn a_pre_migration_table_is_adopted(env: SqlBackend) {
     let dialect = admin.dialect();
     let config = env.config(SqlMode::Lease);
     let old_mark = mark_at(SignedDuration::from_secs(60));
-    exec(
+    exec_sql(
         &admin,
         &[
             pre_migration_ddl(env.db, &env.table),
@@ -622,7 +592,7 @@ async fn a_newer_schema_version_is_refused(env: SqlBackend) {
     env.node_with(env.config(SqlMode::Lease)).await;
     let admin = env.admin().await;
     let dialect = admin.dialect();
-    exec(
+    exec_sql(
         &admin,
         &[format!(
             "INSERT INTO {MIGRATIONS_TABLE} (component, version, description, applied_at) \
@@ -681,7 +651,7 @@ async fn concurrent_connects_on_a_fresh_table_both_succeed(env: SqlBackend) {
 /// silently recreated empty (its marks are gone).
 async fn foreign_and_dropped_tables_are_refused(env: SqlBackend) {
     let admin = env.admin().await;
-    exec(
+    exec_sql(
         &admin,
         &[format!(
             "CREATE TABLE {} (ID BIGINT, NAME VARCHAR(16))",
@@ -698,9 +668,9 @@ async fn foreign_and_dropped_tables_are_refused(env: SqlBackend) {
     assert!(text.contains("CLUSTER, WORKER"), "{text}");
     assert!(env.recorded_versions().await.is_empty());
 
-    exec(&admin, &[format!("DROP TABLE {}", env.table)]).await;
+    exec_sql(&admin, &[format!("DROP TABLE {}", env.table)]).await;
     env.node_with(env.config(SqlMode::Lease)).await;
-    exec(&admin, &[format!("DROP TABLE {}", env.table)]).await;
+    exec_sql(&admin, &[format!("DROP TABLE {}", env.table)]).await;
     admin.close().await;
     let err = SqlRegistry::connect(&env.url, env.config(SqlMode::Lease))
         .await
@@ -914,7 +884,7 @@ async fn rows_without_an_epoch_hold_claims_once(env: SqlBackend) {
         .await
         .unwrap();
     let admin = env.admin().await;
-    exec(
+    exec_sql(
         &admin,
         &[format!(
             "DELETE FROM {EPOCH_TABLE} WHERE WORKER_TABLE = '{}'",
@@ -979,7 +949,8 @@ macro_rules! sql_only {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $test() {
                 if let Some(backend) = $make(stringify!($test)) {
-                    super::$test(backend).await;
+                    crate::support::within_limit(stringify!($test), super::$test(backend))
+                        .await;
                 }
             }
         )+

@@ -564,3 +564,108 @@ pub fn unique_name(test: &str) -> String {
         % 1_000_000_000_000;
     format!("{test}-{}-{nanos}-{seq}", std::process::id())
 }
+
+/// The longest one registry test against a real service may take. A test
+/// that hangs then fails, naming itself, instead of holding the whole binary
+/// (and CI with it) until CI's own limit, as a DROP TABLE stuck behind a
+/// lock once did.
+pub const TEST_LIMIT: Duration = Duration::from_secs(300);
+
+/// Awaits `test`'s body, failing it when it runs past [`TEST_LIMIT`].
+pub async fn within_limit(test: &str, body: impl std::future::Future<Output = ()>) {
+    if tokio::time::timeout(TEST_LIMIT, body).await.is_err() {
+        panic!("{test} did not finish within {TEST_LIMIT:?}: it hangs");
+    }
+}
+
+// ---- The SQL tests' own statements ----
+
+/// How long a statement the SQL tests run themselves (a set-up, a DROP, a
+/// clean-up) waits for a lock another session holds. Left to the servers,
+/// MariaDB waits a day (`lock_wait_timeout`) and PostgreSQL for ever
+/// (`lock_timeout`).
+pub const SQL_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// The statement that bounds a session's lock waits by [`SQL_LOCK_WAIT`].
+fn bound_lock_waits(dialect: idmint_sql::Dialect) -> Option<String> {
+    let secs = SQL_LOCK_WAIT.as_secs();
+    match dialect {
+        idmint_sql::Dialect::Postgres => Some(format!("SET lock_timeout = '{secs}s'")),
+        idmint_sql::Dialect::MySql => Some(format!("SET SESSION lock_wait_timeout = {secs}")),
+        idmint_sql::Dialect::Sqlite => None,
+    }
+}
+
+/// Runs each of `statements` on one connection of `db`, its lock waits
+/// bounded by [`SQL_LOCK_WAIT`]. A statement that fails panics naming it,
+/// the error, and every session on the server with its transaction, so a
+/// lock nobody releases names its holder.
+pub async fn exec_sql(db: &idmint_sql::Database, statements: &[String]) {
+    let failed = idmint_sql::on_pool!(db.pool(), p => {
+        let mut conn = p.acquire().await.unwrap_or_else(|e| panic!("acquire: {e}"));
+        let mut failed = None;
+        for sql in bound_lock_waits(db.dialect()).iter().chain(statements) {
+            if let Err(e) = sqlx::query(sql).execute(&mut *conn).await {
+                failed = Some(format!("{sql}: {e}"));
+                break;
+            }
+        }
+        failed
+    });
+    if let Some(failed) = failed {
+        panic!(
+            "{failed}\nsessions on the server:\n{}",
+            server_sessions(db).await.join("\n")
+        );
+    }
+}
+
+/// One line per session on `db`'s server: its id, state, open transaction
+/// and statement (empty on SQLite, or when they can't be read).
+async fn server_sessions(db: &idmint_sql::Database) -> Vec<String> {
+    let sql = match db.dialect() {
+        idmint_sql::Dialect::MySql => {
+            "SELECT CONCAT_WS(' | ', p.ID, p.COMMAND, p.TIME, IFNULL(p.STATE, ''), \
+             IFNULL(CONCAT('transaction since ', t.trx_started), 'no transaction'), \
+             IFNULL(LEFT(p.INFO, 200), '')) \
+             FROM information_schema.PROCESSLIST p \
+             LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID"
+        }
+        idmint_sql::Dialect::Postgres => {
+            "SELECT concat_ws(' | ', pid, state, 'transaction since ' || xact_start, \
+             wait_event_type, wait_event, left(query, 200)) \
+             FROM pg_stat_activity WHERE datname = current_database()"
+        }
+        idmint_sql::Dialect::Sqlite => return Vec::new(),
+    };
+    let rows = idmint_sql::on_pool!(db.pool(), p => {
+        sqlx::query_scalar::<_, String>(sql).fetch_all(p).await
+    });
+    rows.unwrap_or_else(|e| vec![format!("(sessions unreadable: {e})")])
+}
+
+/// Runs `statements` on the database at `url` from a `Drop`, on a
+/// connection of its own with bounded lock waits, the whole bounded by a
+/// minute. Best effort: a failure leaves litter, not a wrong result, and
+/// never a clean-up that waits for ever.
+pub fn exec_sql_on_drop(url: String, statements: Vec<String>) {
+    block_on_side(move || {
+        Box::pin(async move {
+            let cleanup = async {
+                let options = idmint_sql::ConnectOptions::new(url).with_max_connections(1);
+                let Ok(db) = idmint_sql::Database::connect(&options).await else {
+                    return;
+                };
+                idmint_sql::on_pool!(db.pool(), p => {
+                    if let Ok(mut conn) = p.acquire().await {
+                        for sql in bound_lock_waits(db.dialect()).iter().chain(&statements) {
+                            let _ = sqlx::query(sql).execute(&mut *conn).await;
+                        }
+                    }
+                });
+                db.close().await;
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(60), cleanup).await;
+        })
+    });
+}

@@ -24,7 +24,7 @@ use idmint_registry::{Claim, NodeIdentity, RegistryError, WorkerRegistry};
 use idmint_sql::{ConnectOptions, MIGRATIONS_TABLE, on_pool};
 use jiff::{SignedDuration, Timestamp};
 
-use crate::support::{block_on_side, identity, require_service};
+use crate::support::{exec_sql, exec_sql_on_drop, identity, require_service};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Db {
@@ -188,10 +188,7 @@ impl TheirTable {
 
     async fn exec(&self, statements: &[String]) {
         let admin = self.admin().await;
-        for sql in statements {
-            on_pool!(admin.pool(), p => sqlx::query(sql).execute(p).await.map(|_| ()))
-                .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        }
+        exec_sql(&admin, statements).await;
         admin.close().await;
     }
 
@@ -284,8 +281,7 @@ impl Drop for TheirTable {
     /// Drops both tables and the side table's migration records, even after a
     /// panic. Best effort: a failure leaves litter, not a wrong result.
     fn drop(&mut self) {
-        let (db, url) = (self.db, self.url.clone());
-        let statements = [
+        let statements = vec![
             format!("DROP TABLE IF EXISTS {}", self.table),
             format!("DROP TABLE IF EXISTS {}", self.side()),
             format!(
@@ -297,28 +293,7 @@ impl Drop for TheirTable {
                 self.epoch_key()
             ),
         ];
-        block_on_side(move || {
-            Box::pin(async move {
-                match db {
-                    Db::Postgres => {
-                        if let Ok(pool) = sqlx::PgPool::connect(&url).await {
-                            for sql in &statements {
-                                let _ = sqlx::query(sql).execute(&pool).await;
-                            }
-                            pool.close().await;
-                        }
-                    }
-                    Db::MariaDb => {
-                        if let Ok(pool) = sqlx::MySqlPool::connect(&url).await {
-                            for sql in &statements {
-                                let _ = sqlx::query(sql).execute(&pool).await;
-                            }
-                            pool.close().await;
-                        }
-                    }
-                }
-            })
-        });
+        exec_sql_on_drop(self.url.clone(), statements);
     }
 }
 
@@ -678,7 +653,7 @@ macro_rules! scenarios {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $test() {
                 if let Some(env) = super::TheirTable::new(super::Db::$db, stringify!($test)).await {
-                    super::$test(env).await;
+                    crate::support::within_limit(stringify!($test), super::$test(env)).await;
                 }
             }
         )+
