@@ -35,6 +35,13 @@
 //! - SQLite: `BEGIN IMMEDIATE` takes the database's write lock; every pending
 //!   step and its record commit in that one transaction.
 //!
+//! On PostgreSQL and MySQL/MariaDB a step's statement waits at most a second
+//! for a table lock another session holds (`lock_timeout`,
+//! `lock_wait_timeout`), and the steps are tried again until the lock
+//! timeout: a DDL statement waiting for its lock holds up every later
+//! statement on the table, other nodes' renewals among them, and a server
+//! does not always end that wait when the client gives up.
+//!
 //! # Why not sqlx's `Migrator`
 //! sqlx's `Migrator` assumes one fixed migration set per database, with SQL
 //! fixed at build time and checksummed, recorded in one `_sqlx_migrations`
@@ -66,6 +73,15 @@ const MYSQL_LOCK_NAME: &str = "idmint_schema_migrations";
 
 /// How often a waiting migrator polls the lock.
 const LOCK_POLL: Duration = Duration::from_millis(25);
+
+/// How long one migration statement waits for a table lock that another
+/// session holds (a long transaction, a dump) before it gives up and the
+/// steps are tried again, until the lock timeout. A DDL statement waiting
+/// for its lock queues every later statement on that table behind it, so
+/// while it waits the other nodes' renewals on the table wait too; and
+/// PostgreSQL keeps it waiting after its client has gone. Short waits,
+/// retried, bound that stall to this long at a time.
+const STEP_LOCK_WAIT: Duration = Duration::from_secs(1);
 
 /// The longest component name.
 const MAX_COMPONENT_LEN: usize = 128;
@@ -261,7 +277,8 @@ impl Database {
     /// - [`Error::SchemaTooNew`] when the database records a newer version of
     ///   the component than the set knows.
     /// - [`Error::Timeout`] when the migration lock is not free within the
-    ///   lock timeout ([`crate::ConnectOptions::with_lock_timeout`]).
+    ///   lock timeout ([`crate::ConnectOptions::with_lock_timeout`]), or when
+    ///   another session holds a table a step changes for that long.
     /// - [`Error::Migration`] when a step fails, [`Error::Database`] when
     ///   reading or recording does.
     pub async fn migrate(&self, set: &MigrationSet) -> Result<MigrationReport> {
@@ -285,13 +302,14 @@ impl Database {
                 // connection back to the pool, whatever happens below.
                 conn.close_on_drop();
                 self.lock_postgres(&mut conn, deadline).await?;
-                let result = apply::<sqlx::Postgres>(
-                    &mut conn,
-                    Dialect::Postgres,
-                    StepScope::OwnTransaction,
-                    set,
-                )
-                .await;
+                let result = self
+                    .apply_patiently::<sqlx::Postgres>(
+                        &mut conn,
+                        Dialect::Postgres,
+                        StepScope::OwnTransaction,
+                        set,
+                    )
+                    .await;
                 // Best effort; closing the connection releases it anyway.
                 let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
                     .bind(PG_LOCK_KEY)
@@ -303,8 +321,14 @@ impl Database {
                 let mut conn = p.acquire().await.map_err(db_error("migration connect"))?;
                 conn.close_on_drop();
                 self.lock_mysql(&mut conn, deadline).await?;
-                let result =
-                    apply::<sqlx::MySql>(&mut conn, Dialect::MySql, StepScope::Caller, set).await;
+                let result = self
+                    .apply_patiently::<sqlx::MySql>(
+                        &mut conn,
+                        Dialect::MySql,
+                        StepScope::Caller,
+                        set,
+                    )
+                    .await;
                 let _ = sqlx::query("SELECT RELEASE_LOCK(?)")
                     .bind(MYSQL_LOCK_NAME)
                     .execute(&mut *conn)
@@ -449,6 +473,65 @@ impl Database {
                 Ok(_) => return Ok(()),
                 Err(e) if crate::is_retryable(&e) => self.wait_for_lock(deadline).await?,
                 Err(e) => return Err(db_error("migration lock")(e)),
+            }
+        }
+    }
+
+    /// [`apply`] on PostgreSQL or MySQL/MariaDB, with each statement's table
+    /// lock wait bounded by [`STEP_LOCK_WAIT`] and the steps tried again
+    /// while another session holds a table, until the lock timeout. Each try
+    /// starts over from the records: a step that ran out of time left nothing
+    /// behind on PostgreSQL, and MySQL/MariaDB steps are written to be re-run.
+    async fn apply_patiently<DB>(
+        &self,
+        conn: &mut DB::Connection,
+        dialect: Dialect,
+        scope: StepScope,
+        set: &MigrationSet,
+    ) -> Result<Vec<u32>>
+    where
+        DB: sqlx::Database,
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+        for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+        for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Decode<'q, DB> + sqlx::Type<DB>,
+        for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+        (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+    {
+        let bound = match dialect {
+            Dialect::Postgres => format!("SET lock_timeout = '{}ms'", STEP_LOCK_WAIT.as_millis()),
+            // Whole seconds only.
+            Dialect::MySql => format!(
+                "SET SESSION lock_wait_timeout = {}",
+                STEP_LOCK_WAIT.as_secs().max(1)
+            ),
+            Dialect::Sqlite => unreachable!("SQLite waits by its busy timeout"),
+        };
+        // Session-wide: the connection is closed after the migration.
+        (&mut *conn)
+            .execute(sqlx::raw_sql(&bound))
+            .await
+            .map_err(db_error("bound the migration's lock waits"))?;
+        let deadline = Instant::now() + self.lock_timeout();
+        loop {
+            match apply::<DB>(conn, dialect, scope, set).await {
+                Err(e) if lock_wait_ran_out(&e) => {
+                    if Instant::now() >= deadline {
+                        tracing::warn!(
+                            component = set.component(),
+                            url = self.redacted_url(),
+                            error = %e,
+                            "schema migration gave up: another session holds a table it changes"
+                        );
+                        return Err(Error::Timeout {
+                            operation: "waiting for a table that another session holds, to migrate",
+                            url: self.redacted_url().to_owned(),
+                            after: self.lock_timeout(),
+                        });
+                    }
+                    let jitter = Duration::from_millis(fastrand::u64(0..100));
+                    tokio::time::sleep(LOCK_POLL * 4 + jitter).await;
+                }
+                result => return result,
             }
         }
     }
@@ -607,6 +690,23 @@ where
 
 fn db_error(operation: &'static str) -> impl Fn(sqlx::Error) -> Error {
     move |source| Error::Database { operation, source }
+}
+
+/// Whether a statement gave up waiting for a lock another session holds:
+/// PostgreSQL's `lock_not_available` (`55P03`, past `lock_timeout`),
+/// MySQL/MariaDB's 1205 (past `lock_wait_timeout`, or InnoDB's row lock wait).
+fn lock_wait_ran_out(e: &Error) -> bool {
+    use sqlx::mysql::MySqlDatabaseError;
+    use sqlx::postgres::PgDatabaseError;
+
+    let Some(sqlx::Error::Database(db)) = e.sqlx() else {
+        return false;
+    };
+    if let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() {
+        return pg.code() == "55P03";
+    }
+    db.try_downcast_ref::<MySqlDatabaseError>()
+        .is_some_and(|my| my.number() == 1205)
 }
 
 #[cfg(test)]

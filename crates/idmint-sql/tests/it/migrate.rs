@@ -1,9 +1,11 @@
 //! Migrations on PostgreSQL and MariaDB: once, in order, under the lock,
 //! refusing newer schemas.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-use idmint_sql::{Database, Dialect, Error, MigrationSet, Pool};
+use idmint_sql::{ConnectOptions, Database, Dialect, Error, MigrationSet, Pool};
 
 use crate::support::{self, exec, unique_name};
 
@@ -217,6 +219,77 @@ async fn lock_wait_is_bounded(dialect: Dialect) {
     cleanup(&db, &table).await;
 }
 
+/// A step whose table another session holds in a long transaction (an open
+/// `BEGIN`, a dump) gives up at the lock timeout with [`Error::Timeout`],
+/// and while it waits, other sessions' statements on the table are held up
+/// about a second at a time, not for as long as the transaction lasts. Once
+/// the transaction ends, the step applies.
+async fn a_step_behind_a_long_transaction_gives_up_without_stalling_the_table(dialect: Dialect) {
+    let lock_timeout = Duration::from_secs(4);
+    let Some(db) = support::connect(dialect, |o| o.with_lock_timeout(lock_timeout)).await else {
+        return;
+    };
+    // One connection each, so each pool's statements share one session.
+    let one = |o: ConnectOptions| o.with_max_connections(1);
+    let (Some(holder), Some(reader)) = (
+        support::connect(dialect, one).await,
+        support::connect(dialect, one).await,
+    ) else {
+        return;
+    };
+    let table = unique_name("mig");
+    let set = steps(dialect, &table);
+    let created = MigrationSet::new(set.component()).with_migration(
+        1,
+        "create",
+        [format!(
+            "CREATE TABLE IF NOT EXISTS {table} (k VARCHAR(16) PRIMARY KEY)"
+        )],
+    );
+    db.migrate(&created).await.unwrap();
+    exec(&holder, "BEGIN").await;
+    assert_eq!(count(&holder, &table).await, 0);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let longest_read = tokio::spawn({
+        let (stop, table) = (Arc::clone(&stop), table.clone());
+        async move {
+            let mut longest = Duration::ZERO;
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                count(&reader, &table).await;
+                longest = longest.max(started.elapsed());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            longest
+        }
+    });
+    let started = Instant::now();
+    let migrated = tokio::time::timeout(lock_timeout * 3, db.migrate(&set))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{dialect:?}: the step still waits after {:?}",
+                lock_timeout * 3
+            )
+        });
+    let took = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let longest_read = longest_read.await.unwrap();
+    let err = migrated.unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{dialect:?}: {err}");
+    assert!(err.to_string().contains("another session holds"), "{err}");
+    assert!(took >= lock_timeout, "{dialect:?}: gave up after {took:?}");
+    assert!(
+        longest_read < Duration::from_millis(2500),
+        "{dialect:?}: a read of the table waited {longest_read:?} behind the step"
+    );
+
+    exec(&holder, "COMMIT").await;
+    assert_eq!(db.migrate(&set).await.unwrap().applied, [2, 3]);
+    cleanup(&db, &table).await;
+}
+
 macro_rules! on_servers {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
@@ -240,4 +313,5 @@ on_servers!(
     failed_step_is_reported_and_not_recorded,
     newer_schema_is_refused,
     lock_wait_is_bounded,
+    a_step_behind_a_long_transaction_gives_up_without_stalling_the_table,
 );
