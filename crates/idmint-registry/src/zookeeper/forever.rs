@@ -18,7 +18,7 @@
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -49,8 +49,9 @@ enum Cached {
 #[derive(Debug)]
 pub(super) struct Forever {
     session: Session,
-    /// Serializes cache read-modify-writes so the cached mark only rises.
-    cache_lock: Mutex<()>,
+    /// Serializes cache read-modify-writes so the cached mark only rises
+    /// (shared with the blocking tasks that do them).
+    cache_lock: Arc<Mutex<()>>,
     /// When an offline session last tried to go online for a claim served
     /// from the cache ([`Forever::offline_claim_back_online`]).
     last_probe: Mutex<Option<std::time::Instant>>,
@@ -65,7 +66,7 @@ impl Forever {
     pub(super) fn new(session: Session) -> Forever {
         Forever {
             session,
-            cache_lock: Mutex::new(()),
+            cache_lock: Arc::new(Mutex::new(())),
             last_probe: Mutex::new(None),
         }
     }
@@ -152,29 +153,27 @@ impl Forever {
     }
 
     fn read_cache(&self, address: &str) -> Result<Option<CacheRecord>> {
-        let Some(path) = self.cache_path(address) else {
-            return Ok(None);
-        };
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(cache_error(format!("read {}: {e}", path.display()))),
-        };
-        // A damaged cache is an error, never "no mark": that guess goes backwards.
-        CacheRecord::parse(&text)
-            .map(Some)
-            .map_err(|e| cache_error(format!("{} is damaged: {e}", path.display())))
+        match self.cache_path(address) {
+            Some(path) => read_cache_at(&path),
+            None => Ok(None),
+        }
     }
 
-    fn write_cache(&self, address: &str, worker: u32, mark: Option<Timestamp>) -> Result<()> {
-        self.store_cache(address, worker, mark, Cached::Raise)
+    async fn write_cache(&self, address: &str, worker: u32, mark: Option<Timestamp>) -> Result<()> {
+        self.store_cache(address, worker, mark, Cached::Raise).await
     }
 
     /// Writes the cache: `mark` or the cached one, whichever is higher
     /// (`Cached::Raise`, every persist: a concurrent writer may have stored
     /// a higher one), or `mark` as it is (`Cached::Set`, a clean stop's
     /// record only, after ZooKeeper's).
-    fn store_cache(
+    ///
+    /// The write and its two `fsync`s run on Tokio's blocking pool, not on
+    /// the runtime's worker threads: on a busy disk they take a good part of
+    /// a second, and the runtime's few workers also serve the node's IDs.
+    /// A write whose caller stopped waiting still finishes (it only raises
+    /// the mark).
+    async fn store_cache(
         &self,
         address: &str,
         worker: u32,
@@ -184,29 +183,56 @@ impl Forever {
         let Some(path) = self.cache_path(address) else {
             return Ok(());
         };
-        let _guard = self.cache_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mark = match how {
-            Cached::Raise => self
-                .read_cache(address)?
-                .filter(|c| c.worker == worker)
-                .and_then(|c| c.mark)
-                .max(mark),
-            Cached::Set => mark,
-        };
-        let record = CacheRecord { worker, mark };
-        let dir = path.parent().unwrap_or(Path::new("."));
-        fs::create_dir_all(dir)
-            .map_err(|e| cache_error(format!("create {}: {e}", dir.display())))?;
-        let temp = path.with_extension("worker.tmp");
-        let write = || -> std::io::Result<()> {
-            let mut file = fs::File::create(&temp)?;
-            file.write_all(record.render().as_bytes())?;
-            file.sync_all()?;
-            fs::rename(&temp, &path)?;
-            fs::File::open(dir)?.sync_all()
-        };
-        write().map_err(|e| cache_error(format!("write {}: {e}", path.display())))
+        let lock = Arc::clone(&self.cache_lock);
+        tokio::task::spawn_blocking(move || store_cache_at(&lock, &path, worker, mark, how))
+            .await
+            .map_err(|e| cache_error(format!("the cache write did not finish: {e}")))?
     }
+}
+
+/// The cache record at `path` (`None`: no file).
+fn read_cache_at(path: &Path) -> Result<Option<CacheRecord>> {
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(cache_error(format!("read {}: {e}", path.display()))),
+    };
+    // A damaged cache is an error, never "no mark": that guess goes backwards.
+    CacheRecord::parse(&text)
+        .map(Some)
+        .map_err(|e| cache_error(format!("{} is damaged: {e}", path.display())))
+}
+
+/// [`Forever::store_cache`]'s blocking part: under `lock`, the record is
+/// written to a temporary file, synced, renamed over `path`, and the
+/// directory synced.
+fn store_cache_at(
+    lock: &Mutex<()>,
+    path: &Path,
+    worker: u32,
+    mark: Option<Timestamp>,
+    how: Cached,
+) -> Result<()> {
+    let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mark = match how {
+        Cached::Raise => read_cache_at(path)?
+            .filter(|c| c.worker == worker)
+            .and_then(|c| c.mark)
+            .max(mark),
+        Cached::Set => mark,
+    };
+    let record = CacheRecord { worker, mark };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).map_err(|e| cache_error(format!("create {}: {e}", dir.display())))?;
+    let temp = path.with_extension("worker.tmp");
+    let write = || -> std::io::Result<()> {
+        let mut file = fs::File::create(&temp)?;
+        file.write_all(record.render().as_bytes())?;
+        file.sync_all()?;
+        fs::rename(&temp, path)?;
+        fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(|e| cache_error(format!("write {}: {e}", path.display())))
 }
 
 #[async_trait]
@@ -228,7 +254,8 @@ impl WorkerRegistry for Forever {
     async fn persist_local(&self, claim: &Claim, mark: Timestamp) -> Result<()> {
         if self.session.config.cache_dir.is_some() {
             // `write_cache` raises: the higher of `mark` and the cached one.
-            self.write_cache(&claim_address(claim), claim.worker, Some(mark))?;
+            self.write_cache(&claim_address(claim), claim.worker, Some(mark))
+                .await?;
         }
         Ok(())
     }
@@ -294,7 +321,7 @@ impl WorkerRegistry for Forever {
         let record = parse_record("claim", worker, &data)?;
         let cached = self.read_cache(&address)?.filter(|c| c.worker == worker);
         let stored_mark = record.mark.max(cached.and_then(|c| c.mark));
-        self.write_cache(&address, worker, stored_mark)?;
+        self.write_cache(&address, worker, stored_mark).await?;
         tracing::info!(worker, ?stored_mark, %path, "claimed forever worker ID on zookeeper");
         Ok(Claim {
             worker,
@@ -336,6 +363,7 @@ impl WorkerRegistry for Forever {
                 .await?;
         }
         self.store_cache(&address, claim.worker, Some(high), Cached::Set)
+            .await
     }
 
     async fn persist_mark(
@@ -345,10 +373,15 @@ impl WorkerRegistry for Forever {
         reported: Timestamp,
     ) -> Result<()> {
         let address = claim_address(claim);
-        // The cache first: it must never hold less than ZooKeeper.
-        if self.session.config.cache_dir.is_some() {
-            let cached = self.read_cache(&address)?.and_then(|c| c.mark);
-            self.write_cache(&address, claim.worker, cached.max(Some(mark)))?;
+        // The cache first: it must never hold less than ZooKeeper. The
+        // keeper's `persist_local` has usually written this mark already;
+        // then there is nothing to sync again.
+        let cached = self
+            .read_cache(&address)?
+            .filter(|c| c.worker == claim.worker)
+            .and_then(|c| c.mark);
+        if self.session.config.cache_dir.is_some() && cached < Some(mark) {
+            self.write_cache(&address, claim.worker, Some(mark)).await?;
         }
         if claim.token.starts_with(OFFLINE) {
             return self.offline_claim_back_online(claim).await;
@@ -541,7 +574,7 @@ impl WorkerRegistry for Forever {
                 Ok(path)
             })
             .await?;
-        self.write_cache(&address, claim.worker, Some(mark))?;
+        self.write_cache(&address, claim.worker, Some(mark)).await?;
         tracing::info!(worker = claim.worker, %path, "worker claimed from the cache is registered on zookeeper again");
         Ok(Claim {
             worker: claim.worker,

@@ -323,6 +323,39 @@ async fn forever_identities_keep_their_ids_when_the_range_is_full() {
     assert_eq!(reg.claim(&ident(9002), 4).await.unwrap().worker, 2);
 }
 
+/// The keeper writes the cache (`persist_local`) before it persists the same
+/// mark to ZooKeeper; that persist does not write and sync the file again.
+/// A higher mark does, and reaches the cache before ZooKeeper.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forever_persist_writes_the_cache_only_when_the_mark_rises() {
+    use std::os::unix::fs::MetadataExt;
+
+    let Some(addr) = zk_addr() else { return };
+    let cluster = unique_name("cache-once");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(ZooKeeperMode::Forever, &cluster).with_cache_dir(dir.path());
+    let reg = connect(&addr, cfg).await;
+    let claim = reg.claim(&ident(8), 1024).await.unwrap();
+    let cache = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "worker"))
+        .expect("the claim wrote a cache file");
+    // Each write renames a new file over the old: a new inode.
+    let inode = || std::fs::metadata(&cache).unwrap().ino();
+    let mark = ms(T0_MS + 3_000);
+    reg.persist_local(&claim, mark).await.unwrap();
+    let written = inode();
+    reg.persist_mark(&claim, mark, ms(T0_MS)).await.unwrap();
+    assert_eq!(inode(), written, "the same mark was written again");
+    reg.persist_mark(&claim, ms(T0_MS + 6_000), ms(T0_MS))
+        .await
+        .unwrap();
+    assert_ne!(inode(), written, "a higher mark was not written");
+    let text = std::fs::read_to_string(&cache).unwrap();
+    assert!(text.contains(&format!("mark={}", T0_MS + 6_000)), "{text}");
+}
+
 /// Forever mode records a clean stop too (issue 36): the identity's next
 /// start finds the last tick issued, not the window-ahead mark, in
 /// ZooKeeper and in the local cache alike (the cache never below
